@@ -1,0 +1,36 @@
+// Checkpoints: model parameters and buffers, optimizer state, and the training position.
+//
+// Written atomically: to a temporary file in the same folder, then renamed over the old one, so a
+// crash or a full disk mid-write leaves the previous checkpoint intact. A file that cannot be
+// read raises IoError naming it; the trainer never falls back to a silent fresh start.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace torch {
+namespace nn {
+class Module;
+}
+namespace optim {
+class Optimizer;
+}
+}  // namespace torch
+
+namespace aiacc::app {
+
+struct TrainPosition {
+  int64_t epochs_done = 0;   // completed epochs
+  int64_t step = 0;          // optimizer steps taken
+  int64_t images_seen = 0;   // training images, all ranks
+  double elapsed_s = 0;      // wall seconds already spent (time to target continues from here)
+  double train_s = 0;        // of which in training steps
+};
+
+void saveCheckpoint(const std::string& path, torch::nn::Module& model,
+                    torch::optim::Optimizer& optimizer, const TrainPosition& pos);
+
+TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
+                             torch::optim::Optimizer& optimizer);
+
+}  // namespace aiacc::app

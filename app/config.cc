@@ -1,0 +1,62 @@
+#include "app/config.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace aiacc::app {
+
+const Stage& stageAt(const Config& c, int epoch) {
+  AIACC_CHECK(!c.stages.empty(), "no stages");
+  const Stage* s = &c.stages.front();
+  for (const Stage& st : c.stages) {
+    if (st.start_epoch <= epoch) s = &st;
+  }
+  return *s;
+}
+
+double learningRate(const Config& c, double pos, int64_t global_batch) {
+  const double peak = c.lr * static_cast<double>(global_batch) / 256.0;
+  if (pos < c.warmup_epochs) return peak * pos / c.warmup_epochs;
+  const double span = std::max(1e-9, c.epochs - c.warmup_epochs);
+  const double t = std::min(1.0, (pos - c.warmup_epochs) / span);
+  if (c.lr_schedule == "cosine") return peak * 0.5 * (1.0 + std::cos(M_PI * t));
+  if (c.lr_schedule == "linear") return peak * (1.0 - t);
+  if (c.lr_schedule == "step") {
+    double lr = peak;
+    for (int e : c.lr_step_epochs) {
+      if (pos >= e) lr *= c.lr_step_gamma;
+    }
+    return lr;
+  }
+  AIACC_THROW(InputError, "unknown --lr-schedule '", c.lr_schedule, "' (cosine, step or linear)");
+}
+
+std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, double scale_min) {
+  std::vector<Stage> stages;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto colon = item.find(':');
+    Stage s;
+    try {
+      AIACC_CHECK_INPUT(colon != std::string::npos, "");
+      s.start_epoch = std::stoi(item.substr(0, colon));
+      s.image_size = std::stoi(item.substr(colon + 1));
+    } catch (const std::exception&) {
+      AIACC_THROW(InputError, "--resize-schedule '", spec,
+                  "' is malformed: expected EPOCH:SIZE[,EPOCH:SIZE...], e.g. 0:128,10:192,14:224");
+    }
+    AIACC_CHECK_INPUT(s.image_size >= 16, "--resize-schedule: image size ", s.image_size, " too small");
+    AIACC_CHECK_INPUT(stages.empty() ? s.start_epoch == 0 : s.start_epoch > stages.back().start_epoch,
+                      "--resize-schedule '", spec, "': epochs must start at 0 and increase");
+    s.batch_size = batch_size;
+    s.scale_min = scale_min;
+    stages.push_back(s);
+  }
+  AIACC_CHECK_INPUT(!stages.empty(), "--resize-schedule is empty");
+  return stages;
+}
+
+}  // namespace aiacc::app

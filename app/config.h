@@ -1,0 +1,80 @@
+// Training configuration: a plain value, built once from flags (and a recipe file) in
+// app/flags.cc and passed down. Nothing below app/ reads flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace aiacc::app {
+
+// One stage of a progressive schedule, in effect from start_epoch until the next stage.
+struct Stage {
+  int start_epoch = 0;
+  int image_size = 224;
+  int batch_size = 32;     // per process
+  double scale_min = 0.08;  // random-resized-crop minimum area fraction
+};
+
+struct Config {
+  // Data
+  std::string data;  // ImageNet-layout folder, or "synthetic"
+  int workers = 2;
+  int prefetch = 4;
+  double scale_max = 1.0, ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  double crop_fraction = 0.875;
+  bool channels_last = false;
+  int64_t synthetic_images = 1281167;
+  int64_t synthetic_classes = 1000;
+  int eval_batch_size = 0;  // 0: the stage's batch size
+
+  // Model
+  std::string arch = "resnet50";
+  bool zero_init_residual = false;
+
+  // Schedule
+  int epochs = 90;
+  std::vector<Stage> stages;  // sorted by start_epoch, first starts at 0
+  double lr = 0.1;            // per 256 images (linear scaling rule)
+  double warmup_epochs = 2;
+  std::string lr_schedule = "cosine";  // cosine | step | linear
+  std::vector<int> lr_step_epochs = {30, 60, 80};
+  double lr_step_gamma = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 1e-4;
+  bool bn_weight_decay = false;  // decay BN parameters and biases too
+  double label_smoothing = 0.1;
+
+  // Run control
+  uint64_t seed = 0;
+  int64_t max_steps = 0;     // 0: no limit
+  double target_top1 = 0;    // percent; 0: none
+  double target_top5 = 0;
+  int64_t eval_every = 0;    // steps; 0: once per epoch
+  int threads = 0;           // intra-op threads; 0: cores / local processes
+  double progress_seconds = 2.0;
+
+  // Outputs
+  std::string checkpoint_dir;
+  std::string resume;  // checkpoint file to continue from
+  std::string metrics_file;
+  std::string report_file;
+  std::string dawnbench_dir;
+  double cost_per_hour = 0;
+  std::string author = "aiacc";
+  std::string recipe;       // path, for the record
+  std::string recipe_text;  // whole recipe, for the DAWNBench misc object
+};
+
+// The stage in effect at `epoch`.
+const Stage& stageAt(const Config& c, int epoch);
+
+// Learning rate at fractional epoch position `pos` (epoch + step/steps_per_epoch) for a global
+// batch of `global_batch` images: warmup from 0 linearly, then the schedule's shape.
+double learningRate(const Config& c, double pos, int64_t global_batch);
+
+// Parses "0:128,10:192,14:224" into stages with the given batch size and scale.
+std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, double scale_min);
+
+}  // namespace aiacc::app

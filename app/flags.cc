@@ -1,0 +1,272 @@
+#include "app/flags.h"
+
+#include <gflags/gflags.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/error.h"
+
+// ---- Data ----------------------------------------------------------------------------------
+DEFINE_string(data, "", "ImageNet-layout folder (train/<class>/*, val/<class>/*), or 'synthetic' "
+              "for random tensors at full speed (throughput runs without I/O)");
+DEFINE_int32(workers, 2, "decode threads per process");
+DEFINE_int32(prefetch, 4, "batches decoded ahead of training (memory bound: prefetch x batch)");
+DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction (torchvision: 0.08)");
+DEFINE_double(max_scale, 1.0, "random-resized-crop maximum area fraction");
+DEFINE_double(min_ratio, 0.75, "random-resized-crop minimum aspect ratio (3/4)");
+DEFINE_double(max_ratio, 4.0 / 3.0, "random-resized-crop maximum aspect ratio (4/3)");
+DEFINE_double(crop_fraction, 0.875, "val: resize short side to size/crop_fraction, center crop size");
+DEFINE_bool(channels_last, false, "deliver batches in channels-last (NHWC) memory format");
+DEFINE_int64(synthetic_images, 1281167, "images per epoch with --data synthetic (ImageNet's count)");
+DEFINE_int64(synthetic_classes, 1000, "classes with --data synthetic");
+DEFINE_int32(eval_batch_size, 0, "evaluation batch size per process; 0: the training batch size");
+DEFINE_int32(image_size, 224, "training image size (side, pixels) when no stage schedule is set");
+DEFINE_string(resize_schedule, "", "progressive resizing, EPOCH:SIZE list, e.g. 0:128,10:192,14:224");
+// ---- Model ---------------------------------------------------------------------------------
+DEFINE_string(arch, "resnet50", "model: resnet18 | resnet34 | resnet50 | resnet101 (v1.5)");
+DEFINE_bool(zero_init_residual, false, "zero-init the last BN gamma of each residual block");
+// ---- Optimization --------------------------------------------------------------------------
+DEFINE_int32(batch_size, 32, "batch size per process");
+DEFINE_int32(epochs, 90, "epochs to train (the LR schedule spans them)");
+DEFINE_double(lr, 0.1, "peak learning rate per 256 images; scaled by global batch / 256");
+DEFINE_double(warmup_epochs, 2, "linear LR warmup from 0, in epochs (fractional allowed)");
+DEFINE_string(lr_schedule, "cosine", "LR shape after warmup: cosine | step | linear (to 0)");
+DEFINE_string(lr_step_epochs, "30,60,80", "epochs where the step schedule multiplies LR by gamma");
+DEFINE_double(lr_step_gamma, 0.1, "step schedule factor");
+DEFINE_double(momentum, 0.9, "SGD momentum");
+DEFINE_bool(nesterov, false, "Nesterov momentum");
+DEFINE_double(weight_decay, 1e-4, "L2 weight decay (not on BN parameters and biases by default)");
+DEFINE_bool(bn_weight_decay, false, "also decay BN parameters and biases");
+DEFINE_double(label_smoothing, 0.1, "label smoothing of the cross-entropy loss");
+DEFINE_string(recipe, "", "recipe file (key = value lines and stage lines); flags override it");
+// ---- Run control ---------------------------------------------------------------------------
+DEFINE_uint64(seed, 0, "seed of initialization, shuffling and augmentation");
+DEFINE_int64(max_steps, 0, "stop after this many optimizer steps; 0: no limit");
+DEFINE_double(target_top1, 0, "stop when val top-1 reaches this percent; 0: no target");
+DEFINE_double(target_top5, 0, "stop when val top-5 reaches this percent (DAWNBench: 93); 0: none");
+DEFINE_int64(eval_every, 0, "evaluate every N steps; 0: at the end of each epoch");
+DEFINE_int32(threads, 0, "intra-op compute threads; 0: cores divided by local processes");
+DEFINE_double(progress_seconds, 2.0, "seconds between progress lines");
+// ---- Outputs -------------------------------------------------------------------------------
+DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (atomic rename)");
+DEFINE_string(resume, "", "checkpoint file to continue from (same LR position)");
+DEFINE_string(metrics_file, "", "JSON lines: per step (loss, lr, img/s) and per eval (top1, top5)");
+DEFINE_string(report_file, "", "final report as JSON");
+DEFINE_string(dawnbench_dir, "", "write a DAWNBench-format submission (JSON + TSV) here");
+DEFINE_double(cost_per_hour, 0, "USD per hour of the machine, for the DAWNBench JSON");
+DEFINE_string(author, "aiacc", "author field of the DAWNBench JSON");
+// ---- Sample data ---------------------------------------------------------------------------
+DEFINE_string(make_sample, "", "generate the sample ImageNet-layout JPEG dataset in DIR and exit");
+DEFINE_int32(sample_classes, 20, "classes of the generated sample (shapes x hues)");
+DEFINE_int32(sample_train_per_class, 100, "train images per class of the generated sample");
+DEFINE_int32(sample_val_per_class, 25, "val images per class of the generated sample");
+
+namespace aiacc::app {
+
+std::string makeSampleFlag() { return FLAGS_make_sample; }
+int sampleClassesFlag() { return FLAGS_sample_classes; }
+int sampleTrainPerClassFlag() { return FLAGS_sample_train_per_class; }
+int sampleValPerClassFlag() { return FLAGS_sample_val_per_class; }
+
+namespace {
+std::string hyphens(std::string s) {
+  std::replace(s.begin(), s.end(), '_', '-');
+  return s;
+}
+std::string underscores(std::string s) {
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+bool isOurFlag(const gflags::CommandLineFlagInfo& f) {
+  return f.filename.find("app/flags.cc") != std::string::npos;
+}
+}  // namespace
+
+std::vector<std::string> normalizeFlagNames(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && a.size() > 2 && a.rfind("--", 0) == 0) {
+      const auto eq = a.find('=');
+      a = "--" + underscores(a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)) +
+          (eq == std::string::npos ? "" : a.substr(eq));
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+void printHelp(const char* program) {
+  std::cout << "Usage: " << program << " --data DIR|synthetic [flags]\n"
+            << "Trains ResNet v1.5 on an ImageNet-layout folder and reports time to a target "
+               "accuracy.\nFlags may be written --batch-size or --batch_size; booleans as "
+               "--flag / --noflag.\n\n";
+  std::vector<gflags::CommandLineFlagInfo> flags;
+  gflags::GetAllFlags(&flags);
+  for (const auto& f : flags) {
+    if (!isOurFlag(f)) continue;
+    std::cout << "  --" << hyphens(f.name) << " (" << f.type << ", default "
+              << (f.default_value.empty() ? "\"\"" : f.default_value) << ")\n      "
+              << f.description << "\n";
+  }
+}
+
+std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {
+  std::ifstream in(path);
+  AIACC_CHECK_INPUT(in.good(), "cannot open --recipe file '", path, "'");
+  std::stringstream all;
+  all << in.rdbuf();
+  if (text) *text = all.str();
+  std::vector<Stage> stages;
+  std::istringstream lines(all.str());
+  std::string line;
+  int lineno = 0;
+  while (std::getline(lines, line)) {
+    ++lineno;
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const std::string where = strCat(path, ":", lineno);
+    if (line.rfind("stage", 0) == 0 && (line.size() == 5 || line[5] == ' ' || line[5] == '\t')) {
+      std::istringstream ls(line.substr(5));
+      Stage s;
+      s.batch_size = FLAGS_batch_size;
+      s.scale_min = FLAGS_min_scale;
+      s.image_size = FLAGS_image_size;
+      AIACC_CHECK_INPUT(static_cast<bool>(ls >> s.start_epoch), where,
+                        ": expected 'stage EPOCH size=S [batch=B] [scale=M]'");
+      std::string kv;
+      while (ls >> kv) {
+        const auto eq = kv.find('=');
+        AIACC_CHECK_INPUT(eq != std::string::npos, where, ": '", kv, "' is not key=value");
+        const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+        try {
+          if (k == "size") s.image_size = std::stoi(v);
+          else if (k == "batch") s.batch_size = std::stoi(v);
+          else if (k == "scale") s.scale_min = std::stod(v);
+          else AIACC_THROW(InputError, where, ": unknown stage key '", k, "' (size, batch, scale)");
+        } catch (const std::invalid_argument&) {
+          AIACC_THROW(InputError, where, ": bad number '", v, "'");
+        }
+      }
+      AIACC_CHECK_INPUT(stages.empty() ? s.start_epoch == 0 : s.start_epoch > stages.back().start_epoch,
+                        where, ": stage epochs must start at 0 and increase");
+      stages.push_back(s);
+      continue;
+    }
+    const auto eq = line.find('=');
+    AIACC_CHECK_INPUT(eq != std::string::npos, where, ": expected 'key = value' or a stage line");
+    const std::string key = underscores(trim(line.substr(0, eq)));
+    const std::string value = trim(line.substr(eq + 1));
+    gflags::CommandLineFlagInfo info;
+    AIACC_CHECK_INPUT(gflags::GetCommandLineFlagInfo(key.c_str(), &info) && isOurFlag(info), where,
+                      ": unknown key '", hyphens(key), "' (keys are aiacc_train flag names)");
+    if (!info.is_default) continue;  // the command line wins
+    AIACC_CHECK_INPUT(!gflags::SetCommandLineOptionWithMode(key.c_str(), value.c_str(),
+                                                            gflags::SET_FLAGS_DEFAULT).empty(),
+                      where, ": bad value '", value, "' for ", hyphens(key));
+  }
+  return stages;
+}
+
+Config configFromFlags() {
+  Config c;
+  std::vector<Stage> recipe_stages;
+  if (!FLAGS_recipe.empty()) {
+    c.recipe = FLAGS_recipe;
+    recipe_stages = applyRecipe(FLAGS_recipe, &c.recipe_text);
+  }
+  auto set_on_cli = [](const char* name) {
+    gflags::CommandLineFlagInfo info;
+    gflags::GetCommandLineFlagInfo(name, &info);
+    return !info.is_default;
+  };
+  c.data = FLAGS_data;
+  c.workers = FLAGS_workers;
+  c.prefetch = FLAGS_prefetch;
+  c.scale_max = FLAGS_max_scale;
+  c.ratio_min = FLAGS_min_ratio;
+  c.ratio_max = FLAGS_max_ratio;
+  c.crop_fraction = FLAGS_crop_fraction;
+  c.channels_last = FLAGS_channels_last;
+  c.synthetic_images = FLAGS_synthetic_images;
+  c.synthetic_classes = FLAGS_synthetic_classes;
+  c.eval_batch_size = FLAGS_eval_batch_size;
+  c.arch = FLAGS_arch;
+  c.zero_init_residual = FLAGS_zero_init_residual;
+  c.epochs = FLAGS_epochs;
+  c.lr = FLAGS_lr;
+  c.warmup_epochs = FLAGS_warmup_epochs;
+  c.lr_schedule = FLAGS_lr_schedule;
+  c.lr_step_epochs.clear();
+  {
+    std::stringstream ss(FLAGS_lr_step_epochs);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      try {
+        c.lr_step_epochs.push_back(std::stoi(item));
+      } catch (const std::exception&) {
+        AIACC_THROW(InputError, "--lr-step-epochs '", FLAGS_lr_step_epochs, "' is not a list of epochs");
+      }
+    }
+  }
+  c.lr_step_gamma = FLAGS_lr_step_gamma;
+  c.momentum = FLAGS_momentum;
+  c.nesterov = FLAGS_nesterov;
+  c.weight_decay = FLAGS_weight_decay;
+  c.bn_weight_decay = FLAGS_bn_weight_decay;
+  c.label_smoothing = FLAGS_label_smoothing;
+  c.seed = FLAGS_seed;
+  c.max_steps = FLAGS_max_steps;
+  c.target_top1 = FLAGS_target_top1;
+  c.target_top5 = FLAGS_target_top5;
+  c.eval_every = FLAGS_eval_every;
+  c.threads = FLAGS_threads;
+  c.progress_seconds = FLAGS_progress_seconds;
+  c.checkpoint_dir = FLAGS_checkpoint_dir;
+  c.resume = FLAGS_resume;
+  c.metrics_file = FLAGS_metrics_file;
+  c.report_file = FLAGS_report_file;
+  c.dawnbench_dir = FLAGS_dawnbench_dir;
+  c.cost_per_hour = FLAGS_cost_per_hour;
+  c.author = FLAGS_author;
+
+  // Stages: --resize-schedule on the command line beats the recipe's stages; --batch-size,
+  // --min-scale and --image-size on the command line override every stage's value.
+  if (!FLAGS_resize_schedule.empty() && (set_on_cli("resize_schedule") || recipe_stages.empty())) {
+    c.stages = parseResizeSchedule(FLAGS_resize_schedule, FLAGS_batch_size, FLAGS_min_scale);
+  } else if (!recipe_stages.empty()) {
+    c.stages = recipe_stages;
+  } else {
+    c.stages = {Stage{0, FLAGS_image_size, FLAGS_batch_size, FLAGS_min_scale}};
+  }
+  for (Stage& s : c.stages) {
+    if (set_on_cli("batch_size")) s.batch_size = FLAGS_batch_size;
+    if (set_on_cli("min_scale")) s.scale_min = FLAGS_min_scale;
+    if (set_on_cli("image_size") && !set_on_cli("resize_schedule")) s.image_size = FLAGS_image_size;
+    AIACC_CHECK_INPUT(s.batch_size >= 1, "batch size must be at least 1 (got ", s.batch_size, ")");
+    AIACC_CHECK_INPUT(s.image_size >= 16, "image size must be at least 16 (got ", s.image_size, ")");
+    AIACC_CHECK_INPUT(s.scale_min > 0 && s.scale_min <= c.scale_max,
+                      "--min-scale must be in (0, --max-scale]");
+  }
+  AIACC_CHECK_INPUT(c.epochs >= 1, "--epochs must be at least 1");
+  AIACC_CHECK_INPUT(c.lr > 0, "--lr must be positive");
+  AIACC_CHECK_INPUT(c.warmup_epochs >= 0 && c.warmup_epochs <= c.epochs, "--warmup-epochs must be in [0, --epochs]");
+  AIACC_CHECK_INPUT(c.lr_schedule == "cosine" || c.lr_schedule == "step" || c.lr_schedule == "linear",
+                    "--lr-schedule must be cosine, step or linear (got '", c.lr_schedule, "')");
+  AIACC_CHECK_INPUT(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  AIACC_CHECK_INPUT(c.ratio_min > 0 && c.ratio_min <= c.ratio_max, "need 0 < --min-ratio <= --max-ratio");
+  AIACC_CHECK_INPUT(c.crop_fraction > 0 && c.crop_fraction <= 1, "--crop-fraction must be in (0, 1]");
+  AIACC_CHECK_INPUT(c.target_top1 >= 0 && c.target_top1 <= 100 && c.target_top5 >= 0 && c.target_top5 <= 100,
+                    "targets are percentages in [0, 100]");
+  return c;
+}
+
+}  // namespace aiacc::app

@@ -1,0 +1,34 @@
+// Command-line flags of aiacc_train (gflags), written with hyphens (--batch-size) or underscores,
+// and the recipe file they can come from. Flags are parsed once, here; the result is a Config.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/config.h"
+
+namespace aiacc::app {
+
+// Rewrites "--batch-size=8" as "--batch_size=8" (gflags only knows underscores). Leaves values
+// and positional arguments alone.
+std::vector<std::string> normalizeFlagNames(int argc, char** argv);
+
+// Prints every aiacc_train flag with its default and meaning.
+void printHelp(const char* program);
+
+// Applies a recipe file: "key = value" lines set flags the command line left at their defaults
+// (flags override the recipe); "stage EPOCH size=S batch=B scale=M" lines define the stage
+// schedule. Returns the stages (empty when the recipe has none). Throws InputError on unknown
+// keys or malformed lines, naming the line.
+std::vector<Stage> applyRecipe(const std::string& path, std::string* text);
+
+// Builds the Config from the parsed flags (and recipe). Validates ranges.
+Config configFromFlags();
+
+// Flag values used by main.cc outside Config.
+std::string makeSampleFlag();
+int sampleClassesFlag();
+int sampleTrainPerClassFlag();
+int sampleValPerClassFlag();
+
+}  // namespace aiacc::app

@@ -1,0 +1,239 @@
+#include "app/report.h"
+
+#include <jconfig.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <opencv2/core/version.hpp>
+#include <sstream>
+#include <thread>
+
+#include "app/json.h"
+#include "common/error.h"
+
+namespace aiacc::app {
+
+std::string jsonEscape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+std::string formatDuration(double s) {
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%.1fs", s);
+  } else if (s < 3600) {
+    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  } else {
+    const int t = static_cast<int>(s);
+    std::snprintf(buf, sizeof(buf), "%dh%02dm%02ds", t / 3600, (t / 60) % 60, t % 60);
+  }
+  return buf;
+}
+
+MachineInfo machineInfo() {
+  MachineInfo m;
+  m.cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      m.cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  m.gpu = "none";
+  m.torch_version = TORCH_VERSION;
+  m.opencv_version = CV_VERSION;
+#ifdef LIBJPEG_TURBO_VERSION
+#define AIACC_STR2(x) #x
+#define AIACC_STR(x) AIACC_STR2(x)
+  m.jpeg_turbo_version = AIACC_STR(LIBJPEG_TURBO_VERSION);
+#endif
+  m.compiler = "g++ " __VERSION__;
+  return m;
+}
+
+namespace {
+std::string machineJson(const MachineInfo& m) {
+  return JsonObject()
+      .add("cores", m.cores)
+      .add("cpu", m.cpu)
+      .add("gpu", m.gpu)
+      .add("libtorch", m.torch_version)
+      .add("opencv", m.opencv_version)
+      .add("libjpeg_turbo", m.jpeg_turbo_version)
+      .add("compiler", m.compiler)
+      .str();
+}
+
+std::string evalsJson(const std::vector<EvalPoint>& evals) {
+  std::string out = "[";
+  for (size_t i = 0; i < evals.size(); ++i) {
+    const EvalPoint& e = evals[i];
+    out += (i ? ", " : "") + JsonObject()
+                                 .add("step", e.step)
+                                 .add("epoch", e.epoch)
+                                 .add("seconds", e.seconds)
+                                 .add("top1", e.top1)
+                                 .add("top5", e.top5)
+                                 .add("loss", e.loss)
+                                 .add("images", e.images)
+                                 .str();
+  }
+  return out + "]";
+}
+
+std::string isoTimestamp() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+}  // namespace
+
+std::string reportJson(const Report& r, const Config& c) {
+  JsonObject j;
+  j.add("arch", r.arch)
+      .add("data", r.data)
+      .add("world_size", r.world)
+      .add("target_top1", r.target_top1)
+      .add("target_top5", r.target_top5)
+      .add("target_reached", r.target_reached);
+  if (r.target_reached) {
+    j.add("time_to_target_s", r.time_to_target_s);
+  } else {
+    j.raw("time_to_target_s", "null");
+  }
+  j.add("total_s", r.total_s)
+      .add("train_s", r.train_s)
+      .add("epochs", r.epochs)
+      .add("steps", r.steps)
+      .add("images_seen", r.images_seen)
+      .add("mean_images_per_s", r.mean_images_per_s)
+      .add("final_top1", r.final_top1)
+      .add("final_top5", r.final_top5)
+      .add("skipped_files", r.skipped_files)
+      .add("ignored_files", r.ignored_files)
+      .add("checkpoint_failures", r.checkpoint_failures)
+      .add("exposed_comm_s", r.exposed_comm_s)
+      .add("recipe", c.recipe)
+      .raw("evals", evalsJson(r.evals))
+      .raw("machine", machineJson(r.machine));
+  return j.str();
+}
+
+void printReport(const Report& r, std::ostream& os) {
+  os << "==== aiacc report ====\n"
+     << "model            " << r.arch << " on " << r.data << " (" << r.world << " process"
+     << (r.world > 1 ? "es" : "") << ")\n";
+  if (r.target_top1 > 0 || r.target_top5 > 0) {
+    os << "target           ";
+    if (r.target_top1 > 0) os << "top-1 " << r.target_top1 << "% ";
+    if (r.target_top5 > 0) os << "top-5 " << r.target_top5 << "%";
+    os << "\n";
+    if (r.target_reached) {
+      os << "time to target   " << std::fixed << std::setprecision(1) << r.time_to_target_s << " s ("
+         << formatDuration(r.time_to_target_s) << ", init included)\n";
+    } else {
+      os << "time to target   NOT REACHED\n";
+    }
+  }
+  os << std::fixed << std::setprecision(2) << "final accuracy   top-1 " << r.final_top1
+     << "%  top-5 " << r.final_top5 << "%\n"
+     << "trained          " << r.epochs << " epochs, " << r.steps << " steps, " << r.images_seen
+     << " images\n"
+     << std::setprecision(1) << "throughput       " << r.mean_images_per_s << " images/s (training)\n"
+     << "wall time        " << r.total_s << " s (" << r.train_s << " s in training steps)\n"
+     << "skipped files    " << r.skipped_files << " undecodable, " << r.ignored_files
+     << " without an image extension\n";
+  if (r.checkpoint_failures) os << "checkpoint fails " << r.checkpoint_failures << "\n";
+  os << "machine          " << r.machine.cores << " cores (" << r.machine.cpu << "), GPU "
+     << r.machine.gpu << "; LibTorch " << r.machine.torch_version << ", OpenCV "
+     << r.machine.opencv_version << ", libjpeg-turbo " << r.machine.jpeg_turbo_version << "\n";
+  os.unsetf(std::ios::floatfield);
+}
+
+void writeFileAtomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      AIACC_THROW(IoError, "cannot write '", path, "' (disk full or read-only?)");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    AIACC_THROW(IoError, "cannot rename into '", path, "': ", ec.message());
+  }
+}
+
+void writeDawnbench(const std::string& dir, const Report& r, const Config& c) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  AIACC_CHECK_INPUT(!ec, "cannot create --dawnbench-dir '", dir, "': ", ec.message());
+  const std::string name = "aiacc_" + r.arch + "_" + std::to_string(r.world) + "proc";
+  const std::string hardware =
+      r.machine.gpu == "none" ? strCat(r.world, " CPU process(es), ", r.machine.cores, " cores (", r.machine.cpu, ")")
+                              : strCat(r.world, " x ", r.machine.gpu);
+  JsonObject misc;
+  misc.add("recipeFile", c.recipe)
+      .add("recipe", c.recipe_text)
+      .add("timeToTargetSeconds", r.target_reached ? r.time_to_target_s : -1.0)
+      .add("targetTop5", r.target_top5)
+      .add("targetTop1", r.target_top1)
+      .add("epochs", r.epochs)
+      .add("skippedFiles", r.skipped_files)
+      .raw("machine", machineJson(r.machine));
+  const std::string json = JsonObject()
+                               .add("version", "v1.0")
+                               .add("author", c.author)
+                               .add("authorEmail", "")
+                               .add("framework", "aiacc (LibTorch " + r.machine.torch_version + ")")
+                               .add("codeURL", "")
+                               .add("model", r.arch)
+                               .add("hardware", hardware)
+                               .add("costPerHour", c.cost_per_hour)
+                               .add("timestamp", isoTimestamp())
+                               .raw("misc", misc.str())
+                               .str();
+  writeFileAtomic(dir + "/" + name + ".json", json + "\n");
+  std::ostringstream tsv;
+  tsv << "epoch\thours\ttop1Accuracy\ttop5Accuracy\n";
+  for (const EvalPoint& e : r.evals) {
+    tsv << std::setprecision(6) << e.epoch << "\t" << e.seconds / 3600.0 << "\t" << e.top1 << "\t"
+        << e.top5 << "\n";
+  }
+  writeFileAtomic(dir + "/" + name + ".tsv", tsv.str());
+}
+
+}  // namespace aiacc::app

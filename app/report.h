@@ -1,0 +1,66 @@
+// The run report (console and JSON) and the DAWNBench-format submission.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "app/config.h"
+
+namespace aiacc::app {
+
+struct EvalPoint {
+  int64_t step = 0;
+  double epoch = 0;     // fractional epoch position when evaluated
+  double seconds = 0;   // wall seconds since start (init included)
+  double top1 = 0, top5 = 0;  // percent
+  double loss = 0;
+  int64_t images = 0;   // val images evaluated (all ranks)
+};
+
+struct MachineInfo {
+  int cores = 0;
+  std::string cpu;
+  std::string gpu;  // "none" on CPU machines
+  std::string torch_version, opencv_version, jpeg_turbo_version, compiler;
+};
+
+MachineInfo machineInfo();
+
+struct Report {
+  std::string arch, data;
+  int world = 1;
+  double target_top1 = 0, target_top5 = 0;
+  bool target_reached = false;
+  double time_to_target_s = -1;  // wall seconds from start, init included; -1: not reached
+  double total_s = 0;
+  double train_s = 0;            // seconds in training steps (eval excluded)
+  double epochs = 0;             // fractional epochs trained
+  int64_t steps = 0;
+  int64_t images_seen = 0;       // training images, all ranks
+  double mean_images_per_s = 0;  // images_seen / train_s
+  double final_top1 = 0, final_top5 = 0;
+  int64_t skipped_files = 0;     // undecodable files skipped (unique)
+  int64_t ignored_files = 0;     // files without an image extension
+  int checkpoint_failures = 0;
+  double exposed_comm_s = 0;
+  std::vector<EvalPoint> evals;
+  MachineInfo machine;
+};
+
+std::string reportJson(const Report& r, const Config& c);
+void printReport(const Report& r, std::ostream& os);
+
+// Writes DIR/<name>.json (version, author, framework, model, hardware, costPerHour, timestamp,
+// misc: recipe and library versions) and DIR/<name>.tsv (epoch, hours, top1Accuracy,
+// top5Accuracy; percent) in the format of the public DAWNBench ImageNet entries.
+void writeDawnbench(const std::string& dir, const Report& r, const Config& c);
+
+// Writes text to path atomically (temp file + rename). Throws IoError.
+void writeFileAtomic(const std::string& path, const std::string& text);
+
+// "1h02m03s" / "4m05s" / "12.3s".
+std::string formatDuration(double seconds);
+
+}  // namespace aiacc::app

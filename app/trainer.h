@@ -1,0 +1,31 @@
+// The training loop: data -> model -> GradientSync -> optimizer/schedule -> eval -> report.
+//
+// Reads top-down like the algorithm: for each epoch, take the stage (image size, batch, crop
+// scale), run the steps (forward, loss, backward, finishBackward, LR from the schedule, step),
+// evaluate, checkpoint, stop at the target. The trainer owns no communication: it talks to a
+// comm::GradientSync, which is LocalSync for one process and DataParallel for many.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "app/config.h"
+#include "app/report.h"
+#include "comm/gradient_sync.h"
+
+namespace aiacc::app {
+
+class Trainer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // start: when the process started, so time to target includes initialization.
+  Trainer(Config config, comm::GradientSync& sync, Clock::time_point start);
+  ~Trainer();
+  Report run();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace aiacc::app

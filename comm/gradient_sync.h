@@ -1,0 +1,47 @@
+// The seam between the training loop and data parallelism.
+//
+// The trainer talks only to GradientSync: it runs forward and backward on its own batch, then
+// calls finishBackward(), after which every parameter's .grad holds the gradient averaged over
+// all ranks (so any optimizer works unchanged), and sums its evaluation counts with
+// allreduceSum(). LocalSync is the single-process case (world size 1), where both are exact
+// no-ops; aiacc::comm::DataParallel (the comm issue) implements the same interface over
+// Gloo/NCCL with bucketing and backward overlap.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace aiacc::comm {
+
+struct WorldInfo {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_size = 1;
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual const WorldInfo& world() const = 0;
+  // Called after loss.backward(). Returns false when every rank must skip this optimizer step
+  // (e.g. a non-finite reduced gradient); the gradients are then undefined.
+  virtual bool finishBackward() = 0;
+  // In-place sum of a small CPU tensor over all ranks (metrics, counts).
+  virtual void allreduceSum(at::Tensor& t) = 0;
+  // Seconds spent waiting for gradient communication after backward ended, since construction.
+  virtual double exposedCommSeconds() const = 0;
+};
+
+// World size 1: gradients are already the average over the (one) rank's batch.
+class LocalSync : public GradientSync {
+ public:
+  const WorldInfo& world() const override { return info_; }
+  bool finishBackward() override { return true; }
+  void allreduceSum(at::Tensor&) override {}
+  double exposedCommSeconds() const override { return 0.0; }
+
+ private:
+  WorldInfo info_;
+};
+
+}  // namespace aiacc::comm

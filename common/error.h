@@ -1,0 +1,63 @@
+// The one error family of aiacc, and the AIACC_CHECK macros.
+//
+// Contract: code below app/ never exits the process; it throws an aiacc::Error (or subclass)
+// whose what() is one line a user can act on. Errors caught on background threads are stored and
+// rethrown on the thread that waits for the work.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace aiacc {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Bad user input: flags, files, folders, configurations.
+class InputError : public Error {
+ public:
+  explicit InputError(const std::string& what) : Error(what) {}
+};
+
+// Input/output failure: disk full, unreadable checkpoint, broken pipe.
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& what) : Error(what) {}
+};
+
+namespace detail {
+inline void streamAll(std::ostringstream&) {}
+template <typename T, typename... Rest>
+void streamAll(std::ostringstream& os, const T& first, const Rest&... rest) {
+  os << first;
+  streamAll(os, rest...);
+}
+}  // namespace detail
+
+// Builds a message from any streamable pieces: strCat("read ", n, " bytes").
+template <typename... Args>
+std::string strCat(const Args&... args) {
+  std::ostringstream os;
+  detail::streamAll(os, args...);
+  return os.str();
+}
+
+}  // namespace aiacc
+
+#define AIACC_THROW(ErrorType, ...) throw ErrorType(::aiacc::strCat(__VA_ARGS__))
+
+#define AIACC_CHECK(cond, ...)                                   \
+  do {                                                           \
+    if (!(cond)) {                                               \
+      AIACC_THROW(::aiacc::Error, "check failed: " #cond ": ",   \
+                  ::aiacc::strCat(__VA_ARGS__));                 \
+    }                                                            \
+  } while (0)
+
+#define AIACC_CHECK_INPUT(cond, ...)                             \
+  do {                                                           \
+    if (!(cond)) AIACC_THROW(::aiacc::InputError, __VA_ARGS__);  \
+  } while (0)

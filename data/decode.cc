@@ -1,0 +1,219 @@
+#include "data/decode.h"
+
+#include <jpeglib.h>
+// jerror.h after jpeglib.h: message codes (JWRN_JPEG_EOF).
+#include <jerror.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+#ifdef AIACC_HAVE_IMGCODECS
+#include <opencv2/imgcodecs.hpp>
+#endif
+
+namespace aiacc::data {
+namespace {
+
+// libjpeg reports fatal errors through error_exit, which must not return: we longjmp back to
+// the decode call and turn the message into a DecodeError there.
+struct JpegErrorManager {
+  jpeg_error_mgr pub;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX] = {0};
+  bool premature_eof = false;
+};
+
+void onJpegError(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+void onJpegMessage(j_common_ptr cinfo, int level) {
+  auto* err = reinterpret_cast<JpegErrorManager*>(cinfo->err);
+  // level -1: a warning about corrupt data. Running out of data is fatal for us (libjpeg would
+  // pad with gray); other warnings (extraneous bytes, ...) are benign and occur in ImageNet.
+  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) err->premature_eof = true;
+}
+
+// RAII for a decompressor: jpeg_destroy_decompress on every exit path, including longjmp
+// (the object lives in the caller's frame, above the setjmp point).
+struct Decompressor {
+  jpeg_decompress_struct cinfo;
+  JpegErrorManager err;
+  Decompressor() {
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = onJpegError;
+    err.pub.emit_message = onJpegMessage;
+    jpeg_create_decompress(&cinfo);
+  }
+  ~Decompressor() { jpeg_destroy_decompress(&cinfo); }
+  Decompressor(const Decompressor&) = delete;
+  Decompressor& operator=(const Decompressor&) = delete;
+};
+
+bool looksLikeJpeg(const uint8_t* data, size_t size) {
+  return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+}
+
+// A complete JPEG ends with an EOI marker (FF D9), possibly followed by a little padding.
+bool hasEndOfImage(const uint8_t* data, size_t size) {
+  const size_t window = std::min<size_t>(size, 4096);
+  for (size_t i = size - window; i + 1 < size; ++i) {
+    if (data[i] == 0xFF && data[i + 1] == 0xD9) return true;
+  }
+  return false;
+}
+
+Box clampBox(Box b, int width, int height) {
+  b.x = std::clamp(b.x, 0, std::max(0, width - 1));
+  b.y = std::clamp(b.y, 0, std::max(0, height - 1));
+  b.w = std::clamp(b.w, 1, width - b.x);
+  b.h = std::clamp(b.h, 1, height - b.y);
+  return b;
+}
+
+DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& pick,
+                           const char* why) {
+#ifdef AIACC_HAVE_IMGCODECS
+  cv::Mat encoded(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
+  cv::Mat bgr = cv::imdecode(encoded, cv::IMREAD_COLOR);
+  if (bgr.empty()) throw DecodeError(strCat("not a decodable image (", why, ")"));
+  DecodedCrop out;
+  out.path = DecodePath::kFallback;
+  out.orig_width = bgr.cols;
+  out.orig_height = bgr.rows;
+  out.box = clampBox(pick(bgr.cols, bgr.rows), bgr.cols, bgr.rows);
+  out.crop.width = out.box.w;
+  out.crop.height = out.box.h;
+  out.crop.pixels.resize(static_cast<size_t>(out.box.w) * out.box.h * 3);
+  cv::Mat dst(out.box.h, out.box.w, CV_8UC3, out.crop.pixels.data());
+  cv::cvtColor(bgr(cv::Rect(out.box.x, out.box.y, out.box.w, out.box.h)), dst,
+               cv::COLOR_BGR2RGB);
+  return out;
+#else
+  (void)data;
+  (void)size;
+  (void)pick;
+  throw DecodeError(strCat("cannot decode (", why, "; built without OpenCV imgcodecs)"));
+#endif
+}
+
+}  // namespace
+
+int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h) {
+  for (int n = 1; n < 8; ++n) {
+    const int sw = (crop_w * n + 7) / 8;
+    const int sh = (crop_h * n + 7) / 8;
+    if (sw >= out_w && sh >= out_h) return n;
+  }
+  return 8;
+}
+
+DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
+                       int out_h) {
+  if (size == 0) throw DecodeError("empty (zero-byte) file");
+  if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
+  if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
+
+  Decompressor d;
+  jpeg_decompress_struct& cinfo = d.cinfo;
+  std::vector<uint8_t> row;
+  DecodedCrop out;
+  if (setjmp(d.err.jump)) {
+    throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
+  }
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    return decodeFallback(data, size, pick, "CMYK JPEG");
+  }
+  const int W = static_cast<int>(cinfo.image_width);
+  const int H = static_cast<int>(cinfo.image_height);
+  out.orig_width = W;
+  out.orig_height = H;
+  out.box = clampBox(pick(W, H), W, H);
+  out.scale_num = chooseDctScale(out.box.w, out.box.h, out_w, out_h);
+
+  cinfo.out_color_space = JCS_RGB;  // grayscale and YCbCr both come out as RGB
+  cinfo.scale_num = static_cast<unsigned>(out.scale_num);
+  cinfo.scale_denom = 8;
+  cinfo.dct_method = JDCT_ISLOW;
+  jpeg_start_decompress(&cinfo);
+  const int SW = static_cast<int>(cinfo.output_width);
+  const int SH = static_cast<int>(cinfo.output_height);
+  // Scaled crop box, inside the scaled image.
+  const int n = out.scale_num;
+  int sx = out.box.x * n / 8, sy = out.box.y * n / 8;
+  int sw = std::max(1, (out.box.w * n + 7) / 8), sh = std::max(1, (out.box.h * n + 7) / 8);
+  sx = std::min(sx, SW - 1);
+  sy = std::min(sy, SH - 1);
+  sw = std::min(sw, SW - sx);
+  sh = std::min(sh, SH - sy);
+
+  JDIMENSION xoff = static_cast<JDIMENSION>(sx), cw = static_cast<JDIMENSION>(sw);
+  if (sw < SW) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to iMCU boundaries
+  if (sy > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sy));
+  row.resize(static_cast<size_t>(cinfo.output_width) * 3);
+  out.crop.width = sw;
+  out.crop.height = sh;
+  out.crop.pixels.resize(static_cast<size_t>(sw) * sh * 3);
+  const size_t skip_cols = static_cast<size_t>(sx) - xoff;
+  for (int r = 0; r < sh; ++r) {
+    JSAMPROW rows[1] = {row.data()};
+    if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
+      throw DecodeError("corrupt JPEG: scanline read failed");
+    }
+    std::memcpy(out.crop.pixels.data() + static_cast<size_t>(r) * sw * 3,
+                row.data() + skip_cols * 3, static_cast<size_t>(sw) * 3);
+  }
+  if (d.err.premature_eof) throw DecodeError("truncated JPEG (premature end of data)");
+  jpeg_abort_decompress(&cinfo);
+  return out;
+}
+
+RgbImage decodeFull(const uint8_t* data, size_t size) {
+  auto whole = [](int w, int h) { return Box{0, 0, w, h}; };
+  // Output size 0x0 never forces upscaling, so ask for the full size explicitly.
+  DecodedCrop c = decodeCrop(data, size, whole, 1 << 30, 1 << 30);
+  return std::move(c.crop);
+}
+
+std::vector<uint8_t> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw DecodeError(strCat("cannot open '", path, "'"));
+  const std::streamsize n = in.tellg();
+  if (n < 0) throw DecodeError(strCat("cannot read '", path, "'"));
+  std::vector<uint8_t> bytes(static_cast<size_t>(n));
+  in.seekg(0);
+  if (n > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), n)) {
+    throw DecodeError(strCat("cannot read '", path, "'"));
+  }
+  return bytes;
+}
+
+std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality) {
+  tjhandle tj = tjInitCompress();
+  AIACC_CHECK(tj != nullptr, "tjInitCompress failed");
+  unsigned char* buf = nullptr;
+  unsigned long len = 0;
+  const int rc = tjCompress2(tj, image.pixels.data(), image.width, 0, image.height, TJPF_RGB,
+                             &buf, &len, TJSAMP_420, quality, TJFLAG_ACCURATEDCT);
+  std::string err = rc != 0 ? tjGetErrorStr2(tj) : "";
+  tjDestroy(tj);
+  if (rc != 0) {
+    tjFree(buf);
+    AIACC_THROW(Error, "JPEG encode failed: ", err);
+  }
+  std::vector<uint8_t> out(buf, buf + len);
+  tjFree(buf);
+  return out;
+}
+
+}  // namespace aiacc::data

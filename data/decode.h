@@ -1,0 +1,74 @@
+// Image decoding for the input pipeline.
+//
+// JPEG files go through libjpeg-turbo, decoding only what the crop needs:
+//   1. the header gives the image size; the caller's picker chooses the crop box in original
+//      pixel coordinates (random-resized-crop, center crop, ...);
+//   2. the smallest DCT scale num/8 (1/8 .. 8/8) at which the scaled crop still has at least the
+//      output's width and height is chosen, so a 500 px photo cropped to 128 px decodes at 1/4
+//      or 1/2 size, several times cheaper than a full decode;
+//   3. only the crop's columns (jpeg_crop_scanline, widened to iMCU boundaries) and rows
+//      (jpeg_skip_scanlines above, stop below) are decoded.
+// Files libjpeg-turbo cannot take (PNG or other formats under a .JPEG name, CMYK/YCCK JPEGs;
+// both occur in real ImageNet) are decoded whole by OpenCV when it was built with imgcodecs.
+// Grayscale becomes 3-channel RGB. A zero-byte, truncated or undecodable file raises
+// DecodeError; the loader turns that into a counted skip.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace aiacc::data {
+
+class DecodeError : public Error {
+ public:
+  explicit DecodeError(const std::string& what) : Error(what) {}
+};
+
+// A rectangle in pixel coordinates: columns [x, x+w), rows [y, y+h).
+struct Box {
+  int x = 0, y = 0, w = 0, h = 0;
+};
+
+// Interleaved 8-bit RGB, rows packed (stride = 3 * width).
+struct RgbImage {
+  int width = 0, height = 0;
+  std::vector<uint8_t> pixels;
+};
+
+// Picks the crop box given the original image's width and height.
+using CropPicker = std::function<Box(int width, int height)>;
+
+enum class DecodePath { kJpegRegion, kFallback };
+
+struct DecodedCrop {
+  RgbImage crop;        // the crop box's pixels, at DCT scale scale_num/8
+  int orig_width = 0;   // full image size, before scaling
+  int orig_height = 0;
+  Box box;              // crop box chosen by the picker, original coordinates
+  int scale_num = 8;    // DCT scale numerator (denominator 8)
+  DecodePath path = DecodePath::kJpegRegion;
+};
+
+// Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.
+DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
+                       int out_h);
+
+// Decodes the whole image at full size (tests, tools).
+RgbImage decodeFull(const uint8_t* data, size_t size);
+
+// Smallest DCT scale numerator n in 1..8 such that ceil(crop_w*n/8) >= out_w and
+// ceil(crop_h*n/8) >= out_h; 8 when even full size is smaller than the output.
+int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h);
+
+// Reads a whole file. Throws DecodeError when it cannot be read.
+std::vector<uint8_t> readFile(const std::string& path);
+
+// Encodes RGB pixels as a baseline JPEG (TurboJPEG), 4:2:0, at the given quality.
+std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality);
+
+}  // namespace aiacc::data

@@ -1,0 +1,195 @@
+#include "data/loader.h"
+
+#include <glog/logging.h>
+
+#include "data/decode.h"
+#include "data/sampler.h"
+
+namespace aiacc::data {
+
+void SkipLog::record(const std::string& path, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (paths_.insert(path).second) {
+    LOG(WARNING) << "skipping unreadable image '" << path << "': " << reason;
+  }
+}
+
+int64_t SkipLog::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(paths_.size());
+}
+
+std::vector<std::string> SkipLog::paths() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {paths_.begin(), paths_.end()};
+}
+
+ImageLoader::ImageLoader(ImageFolder folder, LoaderOptions options, std::shared_ptr<SkipLog> skips)
+    : folder_(std::move(folder)), opt_(options), skips_(std::move(skips)) {
+  AIACC_CHECK_INPUT(opt_.workers >= 1, "--workers must be at least 1 (got ", opt_.workers, ")");
+  AIACC_CHECK_INPUT(opt_.prefetch >= 1, "prefetch depth must be at least 1");
+  if (!skips_) skips_ = std::make_shared<SkipLog>();
+}
+
+ImageLoader::~ImageLoader() { stopWorkers(); }
+
+int64_t ImageLoader::shardSize() const {
+  const int64_t n = static_cast<int64_t>(folder_.samples.size());
+  return opt_.train ? n / opt_.world : (n - opt_.rank + opt_.world - 1) / opt_.world;
+}
+
+void ImageLoader::stopWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+int64_t ImageLoader::startEpoch(const EpochSpec& spec) {
+  stopWorkers();
+  AIACC_CHECK_INPUT(spec.batch_size >= 1 && spec.image_size >= 8, "batch size ",
+                    spec.batch_size, " / image size ", spec.image_size, " out of range");
+  spec_ = spec;
+  ShardSpec shard;
+  shard.rank = opt_.rank;
+  shard.world = opt_.world;
+  shard.shuffle = opt_.train;
+  shard.equal_shards = opt_.train;
+  shard.seed = opt_.seed;
+  indices_ = shardIndices(static_cast<int64_t>(folder_.samples.size()), spec.epoch, shard);
+  num_batches_ = batchCount(static_cast<int64_t>(indices_.size()), spec.batch_size, opt_.train);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_claim_ = 0;
+    consumed_ = 0;
+    cancel_ = false;
+    error_ = nullptr;
+    ready_.clear();
+  }
+  const int n = static_cast<int>(std::min<int64_t>(opt_.workers, std::max<int64_t>(num_batches_, 1)));
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { workerLoop(); });
+  return num_batches_;
+}
+
+void ImageLoader::workerLoop() {
+  for (;;) {
+    int64_t k;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return cancel_ || next_claim_ >= num_batches_ || next_claim_ < consumed_ + opt_.prefetch;
+      });
+      if (cancel_ || next_claim_ >= num_batches_) return;
+      k = next_claim_++;
+    }
+    try {
+      Batch b = buildBatch(k);
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.emplace(k, std::move(b));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    cv_.notify_all();
+  }
+}
+
+Batch ImageLoader::buildBatch(int64_t k) {
+  const int S = spec_.image_size;
+  const int64_t begin = k * spec_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + spec_.batch_size, static_cast<int64_t>(indices_.size()));
+  const int64_t B = end - begin;
+  const bool nhwc = opt_.channels_last;
+  at::Tensor images = nhwc ? at::empty({B, S, S, 3}, at::kFloat) : at::empty({B, 3, S, S}, at::kFloat);
+  at::Tensor labels = at::empty({B}, at::kLong);
+  float* base = images.data_ptr<float>();
+  int64_t* lab = labels.data_ptr<int64_t>();
+  const size_t per_image = static_cast<size_t>(3) * S * S;
+  std::vector<int64_t> good;
+  good.reserve(static_cast<size_t>(B));
+  CropParams crop = opt_.crop;
+  crop.scale_min = spec_.scale_min;
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t idx = indices_[static_cast<size_t>(begin + i)];
+    const Sample& s = folder_.samples[static_cast<size_t>(idx)];
+    Rng rng(mixSeed(opt_.seed, static_cast<uint64_t>(spec_.epoch), static_cast<uint64_t>(idx)));
+    try {
+      const std::vector<uint8_t> bytes = readFile(s.path);
+      CropPicker pick;
+      if (opt_.train) {
+        pick = [&](int w, int h) { return randomResizedCropBox(w, h, crop, rng); };
+      } else {
+        pick = [&](int w, int h) { return centerCropBox(w, h, opt_.crop_fraction); };
+      }
+      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S);
+      const bool flip = opt_.train && rng.uniform(0.0, 1.0) < 0.5;
+      resizeNormalize(dc.crop, S, flip, nhwc ? Layout::kNHWC : Layout::kNCHW,
+                      base + static_cast<size_t>(i) * per_image);
+      lab[i] = s.label;
+      good.push_back(i);
+    } catch (const DecodeError& e) {
+      skips_->record(s.path, e.what());
+    }
+  }
+  if (static_cast<int64_t>(good.size()) < B) {
+    at::Tensor keep = at::tensor(good, at::kLong);
+    images = images.index_select(0, keep);
+    labels = labels.index_select(0, keep);
+  }
+  Batch out;
+  out.images = nhwc ? images.permute({0, 3, 1, 2}) : images;
+  out.labels = labels;
+  out.index = k;
+  return out;
+}
+
+std::optional<Batch> ImageLoader::next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (consumed_ >= num_batches_) return std::nullopt;
+  cv_.wait(lock, [&] { return error_ != nullptr || ready_.count(consumed_) > 0; });
+  if (error_) {
+    std::exception_ptr e = error_;
+    lock.unlock();
+    stopWorkers();
+    std::rethrow_exception(e);
+  }
+  auto it = ready_.find(consumed_);
+  Batch b = std::move(it->second);
+  ready_.erase(it);
+  ++consumed_;
+  lock.unlock();
+  cv_.notify_all();
+  return b;
+}
+
+SyntheticSource::SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last,
+                                 uint64_t seed, int rank, int world)
+    : images_(images_per_epoch), classes_(classes), channels_last_(channels_last), seed_(seed),
+      rank_(rank), world_(world) {
+  AIACC_CHECK_INPUT(classes_ >= 2, "synthetic data needs at least 2 classes");
+}
+
+int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
+  const int64_t B = spec.batch_size, S = spec.image_size;
+  if (!batch_.images.defined() || batch_.images.size(0) != B || batch_.images.size(2) != S) {
+    at::Generator gen = at::detail::createCPUGenerator(mixSeed(seed_, static_cast<uint64_t>(rank_)));
+    batch_.images = at::randn({B, 3, S, S}, gen, at::kFloat);
+    if (channels_last_) batch_.images = batch_.images.contiguous(at::MemoryFormat::ChannelsLast);
+    batch_.labels = at::randint(0, classes_, {B}, gen, at::kLong);
+  }
+  num_batches_ = batchCount(shardSize(), B, /*drop_last=*/true);
+  served_ = 0;
+  return num_batches_;
+}
+
+std::optional<Batch> SyntheticSource::next() {
+  if (served_ >= num_batches_) return std::nullopt;
+  Batch b = batch_;
+  b.index = served_++;
+  return b;
+}
+
+}  // namespace aiacc::data

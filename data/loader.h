@@ -1,0 +1,139 @@
+// Batch sources for the training loop: a threaded JPEG loader and a synthetic one.
+//
+// ImageLoader: `workers` threads each build whole batches (read, decode the crop, augment, write
+// into the batch tensor). At most `prefetch` batches exist at once beyond the one being consumed,
+// so memory is bounded by the prefetch depth whatever the dataset size. Batches are delivered in
+// order; every augmentation draws from a random stream seeded by (seed, epoch, sample index), so
+// an epoch's batches are identical whatever the thread count or timing.
+//
+// Undecodable files (zero-byte, truncated, not an image) are skipped: one warning line per file,
+// counted in SkipLog, and the batch is delivered without them (it is at most that much smaller).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/image_folder.h"
+#include "data/transforms.h"
+
+namespace aiacc::data {
+
+struct Batch {
+  at::Tensor images;  // [B, 3, S, S] float32, NCHW strides or channels-last strides
+  at::Tensor labels;  // [B] int64
+  int64_t index = 0;  // position in the epoch
+};
+
+// What changes between epochs under a progressive-resizing recipe.
+struct EpochSpec {
+  int64_t epoch = 0;
+  int image_size = 224;
+  int batch_size = 32;
+  double scale_min = 0.08;  // random-resized-crop minimum area fraction (train only)
+};
+
+// Thread-safe record of skipped files: warns once per file, counts unique files.
+class SkipLog {
+ public:
+  void record(const std::string& path, const std::string& reason);
+  int64_t count() const;
+  std::vector<std::string> paths() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> paths_;
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Starts an epoch; returns the number of batches it will deliver.
+  virtual int64_t startEpoch(const EpochSpec& spec) = 0;
+  // The next batch of the current epoch, or nullopt when the epoch is done. Rethrows errors
+  // raised on worker threads.
+  virtual std::optional<Batch> next() = 0;
+  virtual int64_t numClasses() const = 0;
+  // Samples in this rank's shard per epoch.
+  virtual int64_t shardSize() const = 0;
+};
+
+struct LoaderOptions {
+  bool train = true;           // random-resized-crop + flip + shuffle; else center crop
+  int workers = 2;             // decode threads
+  int prefetch = 4;            // batches in flight ahead of the consumer
+  CropParams crop;             // scale_min is overridden per epoch by EpochSpec
+  double crop_fraction = 0.875;  // val: short side resized to size / crop_fraction
+  bool channels_last = false;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world = 1;
+};
+
+class ImageLoader : public BatchSource {
+ public:
+  ImageLoader(ImageFolder folder, LoaderOptions options, std::shared_ptr<SkipLog> skips);
+  ~ImageLoader() override;
+  ImageLoader(const ImageLoader&) = delete;
+  ImageLoader& operator=(const ImageLoader&) = delete;
+
+  int64_t startEpoch(const EpochSpec& spec) override;
+  std::optional<Batch> next() override;
+  int64_t numClasses() const override { return static_cast<int64_t>(folder_.classes.size()); }
+  int64_t shardSize() const override;
+
+ private:
+  void stopWorkers();
+  void workerLoop();
+  Batch buildBatch(int64_t k);
+
+  const ImageFolder folder_;
+  const LoaderOptions opt_;
+  std::shared_ptr<SkipLog> skips_;
+
+  // Current epoch (written by startEpoch while no worker runs).
+  EpochSpec spec_;
+  std::vector<int64_t> indices_;
+  int64_t num_batches_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t next_claim_ = 0;    // next batch a worker will build
+  int64_t consumed_ = 0;      // batches handed to the consumer
+  bool cancel_ = false;
+  std::exception_ptr error_;
+  std::map<int64_t, Batch> ready_;
+  std::vector<std::thread> threads_;
+};
+
+// Random tensors, generated once per shape and handed out at full speed: throughput runs
+// without I/O (--data synthetic).
+class SyntheticSource : public BatchSource {
+ public:
+  SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last, uint64_t seed,
+                  int rank, int world);
+  int64_t startEpoch(const EpochSpec& spec) override;
+  std::optional<Batch> next() override;
+  int64_t numClasses() const override { return classes_; }
+  int64_t shardSize() const override { return images_ / world_; }
+
+ private:
+  int64_t images_, classes_;
+  bool channels_last_;
+  uint64_t seed_;
+  int rank_, world_;
+  int64_t num_batches_ = 0, served_ = 0;
+  Batch batch_;
+};
+
+}  // namespace aiacc::data

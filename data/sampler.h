@@ -1,0 +1,29 @@
+// Epoch-seeded shuffling and sharding by (rank, world).
+//
+// Training shards are equal in size on every rank (n / world samples each; the remainder, at
+// most world-1 samples, changes from epoch to epoch with the shuffle), so every rank runs the
+// same number of steps, a requirement of synchronous data parallelism. Evaluation shards keep
+// every sample exactly once (sizes differ by at most one); metrics are summed across ranks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace aiacc::data {
+
+struct ShardSpec {
+  int rank = 0;
+  int world = 1;
+  bool shuffle = true;         // permute with a seed derived from (seed, epoch)
+  bool equal_shards = true;    // drop the n % world remainder (training)
+  uint64_t seed = 0;
+};
+
+// This rank's sample indices for the epoch, in the order they are to be consumed.
+// Pure function of its arguments: identical on every rank and every run.
+std::vector<int64_t> shardIndices(int64_t n, int64_t epoch, const ShardSpec& spec);
+
+// Batches in a shard of `shard_size` samples: floor when drop_last (training), ceil otherwise.
+int64_t batchCount(int64_t shard_size, int64_t batch_size, bool drop_last);
+
+}  // namespace aiacc::data

@@ -1,0 +1,106 @@
+#include "models/weights.h"
+
+#include <torch/nn/module.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "common/error.h"
+
+namespace aiacc::models {
+namespace {
+constexpr char kMagic[8] = {'A', 'I', 'A', 'C', 'C', 'W', '0', '1'};
+
+template <typename T>
+void put(std::ofstream& f, T v) {
+  f.write(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+T get(std::ifstream& f, const std::string& path) {
+  T v;
+  if (!f.read(reinterpret_cast<char*>(&v), sizeof(T))) {
+    AIACC_THROW(IoError, "weights file '", path, "' is truncated");
+  }
+  return v;
+}
+}  // namespace
+
+NamedTensors readNamedTensors(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) AIACC_THROW(IoError, "cannot open weights file '", path, "'");
+  char magic[8];
+  if (!f.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) {
+    AIACC_THROW(IoError, "'", path, "' is not an aiacc weights file (bad magic)");
+  }
+  const auto count = get<uint64_t>(f, path);
+  AIACC_CHECK_INPUT(count < 100000, "weights file '", path, "' claims ", count, " tensors");
+  NamedTensors out;
+  for (uint64_t i = 0; i < count; ++i) {
+    const auto len = get<uint32_t>(f, path);
+    AIACC_CHECK_INPUT(len < 4096, "weights file '", path, "' is corrupt (name length)");
+    std::string name(len, '\0');
+    if (!f.read(name.data(), len)) AIACC_THROW(IoError, "weights file '", path, "' is truncated");
+    const auto dtype = get<uint32_t>(f, path);
+    const auto ndim = get<uint32_t>(f, path);
+    AIACC_CHECK_INPUT(dtype <= 1 && ndim <= 8, "weights file '", path, "' is corrupt at '", name, "'");
+    std::vector<int64_t> dims(ndim);
+    for (auto& d : dims) d = get<int64_t>(f, path);
+    at::Tensor t = at::empty(dims, dtype == 0 ? at::kFloat : at::kLong);
+    const auto bytes = static_cast<std::streamsize>(t.nbytes());
+    if (!f.read(static_cast<char*>(t.data_ptr()), bytes)) {
+      AIACC_THROW(IoError, "weights file '", path, "' is truncated at '", name, "'");
+    }
+    out.emplace_back(std::move(name), std::move(t));
+  }
+  return out;
+}
+
+void writeNamedTensors(const std::string& path, const NamedTensors& tensors) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) AIACC_THROW(IoError, "cannot create '", path, "'");
+  f.write(kMagic, 8);
+  put<uint64_t>(f, tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    at::Tensor t = tensor.detach().cpu().contiguous();
+    AIACC_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kLong,
+                "unsupported dtype for '", name, "'");
+    put<uint32_t>(f, static_cast<uint32_t>(name.size()));
+    f.write(name.data(), static_cast<std::streamsize>(name.size()));
+    put<uint32_t>(f, t.scalar_type() == at::kFloat ? 0u : 1u);
+    put<uint32_t>(f, static_cast<uint32_t>(t.dim()));
+    for (int64_t d : t.sizes()) put<int64_t>(f, d);
+    f.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+  }
+  if (!f.flush()) AIACC_THROW(IoError, "cannot write '", path, "' (disk full?)");
+}
+
+NamedTensors stateOf(const torch::nn::Module& module) {
+  NamedTensors out;
+  for (const auto& p : module.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : module.named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+void loadStateInto(torch::nn::Module& module, const NamedTensors& tensors) {
+  std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+  at::NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& [name, dst] : stateOf(module)) {
+    auto it = by_name.find(name);
+    AIACC_CHECK_INPUT(it != by_name.end(), "weights lack '", name, "'");
+    AIACC_CHECK_INPUT(it->second.sizes() == dst.sizes(), "shape of '", name, "' is ",
+                      it->second.sizes(), " in the file but ", dst.sizes(), " in the model");
+    dst.copy_(it->second);
+    ++used;
+  }
+  if (used != by_name.size()) {
+    std::map<std::string, bool> known;
+    for (auto& [name, t] : stateOf(module)) known[name] = true;
+    for (auto& [name, t] : by_name) {
+      AIACC_CHECK_INPUT(known.count(name), "weights hold '", name, "', which the model lacks");
+    }
+  }
+}
+
+}  // namespace aiacc::models
