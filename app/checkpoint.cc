@@ -1,44 +1,80 @@
 #include "app/checkpoint.h"
 
+#include <fcntl.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "common/error.h"
+#include "models/weights.h"
 
 namespace aiacc::app {
 namespace {
-constexpr int64_t kFormatVersion = 1;
+constexpr int64_t kFormatVersion = 2;
+
+std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Writes bytes to path with plain POSIX calls, checking every one (a full disk shows up at
+// write, fsync or close), so no library destructor ever has to report an I/O error.
+void writeAll(const std::string& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) AIACC_THROW(IoError, "cannot create '", path, "': ", std::strerror(errno));
+  size_t off = 0;
+  int err = 0;
+  while (off < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (!err && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && !err) err = errno;
+  if (err) AIACC_THROW(IoError, "cannot write '", path, "': ", std::strerror(err));
 }
+}  // namespace
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model,
                     torch::optim::Optimizer& optimizer, const TrainPosition& pos) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    torch::serialize::OutputArchive root, model_ar, optim_ar;
-    model.save(model_ar);
+  // Serialize into memory first (LibTorch's file writer reports I/O errors from a destructor,
+  // which would abort the process on a full disk), then write the bytes ourselves.
+  std::string bytes;
+  {
+    torch::serialize::OutputArchive root, state_ar, optim_ar;
+    const models::NamedTensors state = models::stateOf(model);
+    for (const auto& [name, t] : state) state_ar.write(name, t.detach().cpu(), /*is_buffer=*/true);
     optimizer.save(optim_ar);
-    root.write("model", model_ar);
+    root.write("state", state_ar);
     root.write("optimizer", optim_ar);
     root.write("format_version", c10::IValue(kFormatVersion));
+    root.write("state_count", c10::IValue(static_cast<int64_t>(state.size())));
     root.write("epochs_done", c10::IValue(pos.epochs_done));
     root.write("step", c10::IValue(pos.step));
     root.write("images_seen", c10::IValue(pos.images_seen));
     root.write("elapsed_s", c10::IValue(pos.elapsed_s));
     root.write("train_s", c10::IValue(pos.train_s));
-    root.save_to(tmp);
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    AIACC_THROW(IoError, "cannot write checkpoint '", path, "' (disk full?): ", what);
+    root.save_to([&bytes](const void* buf, size_t n) {
+      bytes.append(static_cast<const char*>(buf), n);
+      return n;
+    });
   }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::error_code ec;
+  try {
+    writeAll(tmp, bytes);
+  } catch (const IoError& e) {
+    std::filesystem::remove(tmp, ec);
+    AIACC_THROW(IoError, "cannot write checkpoint '", path, "' (", bytes.size() >> 20,
+                " MiB; disk full?): ", e.what());
+  }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
@@ -53,13 +89,26 @@ TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
                     "' does not exist");
   TrainPosition pos;
   try {
-    torch::serialize::InputArchive root, model_ar, optim_ar;
+    torch::serialize::InputArchive root, state_ar, optim_ar;
     root.load_from(path);
     c10::IValue v;
     root.read("format_version", v);
-    AIACC_CHECK_INPUT(v.toInt() == kFormatVersion, "format version ", v.toInt());
-    root.read("model", model_ar);
-    model.load(model_ar);
+    AIACC_CHECK_INPUT(v.toInt() == kFormatVersion, "format version ", v.toInt(), ", expected ",
+                      kFormatVersion);
+    // Model state by name, every shape checked: a checkpoint of another model is an error, not a
+    // partial load (LibTorch's Module::load would silently replace mismatched tensors).
+    root.read("state_count", v);
+    models::NamedTensors state = models::stateOf(model);
+    AIACC_CHECK_INPUT(v.toInt() == static_cast<int64_t>(state.size()), "it holds ", v.toInt(),
+                      " tensors, the model has ", state.size());
+    root.read("state", state_ar);
+    models::NamedTensors loaded;
+    for (auto& [name, dst] : state) {
+      at::Tensor t;
+      state_ar.read(name, t, /*is_buffer=*/true);
+      loaded.emplace_back(name, t);
+    }
+    models::loadStateInto(model, loaded);
     root.read("optimizer", optim_ar);
     optimizer.load(optim_ar);
     root.read("epochs_done", v);
@@ -73,10 +122,8 @@ TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
     root.read("train_s", v);
     pos.train_s = v.toDouble();
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
     AIACC_THROW(IoError, "cannot read checkpoint '", path, "' (corrupt, truncated, or from another "
-                "model/optimizer): ", what);
+                "model/optimizer): ", firstLine(e.what()));
   }
   return pos;
 }

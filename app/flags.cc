@@ -61,15 +61,26 @@ DEFINE_string(author, "aiacc", "author field of the DAWNBench JSON");
 // ---- Sample data ---------------------------------------------------------------------------
 DEFINE_string(make_sample, "", "generate the sample ImageNet-layout JPEG dataset in DIR and exit");
 DEFINE_int32(sample_classes, 20, "classes of the generated sample (shapes x hues)");
+DEFINE_int32(sample_shapes, 5, "shapes of the generated sample (1..5); classes = shapes x hues");
 DEFINE_int32(sample_train_per_class, 100, "train images per class of the generated sample");
 DEFINE_int32(sample_val_per_class, 25, "val images per class of the generated sample");
+DEFINE_int32(sample_min_side, 64, "smallest image side of the generated sample");
+DEFINE_int32(sample_max_side, 112, "largest image side of the generated sample");
 
 namespace aiacc::app {
 
 std::string makeSampleFlag() { return FLAGS_make_sample; }
-int sampleClassesFlag() { return FLAGS_sample_classes; }
-int sampleTrainPerClassFlag() { return FLAGS_sample_train_per_class; }
-int sampleValPerClassFlag() { return FLAGS_sample_val_per_class; }
+
+data::SampleSpec sampleSpecFromFlags() {
+  data::SampleSpec spec;
+  spec.classes = FLAGS_sample_classes;
+  spec.shapes = FLAGS_sample_shapes;
+  spec.train_per_class = FLAGS_sample_train_per_class;
+  spec.val_per_class = FLAGS_sample_val_per_class;
+  spec.min_side = FLAGS_sample_min_side;
+  spec.max_side = FLAGS_sample_max_side;
+  return spec;
+}
 
 namespace {
 std::string hyphens(std::string s) {

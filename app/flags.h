@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "data/sample_gen.h"
 
 namespace aiacc::app {
 
@@ -25,10 +26,8 @@ std::vector<Stage> applyRecipe(const std::string& path, std::string* text);
 // Builds the Config from the parsed flags (and recipe). Validates ranges.
 Config configFromFlags();
 
-// Flag values used by main.cc outside Config.
+// --make-sample DIR (empty when not given) and the generated dataset's shape.
 std::string makeSampleFlag();
-int sampleClassesFlag();
-int sampleTrainPerClassFlag();
-int sampleValPerClassFlag();
+data::SampleSpec sampleSpecFromFlags();
 
 }  // namespace aiacc::app

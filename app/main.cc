@@ -36,10 +36,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (!aiacc::app::makeSampleFlag().empty()) {
-      aiacc::data::SampleSpec spec;
-      spec.classes = aiacc::app::sampleClassesFlag();
-      spec.train_per_class = aiacc::app::sampleTrainPerClassFlag();
-      spec.val_per_class = aiacc::app::sampleValPerClassFlag();
+      const aiacc::data::SampleSpec spec = aiacc::app::sampleSpecFromFlags();
       aiacc::data::makeSampleDataset(aiacc::app::makeSampleFlag(), spec);
       std::cout << "wrote sample dataset to " << aiacc::app::makeSampleFlag() << " ("
                 << spec.classes << " classes, " << spec.train_per_class << " train + "

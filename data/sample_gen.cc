@@ -46,10 +46,10 @@ std::vector<cv::Point> regularPolygon(cv::Point2d center, double radius, int sid
   return pts;
 }
 
-RgbImage drawSample(int label, int classes, Rng& rng, const SampleSpec& spec) {
-  const int hues = (classes + kShapes - 1) / kShapes;
-  const int shape = label % kShapes;
-  const int hue_index = label / kShapes;
+RgbImage drawSample(int label, Rng& rng, const SampleSpec& spec) {
+  const int hues = (spec.classes + spec.shapes - 1) / spec.shapes;
+  const int shape = label % spec.shapes;
+  const int hue_index = label / spec.shapes;
   const int w = static_cast<int>(rng.randint(spec.min_side, spec.max_side + 1));
   const int h = static_cast<int>(rng.randint(spec.min_side, spec.max_side + 1));
   cv::Mat img(h, w, CV_8UC3);
@@ -62,7 +62,7 @@ RgbImage drawSample(int label, int classes, Rng& rng, const SampleSpec& spec) {
     img.row(y).setTo(c);
   }
   // Distractor strokes in random grays.
-  const int strokes = static_cast<int>(rng.randint(1, 4));
+  const int strokes = static_cast<int>(rng.randint(0, 3));
   for (int s = 0; s < strokes; ++s) {
     const double g = rng.uniform(0, 255);
     cv::line(img, cv::Point(static_cast<int>(rng.randint(0, w)), static_cast<int>(rng.randint(0, h))),
@@ -73,7 +73,7 @@ RgbImage drawSample(int label, int classes, Rng& rng, const SampleSpec& spec) {
   const double hue = 360.0 * hue_index / hues + rng.uniform(-12, 12);
   const cv::Scalar color = hueToRgb(hue, rng.uniform(0.65, 1.0), rng.uniform(0.7, 1.0));
   const double side = std::min(w, h);
-  const double r = side * rng.uniform(0.2, 0.34);
+  const double r = side * rng.uniform(0.24, 0.36);
   const cv::Point2d c(rng.uniform(r, w - r), rng.uniform(r, h - r));
   const double angle = rng.uniform(0, 2 * M_PI);
   const cv::Point ci(static_cast<int>(std::lround(c.x)), static_cast<int>(std::lround(c.y)));
@@ -100,7 +100,7 @@ RgbImage drawSample(int label, int classes, Rng& rng, const SampleSpec& spec) {
     }
   }
   // Per-pixel noise.
-  const double sigma = rng.uniform(4, 14);
+  const double sigma = rng.uniform(3, 10);
   for (int y = 0; y < h; ++y) {
     uint8_t* p = img.ptr<uint8_t>(y);
     for (int x = 0; x < 3 * w; ++x) {
@@ -123,14 +123,15 @@ void writeBytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
-std::string sampleClassName(int k) {
+std::string sampleClassName(int k, int shapes) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "c%02d_%s_h%d", k, kShapeNames[k % kShapes], k / kShapes);
+  std::snprintf(buf, sizeof(buf), "c%02d_%s_h%d", k, kShapeNames[k % shapes], k / shapes);
   return buf;
 }
 
 void makeSampleDataset(const std::string& dir, const SampleSpec& spec) {
   AIACC_CHECK_INPUT(spec.classes >= 2 && spec.classes <= 100, "sample classes must be 2..100");
+  AIACC_CHECK_INPUT(spec.shapes >= 1 && spec.shapes <= kShapes, "sample shapes must be 1..5");
   AIACC_CHECK_INPUT(spec.min_side >= 16 && spec.max_side >= spec.min_side, "bad sample sizes");
   std::error_code ec;
   AIACC_CHECK_INPUT(!fs::exists(dir, ec), "'", dir, "' already exists; remove it or pick another folder");
@@ -148,7 +149,7 @@ void makeSampleDataset(const std::string& dir, const SampleSpec& spec) {
   for (int s = 0; s < 2; ++s) {
     const int per_class = s == 0 ? spec.train_per_class : spec.val_per_class;
     for (int k = 0; k < spec.classes; ++k) {
-      const fs::path cdir = tmp / splits[s] / sampleClassName(k);
+      const fs::path cdir = tmp / splits[s] / sampleClassName(k, spec.shapes);
       fs::create_directories(cdir);
       for (int i = 0; i < per_class; ++i) {
         char name[64];
@@ -166,7 +167,7 @@ void makeSampleDataset(const std::string& dir, const SampleSpec& spec) {
       try {
         for (size_t j = t; j < jobs.size(); j += nthreads) {
           Rng rng(jobs[j].seed);
-          const RgbImage img = drawSample(jobs[j].label, spec.classes, rng, spec);
+          const RgbImage img = drawSample(jobs[j].label, rng, spec);
           writeBytes(jobs[j].path, encodeJpeg(img, spec.quality));
         }
       } catch (...) {

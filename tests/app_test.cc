@@ -1,0 +1,241 @@
+#include <gflags/gflags.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "app/checkpoint.h"
+#include "common/error.h"
+#include "app/config.h"
+#include "app/flags.h"
+#include "app/report.h"
+#include "models/resnet.h"
+#include "tests/test_util.h"
+
+namespace aiacc::app {
+namespace {
+
+TEST(Schedule, WarmupThenShapesClosedForm) {
+  Config c;
+  c.lr = 0.1;
+  c.epochs = 10;
+  c.warmup_epochs = 2;
+  c.lr_schedule = "cosine";
+  const int64_t gb = 512;  // linear scaling: peak 0.2
+  EXPECT_DOUBLE_EQ(learningRate(c, 0.0, gb), 0.0);
+  EXPECT_DOUBLE_EQ(learningRate(c, 1.0, gb), 0.1);
+  EXPECT_DOUBLE_EQ(learningRate(c, 2.0, gb), 0.2);
+  EXPECT_NEAR(learningRate(c, 6.0, gb), 0.1, 1e-12);  // halfway down the cosine
+  EXPECT_NEAR(learningRate(c, 10.0, gb), 0.0, 1e-12);
+  c.lr_schedule = "linear";
+  EXPECT_NEAR(learningRate(c, 4.0, gb), 0.15, 1e-12);
+  c.lr_schedule = "step";
+  c.warmup_epochs = 0;
+  c.lr_step_epochs = {3, 6};
+  c.lr_step_gamma = 0.1;
+  EXPECT_NEAR(learningRate(c, 2.9, 256), 0.1, 1e-12);
+  EXPECT_NEAR(learningRate(c, 3.0, 256), 0.01, 1e-12);
+  EXPECT_NEAR(learningRate(c, 7.0, 256), 0.001, 1e-12);
+}
+
+TEST(Schedule, ResizeScheduleAndStages) {
+  auto st = parseResizeSchedule("0:128,10:192,14:224", 64, 0.25);
+  ASSERT_EQ(st.size(), 3u);
+  EXPECT_EQ(st[1].start_epoch, 10);
+  EXPECT_EQ(st[1].image_size, 192);
+  EXPECT_EQ(st[2].batch_size, 64);
+  Config c;
+  c.stages = st;
+  EXPECT_EQ(stageAt(c, 0).image_size, 128);
+  EXPECT_EQ(stageAt(c, 9).image_size, 128);
+  EXPECT_EQ(stageAt(c, 10).image_size, 192);
+  EXPECT_EQ(stageAt(c, 20).image_size, 224);
+  EXPECT_THROW(parseResizeSchedule("5:128", 1, 0.1), InputError);        // must start at 0
+  EXPECT_THROW(parseResizeSchedule("0:128,0:64", 1, 0.1), InputError);   // must increase
+  EXPECT_THROW(parseResizeSchedule("0-128", 1, 0.1), InputError);
+}
+
+TEST(Flags, HyphensBecomeUnderscores) {
+  const char* argv[] = {"prog", "--batch-size=8", "--warmup-epochs", "3", "--data=/a-b/c-d"};
+  auto out = normalizeFlagNames(5, const_cast<char**>(argv));
+  EXPECT_EQ(out[1], "--batch_size=8");
+  EXPECT_EQ(out[2], "--warmup_epochs");
+  EXPECT_EQ(out[3], "3");
+  EXPECT_EQ(out[4], "--data=/a-b/c-d");  // values untouched
+}
+
+TEST(Flags, RecipeSetsDefaultsAndCommandLineWins) {
+  gflags::FlagSaver saver;
+  test::TempDir d;
+  test::writeText(d / "r.recipe",
+                  "# comment\narch = resnet18\nlr = 0.5   # trailing comment\nnesterov = true\n"
+                  "stage 0 size=96 batch=16 scale=0.35\nstage 3 size=128 batch=8\n");
+  gflags::SetCommandLineOption("epochs", "7");  // as if given on the command line
+  gflags::SetCommandLineOption("recipe", (d / "r.recipe").c_str());
+  Config c = configFromFlags();
+  EXPECT_EQ(c.arch, "resnet18");
+  EXPECT_DOUBLE_EQ(c.lr, 0.5);
+  EXPECT_TRUE(c.nesterov);
+  EXPECT_EQ(c.epochs, 7);
+  ASSERT_EQ(c.stages.size(), 2u);
+  EXPECT_EQ(c.stages[0].image_size, 96);
+  EXPECT_DOUBLE_EQ(c.stages[0].scale_min, 0.35);
+  EXPECT_EQ(c.stages[1].batch_size, 8);
+  EXPECT_NE(c.recipe_text.find("stage 3"), std::string::npos);
+
+  test::writeText(d / "bad.recipe", "arch = resnet18\nbogus-key = 1\n");
+  try {
+    applyRecipe(d / "bad.recipe", nullptr);
+    FAIL() << "unknown key accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.recipe:2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Flags, ShippedRecipesParse) {
+  for (const char* r : {"cpu_sample.recipe", "dawnbench_8gpu.recipe"}) {
+    gflags::FlagSaver saver;
+    gflags::SetCommandLineOption("recipe", (test::sourceDir() + "/recipes/" + r).c_str());
+    Config c = configFromFlags();
+    EXPECT_GE(c.stages.size(), 2u) << r;
+  }
+}
+
+TEST(Flags, DawnbenchRecipeIsThePublishedSchedule) {
+  gflags::FlagSaver saver;
+  gflags::SetCommandLineOption("recipe", (test::sourceDir() + "/recipes/dawnbench_8gpu.recipe").c_str());
+  Config c = configFromFlags();
+  EXPECT_EQ(c.epochs, 21);
+  EXPECT_EQ(stageAt(c, 0).image_size, 96);
+  EXPECT_EQ(stageAt(c, 12).image_size, 128);
+  EXPECT_EQ(stageAt(c, 18).image_size, 224);
+  EXPECT_EQ(stageAt(c, 20).image_size, 288);
+  EXPECT_DOUBLE_EQ(stageAt(c, 20).scale_min, 0.5);
+  EXPECT_EQ(stageAt(c, 0).batch_size * 8, 2048);
+  EXPECT_EQ(stageAt(c, 20).batch_size * 8, 1024);
+  EXPECT_NEAR(learningRate(c, 5.0, 2048), 1.2, 1e-9);  // peak after 5 warmup epochs, 8 GPUs
+  EXPECT_EQ(c.lr_schedule, "linear");
+  EXPECT_TRUE(c.nesterov);
+  EXPECT_GT(c.label_smoothing, 0);
+}
+
+// One SGD+momentum step on a fixed batch.
+void trainStep(models::ResNet& m, torch::optim::SGD& opt, const torch::Tensor& x, const torch::Tensor& y) {
+  opt.zero_grad();
+  torch::nn::functional::cross_entropy(m->forward(x), y).backward();
+  opt.step();
+}
+
+TEST(Checkpoint, RoundTripContinuesIdentically) {
+  test::TempDir d;
+  torch::manual_seed(0);
+  models::ResNetOptions o;
+  o.arch = "resnet18";
+  o.num_classes = 5;
+  models::ResNet a(o), b(o);
+  torch::optim::SGD oa(a->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD ob(b->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const torch::Tensor x = torch::randn({4, 3, 32, 32}), y = torch::tensor({0, 1, 2, 3});
+  trainStep(a, oa, x, y);
+  trainStep(a, oa, x, y);
+  TrainPosition pos{2, 17, 1234, 56.5, 40.25};
+  saveCheckpoint(d / "c.ckpt", *a, oa, pos);
+  EXPECT_FALSE(std::filesystem::exists(d / "c.ckpt.tmp." + std::to_string(::getpid())));
+  const TrainPosition got = loadCheckpoint(d / "c.ckpt", *b, ob);
+  EXPECT_EQ(got.epochs_done, 2);
+  EXPECT_EQ(got.step, 17);
+  EXPECT_EQ(got.images_seen, 1234);
+  EXPECT_DOUBLE_EQ(got.elapsed_s, 56.5);
+  EXPECT_DOUBLE_EQ(got.train_s, 40.25);
+  // Momentum buffers came back too: one more step gives identical parameters.
+  trainStep(a, oa, x, y);
+  trainStep(b, ob, x, y);
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    ASSERT_TRUE(pa[i].value().equal(pb[i].value())) << pa[i].key();
+  }
+  auto ba = a->named_buffers(), bb = b->named_buffers();
+  for (size_t i = 0; i < ba.size(); ++i) ASSERT_TRUE(ba[i].value().equal(bb[i].value())) << ba[i].key();
+}
+
+TEST(Checkpoint, UnreadableIsAClearError) {
+  test::TempDir d;
+  models::ResNetOptions o;
+  o.arch = "resnet18";
+  o.num_classes = 5;
+  models::ResNet m(o);
+  torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_THROW(loadCheckpoint(d / "missing.ckpt", *m, opt), InputError);
+  test::writeText(d / "junk.ckpt", "definitely not a checkpoint");
+  try {
+    loadCheckpoint(d / "junk.ckpt", *m, opt);
+    FAIL() << "junk checkpoint accepted";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read checkpoint"), std::string::npos);
+  }
+  // A checkpoint of another model is an error too, not a silent partial load.
+  saveCheckpoint(d / "m.ckpt", *m, opt, TrainPosition{});
+  o.num_classes = 6;
+  models::ResNet other(o);
+  torch::optim::SGD other_opt(other->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_THROW(loadCheckpoint(d / "m.ckpt", *other, other_opt), IoError);
+}
+
+TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
+  test::TempDir d;
+  const std::string mnt = d / "small";
+  std::filesystem::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=2m") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root): full-disk case not exercised";
+  }
+  struct Unmount {
+    std::string p;
+    ~Unmount() { ::umount(p.c_str()); }
+  } unmount{mnt};
+  models::ResNetOptions o;
+  o.arch = "resnet18";
+  o.num_classes = 2;
+  models::ResNet m(o);  // ~45 MB of parameters: cannot fit in 2 MB
+  torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(0.1));
+  test::writeText(mnt + "/last.ckpt", "previous checkpoint");
+  EXPECT_THROW(saveCheckpoint(mnt + "/last.ckpt", *m, opt, TrainPosition{}), IoError);
+  std::ifstream f(mnt + "/last.ckpt");
+  std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "previous checkpoint");
+  int leftovers = 0;
+  for (auto& e : std::filesystem::directory_iterator(mnt)) leftovers += e.path().filename() != "last.ckpt";
+  EXPECT_EQ(leftovers, 0) << "temporary file removed";
+}
+
+TEST(Report, DawnbenchFilesHaveTheFields) {
+  test::TempDir d;
+  Report r;
+  r.arch = "resnet50";
+  r.world = 8;
+  r.machine = machineInfo();
+  r.evals = {EvalPoint{100, 1.0, 360.0, 50.5, 75.25, 2.0, 50000}, EvalPoint{200, 2.0, 720.0, 60, 93.5, 1.5, 50000}};
+  Config c;
+  c.recipe_text = "epochs = 21\n";
+  c.cost_per_hour = 24.48;
+  writeDawnbench(d / "db", r, c);
+  std::ifstream tsv(d / "db/aiacc_resnet50_8proc.tsv");
+  std::string header, row1, row2;
+  std::getline(tsv, header);
+  std::getline(tsv, row1);
+  std::getline(tsv, row2);
+  EXPECT_EQ(header, "epoch\thours\ttop1Accuracy\ttop5Accuracy");
+  EXPECT_EQ(row1, "1\t0.1\t50.5\t75.25");
+  EXPECT_EQ(row2, "2\t0.2\t60\t93.5");
+  std::ifstream js(d / "db/aiacc_resnet50_8proc.json");
+  std::string json((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());
+  for (const char* key : {"\"version\"", "\"author\"", "\"framework\"", "\"model\"", "\"hardware\"",
+                          "\"costPerHour\": 24.48", "\"timestamp\"", "\"misc\"", "epochs = 21\\n"}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::app

@@ -1,0 +1,164 @@
+#include "data/decode.h"
+
+#include <gtest/gtest.h>
+#include <turbojpeg.h>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "data/transforms.h"
+
+namespace aiacc::data {
+namespace {
+
+// A smooth, asymmetric test picture (gradients plus a block), so crops are distinguishable.
+RgbImage testPicture(int w, int h) {
+  RgbImage img;
+  img.width = w;
+  img.height = h;
+  img.pixels.resize(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      uint8_t* p = &img.pixels[(static_cast<size_t>(y) * w + x) * 3];
+      p[0] = static_cast<uint8_t>(255 * x / w);
+      p[1] = static_cast<uint8_t>(255 * y / h);
+      p[2] = (x > w / 3 && x < w / 2 && y > h / 4 && y < h / 2) ? 220 : 40;
+    }
+  }
+  return img;
+}
+
+int maxAbsDiff(const RgbImage& a, const RgbImage& b) {
+  EXPECT_EQ(a.width, b.width);
+  EXPECT_EQ(a.height, b.height);
+  if (a.pixels.size() != b.pixels.size()) return 1000;
+  int m = 0;
+  for (size_t i = 0; i < a.pixels.size(); ++i) m = std::max(m, std::abs(a.pixels[i] - b.pixels[i]));
+  return m;
+}
+
+RgbImage cropOf(const RgbImage& img, Box b) {
+  RgbImage out;
+  out.width = b.w;
+  out.height = b.h;
+  for (int y = b.y; y < b.y + b.h; ++y) {
+    const uint8_t* row = &img.pixels[(static_cast<size_t>(y) * img.width + b.x) * 3];
+    out.pixels.insert(out.pixels.end(), row, row + b.w * 3);
+  }
+  return out;
+}
+
+TEST(Decode, FullDecodeMatchesOpenCV) {
+  const std::vector<uint8_t> jpg = encodeJpeg(testPicture(173, 121), 92);
+  const RgbImage ours = decodeFull(jpg.data(), jpg.size());
+  cv::Mat bgr = cv::imdecode(cv::Mat(1, static_cast<int>(jpg.size()), CV_8UC1,
+                                     const_cast<uint8_t*>(jpg.data())), cv::IMREAD_COLOR);
+  cv::Mat rgb;
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  RgbImage ref{rgb.cols, rgb.rows, std::vector<uint8_t>(rgb.data, rgb.data + rgb.total() * 3)};
+  EXPECT_LE(maxAbsDiff(ours, ref), 1);
+}
+
+TEST(Decode, RegionDecodeEqualsCropOfFullDecode) {
+  const std::vector<uint8_t> jpg = encodeJpeg(testPicture(320, 240), 90);
+  const RgbImage full = decodeFull(jpg.data(), jpg.size());
+  for (Box b : {Box{0, 0, 320, 240}, Box{37, 51, 150, 99}, Box{200, 17, 120, 223}, Box{3, 190, 300, 50}}) {
+    // Output as large as the crop: DCT scale stays 8/8, so pixels must agree with the full decode.
+    DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return b; }, b.w, b.h);
+    EXPECT_EQ(dc.scale_num, 8);
+    EXPECT_EQ(dc.path, DecodePath::kJpegRegion);
+    EXPECT_LE(maxAbsDiff(dc.crop, cropOf(full, b)), 2) << b.x << "," << b.y << " " << b.w << "x" << b.h;
+  }
+}
+
+TEST(Decode, ChoosesSmallestSufficientDctScale) {
+  EXPECT_EQ(chooseDctScale(400, 400, 50, 50), 1);
+  EXPECT_EQ(chooseDctScale(400, 400, 51, 51), 2);
+  EXPECT_EQ(chooseDctScale(400, 300, 128, 128), 4);  // 300*3/8 = 112.5 < 128 <= 150
+  EXPECT_EQ(chooseDctScale(100, 100, 224, 224), 8);  // never upscale past 8/8
+  const std::vector<uint8_t> jpg = encodeJpeg(testPicture(480, 360), 90);
+  DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [](int w, int h) { return Box{0, 0, w, h}; }, 64, 64);
+  EXPECT_EQ(dc.scale_num, 2);  // 360*2/8 = 90 >= 64, 360/8 = 45 < 64
+  EXPECT_EQ(dc.crop.width, 120);
+  EXPECT_EQ(dc.crop.height, 90);
+  EXPECT_EQ(dc.orig_width, 480);
+  // The scaled decode is a faithful downscale of the full picture.
+  const RgbImage full = decodeFull(jpg.data(), jpg.size());
+  cv::Mat small;
+  cv::resize(cv::Mat(360, 480, CV_8UC3, const_cast<uint8_t*>(full.pixels.data())), small,
+             cv::Size(120, 90), 0, 0, cv::INTER_AREA);
+  RgbImage ref{120, 90, std::vector<uint8_t>(small.data, small.data + small.total() * 3)};
+  EXPECT_LE(maxAbsDiff(dc.crop, ref), 40);  // edges of the block differ; colors agree
+  double mean = 0;
+  for (size_t i = 0; i < ref.pixels.size(); ++i) mean += std::abs(ref.pixels[i] - dc.crop.pixels[i]);
+  EXPECT_LT(mean / ref.pixels.size(), 2.0);
+}
+
+TEST(Decode, GrayscaleBecomesThreeChannels) {
+  cv::Mat gray(50, 70, CV_8UC1);
+  for (int y = 0; y < 50; ++y)
+    for (int x = 0; x < 70; ++x) gray.at<uint8_t>(y, x) = static_cast<uint8_t>(3 * x + y);
+  std::vector<uint8_t> jpg;
+  cv::imencode(".jpg", gray, jpg, {cv::IMWRITE_JPEG_QUALITY, 95});
+  const RgbImage img = decodeFull(jpg.data(), jpg.size());
+  ASSERT_EQ(img.width, 70);
+  ASSERT_EQ(img.height, 50);
+  for (size_t i = 0; i < img.pixels.size(); i += 3) {
+    ASSERT_EQ(img.pixels[i], img.pixels[i + 1]);
+    ASSERT_EQ(img.pixels[i], img.pixels[i + 2]);
+  }
+  EXPECT_NEAR(img.pixels[(10 * 70 + 20) * 3], 3 * 20 + 10, 3);
+}
+
+TEST(Decode, CmykJpegFallsBackToOpenCV) {
+  const int w = 64, h = 48;
+  std::vector<uint8_t> cmyk(static_cast<size_t>(w) * h * 4);
+  for (size_t i = 0; i < cmyk.size(); i += 4) {
+    cmyk[i] = 0;        // C
+    cmyk[i + 1] = 255;  // M
+    cmyk[i + 2] = 255;  // Y
+    cmyk[i + 3] = 0;    // K  -> red (Adobe inverted or not, a strong primary either way)
+  }
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long len = 0;
+  ASSERT_EQ(tjCompress2(tj, cmyk.data(), w, 0, h, TJPF_CMYK, &buf, &len, TJSAMP_444, 95, 0), 0);
+  std::vector<uint8_t> jpg(buf, buf + len);
+  tjFree(buf);
+  tjDestroy(tj);
+  DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [](int ww, int hh) { return Box{0, 0, ww, hh}; }, 32, 32);
+  EXPECT_EQ(dc.path, DecodePath::kFallback);
+  EXPECT_EQ(dc.crop.width, w);
+  EXPECT_EQ(dc.crop.height, h);
+  EXPECT_EQ(dc.crop.pixels.size(), static_cast<size_t>(w) * h * 3);
+}
+
+TEST(Decode, PngUnderJpegNameFallsBackExactly) {
+  RgbImage pic = testPicture(40, 30);
+  cv::Mat rgb(30, 40, CV_8UC3, pic.pixels.data()), bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  std::vector<uint8_t> png;
+  cv::imencode(".png", bgr, png);
+  DecodedCrop dc = decodeCrop(png.data(), png.size(), [](int, int) { return Box{5, 6, 20, 10}; }, 8, 8);
+  EXPECT_EQ(dc.path, DecodePath::kFallback);
+  EXPECT_EQ(maxAbsDiff(dc.crop, cropOf(pic, Box{5, 6, 20, 10})), 0);  // lossless
+}
+
+TEST(Decode, BadFilesRaiseDecodeError) {
+  const std::vector<uint8_t> jpg = encodeJpeg(testPicture(200, 150), 90);
+  const std::vector<uint8_t> truncated(jpg.begin(), jpg.begin() + static_cast<long>(jpg.size() / 2));
+  const std::vector<uint8_t> empty;
+  const std::string text = "this is not an image at all";
+  const std::vector<uint8_t> junk(text.begin(), text.end());
+  std::vector<uint8_t> corrupt = jpg;  // valid markers, garbage entropy-coded data header
+  for (size_t i = 2; i < 40 && i < corrupt.size(); ++i) corrupt[i] = 0x00;
+  auto whole = [](int w, int h) { return Box{0, 0, w, h}; };
+  EXPECT_THROW(decodeCrop(truncated.data(), truncated.size(), whole, 64, 64), DecodeError);
+  EXPECT_THROW(decodeCrop(empty.data(), empty.size(), whole, 64, 64), DecodeError);
+  EXPECT_THROW(decodeCrop(junk.data(), junk.size(), whole, 64, 64), DecodeError);
+  EXPECT_THROW(decodeCrop(corrupt.data(), corrupt.size(), whole, 64, 64), DecodeError);
+}
+
+}  // namespace
+}  // namespace aiacc::data

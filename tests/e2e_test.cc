@@ -1,0 +1,160 @@
+// End to end: the trainer learns the generated sample, reports, checkpoints and resumes; the
+// aiacc_train binary fails cleanly on bad input.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "app/trainer.h"
+#include "data/sample_gen.h"
+#include "tests/test_util.h"
+
+namespace aiacc::app {
+namespace {
+
+class TrainE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    // 8 hue classes (one shape): real JPEGs with structure a ResNet learns in a few dozen steps.
+    data::SampleSpec spec;
+    spec.classes = 8;
+    spec.shapes = 1;
+    spec.train_per_class = 40;
+    spec.val_per_class = 10;
+    spec.min_side = 40;
+    spec.max_side = 64;
+    data::makeSampleDataset(*dir_ / "ds", spec);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static Config smallConfig() {
+    Config c;
+    c.data = *dir_ / "ds";
+    c.arch = "resnet18";
+    c.epochs = 3;
+    c.stages = {Stage{0, 32, 16, 0.35}};
+    c.lr = 0.8;  // per 256: 0.05 at batch 16
+    c.warmup_epochs = 0.5;
+    c.nesterov = true;
+    c.weight_decay = 5e-5;
+    c.zero_init_residual = true;
+    c.workers = 1;
+    c.progress_seconds = 1e9;
+    c.seed = 5;
+    return c;
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* TrainE2E::dir_ = nullptr;
+
+TEST_F(TrainE2E, LearnsWellAboveChanceAndReports) {
+  Config c = smallConfig();
+  c.metrics_file = *dir_ / "metrics.jsonl";
+  c.target_top1 = 100.1;  // not reachable: the run goes all 3 epochs
+  comm::LocalSync sync;
+  Report r = Trainer(c, sync, Trainer::Clock::now()).run();
+  EXPECT_EQ(r.evals.size(), 3u);
+  EXPECT_EQ(r.steps, 3 * (320 / 16));
+  EXPECT_EQ(r.images_seen, 3 * 320);
+  EXPECT_FALSE(r.target_reached);
+  EXPECT_GT(r.final_top1, 60.0) << "chance is 12.5%";
+  EXPECT_GT(r.evals.back().top1, r.evals.front().top1) << "accuracy improves";
+  EXPECT_EQ(r.evals.back().images, 80);
+  EXPECT_EQ(r.skipped_files, 0);
+  EXPECT_GT(r.mean_images_per_s, 0);
+  std::ifstream m(c.metrics_file);
+  std::string line;
+  int steps = 0, evals = 0;
+  while (std::getline(m, line)) {
+    steps += line.find("\"type\": \"step\"") != std::string::npos;
+    evals += line.find("\"type\": \"eval\"") != std::string::npos;
+  }
+  EXPECT_EQ(steps, 60);
+  EXPECT_EQ(evals, 3);
+  const std::string json = reportJson(r, c);
+  EXPECT_NE(json.find("\"time_to_target_s\": null"), std::string::npos);
+  EXPECT_NE(json.find("\"final_top1\""), std::string::npos);
+}
+
+TEST_F(TrainE2E, StopsAtTargetAndTimesIt) {
+  Config c = smallConfig();
+  c.target_top5 = 90;  // reached before the end
+  c.eval_every = 10;
+  comm::LocalSync sync;
+  Report r = Trainer(c, sync, Trainer::Clock::now()).run();
+  ASSERT_TRUE(r.target_reached);
+  EXPECT_GE(r.evals.back().top5, 90);
+  EXPECT_DOUBLE_EQ(r.time_to_target_s, r.evals.back().seconds);
+  EXPECT_LT(r.steps, 60) << "stopped before the end";
+  EXPECT_EQ(r.steps % 10, 0);
+}
+
+TEST_F(TrainE2E, ResumeContinuesExactlyWhereItStopped) {
+  test::TempDir ck;
+  Config straight = smallConfig();
+  straight.epochs = 2;
+  straight.stages = {Stage{0, 24, 16, 0.35}};
+  comm::LocalSync sync;
+  Report full = Trainer(straight, sync, Trainer::Clock::now()).run();
+
+  Config first = straight;
+  first.checkpoint_dir = ck.path();
+  first.max_steps = 20;  // exactly one epoch
+  Report half = Trainer(first, sync, Trainer::Clock::now()).run();
+  ASSERT_EQ(half.steps, 20);
+  Config second = straight;
+  second.resume = ck / "last.ckpt";
+  Report rest = Trainer(second, sync, Trainer::Clock::now()).run();
+  EXPECT_EQ(rest.steps, 40);
+  EXPECT_EQ(rest.images_seen, full.images_seen);
+  ASSERT_EQ(rest.evals.size(), 1u);
+  EXPECT_NEAR(rest.evals.back().loss, full.evals.back().loss, 1e-4);
+  EXPECT_DOUBLE_EQ(rest.final_top1, full.final_top1);
+}
+
+// Runs aiacc_train with arguments; returns exit code and stderr+stdout.
+std::pair<int, std::string> runTrain(const std::string& args) {
+  const std::string cmd = std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST(Cli, HelpExplainsEveryFlag) {
+  auto [rc, out] = runTrain("--help");
+  EXPECT_EQ(rc, 0);
+  for (const char* f : {"--data", "--arch", "--batch-size", "--epochs", "--lr ", "--warmup-epochs",
+                        "--lr-schedule", "--momentum", "--nesterov", "--weight-decay", "--label-smoothing",
+                        "--image-size", "--resize-schedule", "--workers", "--seed", "--max-steps",
+                        "--target-top1", "--target-top5", "--eval-every", "--checkpoint-dir", "--resume",
+                        "--metrics-file", "--report-file", "--recipe", "--dawnbench-dir", "--make-sample"}) {
+    EXPECT_NE(out.find(f), std::string::npos) << f;
+  }
+}
+
+TEST(Cli, BadInputIsOneClearLine) {
+  test::TempDir d;
+  auto [rc, out] = runTrain("--data " + d.path() + "/nope");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("error: --data folder"), std::string::npos) << out;
+  std::tie(rc, out) = runTrain("--data synthetic --arch resnet7");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("unknown --arch 'resnet7'"), std::string::npos) << out;
+  std::tie(rc, out) = runTrain("--data synthetic --lr-schedule wavy");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("--lr-schedule must be"), std::string::npos) << out;
+  test::writeText(d / "broken.ckpt", "garbage");
+  std::tie(rc, out) = runTrain("--data synthetic --arch resnet18 --synthetic-classes 4 --resume " +
+                               d.path() + "/broken.ckpt");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("cannot read checkpoint"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace aiacc::app

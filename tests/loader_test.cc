@@ -1,0 +1,154 @@
+#include "data/loader.h"
+
+#include <gtest/gtest.h>
+
+#include "data/sample_gen.h"
+#include "tests/test_util.h"
+
+namespace aiacc::data {
+namespace {
+
+// A tiny generated dataset shared by the loader tests (4 classes x 6 train, x 2 val).
+class LoaderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    SampleSpec spec;
+    spec.classes = 4;
+    spec.train_per_class = 6;
+    spec.val_per_class = 2;
+    spec.min_side = 40;
+    spec.max_side = 90;
+    makeSampleDataset(*dir_ / "ds", spec);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string root() { return *dir_ / "ds"; }
+  static test::TempDir* dir_;
+};
+test::TempDir* LoaderTest::dir_ = nullptr;
+
+std::vector<Batch> epochOf(BatchSource& src, const EpochSpec& spec) {
+  std::vector<Batch> out;
+  src.startEpoch(spec);
+  while (auto b = src.next()) out.push_back(*b);
+  return out;
+}
+
+TEST_F(LoaderTest, SampleDatasetIsDeterministic) {
+  test::TempDir other;
+  SampleSpec spec;
+  spec.classes = 4;
+  spec.train_per_class = 6;
+  spec.val_per_class = 2;
+  spec.min_side = 40;
+  spec.max_side = 90;
+  makeSampleDataset(other / "ds", spec);
+  ImageNetLayout a = scanImageNet(root()), b = scanImageNet(other / "ds");
+  ASSERT_EQ(a.train.samples.size(), 24u);
+  ASSERT_EQ(a.val.samples.size(), 8u);
+  EXPECT_EQ(a.train.classes, b.train.classes);
+  for (size_t i = 0; i < a.train.samples.size(); ++i) {
+    EXPECT_EQ(readFile(a.train.samples[i].path), readFile(b.train.samples[i].path));
+  }
+  EXPECT_THROW(makeSampleDataset(root(), spec), InputError);  // refuses to overwrite
+}
+
+TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.seed = 3;
+  o.workers = 1;
+  ImageLoader one(l.train, o, nullptr);
+  o.workers = 3;
+  o.prefetch = 2;
+  ImageLoader three(l.train, o, nullptr);
+  const EpochSpec spec{1, 32, 5, 0.3};
+  auto a = epochOf(one, spec), b = epochOf(three, spec);
+  ASSERT_EQ(a.size(), 4u);  // 24 / 5, last partial batch dropped
+  ASSERT_EQ(b.size(), 4u);
+  std::vector<int> label_hist(4, 0);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].images.sizes(), (std::vector<int64_t>{5, 3, 32, 32}));
+    EXPECT_TRUE(a[i].images.equal(b[i].images)) << "batch " << i;
+    EXPECT_TRUE(a[i].labels.equal(b[i].labels));
+    for (int64_t k = 0; k < 5; ++k) ++label_hist[a[i].labels[k].item<int64_t>()];
+    // Normalized values: roughly zero-mean, unit-scale.
+    EXPECT_LT(a[i].images.abs().max().item<float>(), 3.0f);
+  }
+  int total = 0;
+  for (int h : label_hist) total += h;
+  EXPECT_EQ(total, 20);
+  // Another epoch shuffles differently.
+  auto c = epochOf(one, EpochSpec{2, 32, 5, 0.3});
+  EXPECT_FALSE(a[0].labels.equal(c[0].labels) && a[1].labels.equal(c[1].labels) &&
+               a[0].images.equal(c[0].images));
+}
+
+TEST_F(LoaderTest, ShardsSplitTheEpochAcrossRanks) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.world = 2;
+  o.train = false;  // val: every image exactly once across ranks
+  int64_t seen = 0;
+  for (int r = 0; r < 2; ++r) {
+    o.rank = r;
+    ImageLoader ld(l.val, o, nullptr);
+    for (auto& b : epochOf(ld, EpochSpec{0, 24, 3, 0.08})) seen += b.labels.numel();
+  }
+  EXPECT_EQ(seen, 8);
+}
+
+TEST_F(LoaderTest, ChannelsLastHasNhwcStrides) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.train = false;
+  ImageLoader nchw(l.val, o, nullptr);
+  o.channels_last = true;
+  ImageLoader nhwc(l.val, o, nullptr);
+  auto a = epochOf(nchw, EpochSpec{0, 16, 4, 0.08});
+  auto b = epochOf(nhwc, EpochSpec{0, 16, 4, 0.08});
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_TRUE(b[0].images.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(a[0].images.equal(b[0].images));
+}
+
+TEST_F(LoaderTest, BadFilesAreSkippedAndCounted) {
+  test::TempDir d;
+  SampleSpec spec;
+  spec.classes = 2;
+  spec.train_per_class = 4;
+  spec.val_per_class = 1;
+  makeSampleDataset(d / "ds", spec);
+  const std::string cls = d / "ds/train/c00_disc_h0";
+  test::writeText(cls + "/zero.JPEG", "");
+  test::writeText(cls + "/text.JPEG", "plain text, not an image");
+  const std::vector<uint8_t> good = readFile(cls + "/train_00000.JPEG");
+  test::writeFile(cls + "/trunc.JPEG", std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2)));
+  ImageNetLayout l = scanImageNet(d / "ds");
+  ASSERT_EQ(l.train.samples.size(), 11u);
+  auto skips = std::make_shared<SkipLog>();
+  LoaderOptions o;
+  o.train = false;
+  ImageLoader ld(l.train, o, skips);
+  int64_t images = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (auto& b : epochOf(ld, EpochSpec{epoch, 16, 4, 0.08})) {
+      images += b.labels.numel();
+      EXPECT_EQ(b.images.size(0), b.labels.size(0));
+    }
+  }
+  EXPECT_EQ(images, 2 * 8);
+  EXPECT_EQ(skips->count(), 3) << "three bad files, counted once each over two epochs";
+}
+
+TEST(Synthetic, FullSpeedRandomBatches) {
+  SyntheticSource s(100, 10, false, 1, 0, 2);
+  EXPECT_EQ(s.startEpoch(EpochSpec{0, 24, 8, 0.08}), 6);  // 50 per rank / 8
+  auto b = s.next();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->images.sizes(), (std::vector<int64_t>{8, 3, 24, 24}));
+  EXPECT_LT(b->labels.max().item<int64_t>(), 10);
+}
+
+}  // namespace
+}  // namespace aiacc::data

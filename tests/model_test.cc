@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "common/error.h"
+#include "models/resnet.h"
+#include "models/weights.h"
+#include "tests/test_util.h"
+
+namespace aiacc::models {
+namespace {
+
+ResNet make(const std::string& arch, int64_t classes, bool zero_init = false) {
+  ResNetOptions o;
+  o.arch = arch;
+  o.num_classes = classes;
+  o.zero_init_residual = zero_init;
+  return ResNet(o);
+}
+
+TEST(ResNet, ParameterCountsMatchTorchvision) {
+  EXPECT_EQ(parameterCount(*make("resnet18", 1000)), 11689512);
+  EXPECT_EQ(parameterCount(*make("resnet34", 1000)), 21797672);
+  EXPECT_EQ(parameterCount(*make("resnet50", 1000)), 25557032);
+  EXPECT_EQ(parameterCount(*make("resnet101", 1000)), 44549160);
+  EXPECT_THROW(make("resnet7", 10), InputError);
+}
+
+TEST(ResNet, NamesAndV15Stride) {
+  ResNet m = make("resnet50", 10);
+  auto params = m->named_parameters();
+  ASSERT_NE(params.find("layer2.0.conv2.weight"), nullptr);
+  ASSERT_NE(params.find("layer2.0.downsample.0.weight"), nullptr);
+  ASSERT_NE(params.find("layer4.2.bn3.bias"), nullptr);
+  ASSERT_NE(params.find("fc.weight"), nullptr);
+  EXPECT_EQ(m->named_buffers().find("bn1.num_batches_tracked") != nullptr, true);
+  // v1.5: the stride-2 sits in the 3x3 conv of the first block of layer2..4.
+  auto* block = m->named_modules()["layer2.0"]->as<BottleneckImpl>();
+  ASSERT_NE(block, nullptr);
+  EXPECT_EQ(block->conv1->options.stride()->at(0), 1);
+  EXPECT_EQ(block->conv2->options.stride()->at(0), 2);
+  torch::Tensor y = m->forward(torch::randn({2, 3, 64, 64}));
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 10}));
+}
+
+TEST(ResNet, ZeroInitResidualZeroesLastBnGamma) {
+  ResNet m = make("resnet18", 10, /*zero_init=*/true);
+  auto p = m->named_parameters();
+  EXPECT_EQ(p["layer1.0.bn2.weight"].abs().sum().item<float>(), 0.0f);
+  EXPECT_EQ(p["layer3.1.bn2.weight"].abs().sum().item<float>(), 0.0f);
+  EXPECT_GT(p["layer1.0.bn1.weight"].abs().sum().item<float>(), 0.0f);
+  ResNet b = make("resnet50", 10, true);
+  EXPECT_EQ(b->named_parameters()["layer4.2.bn3.weight"].abs().sum().item<float>(), 0.0f);
+}
+
+TEST(Weights, RoundTripThroughFile) {
+  test::TempDir d;
+  ResNet a = make("resnet18", 7), b = make("resnet18", 7);
+  writeNamedTensors(d / "w.bin", stateOf(*a));
+  loadStateInto(*b, readNamedTensors(d / "w.bin"));
+  auto pa = stateOf(*a), pb = stateOf(*b);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(pa[i].second.equal(pb[i].second)) << pa[i].first;
+  ResNet c = make("resnet18", 9);  // different fc shape
+  EXPECT_THROW(loadStateInto(*c, readNamedTensors(d / "w.bin")), InputError);
+  test::writeText(d / "bad.bin", "AIACCW01garbage");
+  EXPECT_THROW(readNamedTensors(d / "bad.bin"), IoError);
+}
+
+// Golden: torchvision's resnet (fixed seed) exported by scripts/golden_resnet.py; the C++ model
+// with those weights gives the same output, in eval and train mode.
+class Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Golden, OutputMatchesTorchvision) {
+  const std::string arch = GetParam();
+  test::TempDir d;
+  const std::string cmd = "/usr/bin/python3 " + test::sourceDir() + "/scripts/golden_resnet.py " +
+                          arch + " 10 " + d.path() + " 2> " + d.path() + "/err.txt";
+  const int rc = std::system(cmd.c_str());
+  if (WEXITSTATUS(rc) == 3) {
+    std::ifstream e(d / "err.txt");
+    std::string why((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+    GTEST_SKIP() << "golden test skipped: " << why;
+  }
+  ASSERT_EQ(rc, 0) << "golden_resnet.py failed";
+  ResNet m = make(arch, 10);
+  loadStateInto(*m, readNamedTensors(d / "weights.bin"));
+  // Parameter names and shapes, in registration order, equal torchvision's.
+  std::ifstream names(d / "names.txt");
+  std::string name, shape;
+  size_t i = 0;
+  auto params = m->named_parameters();
+  while (names >> name >> shape) {
+    ASSERT_LT(i, params.size());
+    EXPECT_EQ(params[i].key(), name);
+    std::string ours;
+    for (int64_t s : params[i].value().sizes()) ours += (ours.empty() ? "" : "x") + std::to_string(s);
+    EXPECT_EQ(ours, shape) << name;
+    ++i;
+  }
+  EXPECT_EQ(i, params.size());
+  NamedTensors io = readNamedTensors(d / "io.bin");
+  const torch::Tensor x = io[0].second;
+  torch::NoGradGuard no_grad;
+  m->eval();
+  const torch::Tensor y_eval = m->forward(x);
+  EXPECT_TRUE(torch::allclose(y_eval, io[1].second, 1e-4, 1e-5))
+      << "max diff " << (y_eval - io[1].second).abs().max().item<float>();
+  m->train();
+  const torch::Tensor y_train = m->forward(x);
+  EXPECT_TRUE(torch::allclose(y_train, io[2].second, 1e-4, 1e-5))
+      << "max diff " << (y_train - io[2].second).abs().max().item<float>();
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, Golden, ::testing::Values("resnet18", "resnet50"));
+
+}  // namespace
+}  // namespace aiacc::models

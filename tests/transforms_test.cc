@@ -1,0 +1,153 @@
+#include "data/transforms.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "data/sampler.h"
+
+namespace aiacc::data {
+namespace {
+
+TEST(Transforms, RandomResizedCropBoxesAreValid) {
+  Rng rng(7);
+  CropParams p;  // torchvision defaults
+  int fallbacks = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const int w = static_cast<int>(rng.randint(8, 800)), h = static_cast<int>(rng.randint(8, 800));
+    const Box b = randomResizedCropBox(w, h, p, rng);
+    ASSERT_GE(b.x, 0);
+    ASSERT_GE(b.y, 0);
+    ASSERT_GT(b.w, 0);
+    ASSERT_GT(b.h, 0);
+    ASSERT_LE(b.x + b.w, w);
+    ASSERT_LE(b.y + b.h, h);
+    const double area = static_cast<double>(b.w) * b.h / (static_cast<double>(w) * h);
+    const double ratio = static_cast<double>(b.w) / b.h;
+    const bool centered = b.x == (w - b.w) / 2 && b.y == (h - b.h) / 2;
+    if (area > 0.999 || (centered && (b.w == w || b.h == h))) {
+      ++fallbacks;
+      continue;
+    }
+    // Rounding of w and h to integers moves area and ratio slightly off the sampled values.
+    const double slack = 2.0 / std::min(b.w, b.h) + 2.0 / std::min(w, h);
+    ASSERT_GE(area, p.scale_min * (1 - 2 * slack) - 1e-9) << w << "x" << h;
+    ASSERT_GE(ratio, p.ratio_min * (1 - slack));
+    ASSERT_LE(ratio, p.ratio_max * (1 + slack));
+  }
+  EXPECT_LT(fallbacks, 1000);
+}
+
+TEST(Transforms, RandomResizedCropFallbackClampsRatio) {
+  // A 1000x10 strip: no box of area >= 8% and ratio <= 4/3 fits, so torchvision falls back to
+  // the whole-height center crop with ratio clamped to 4/3.
+  Rng rng(1);
+  CropParams p;
+  const Box b = randomResizedCropBox(1000, 10, p, rng);
+  EXPECT_EQ(b.h, 10);
+  EXPECT_EQ(b.w, 13);  // round(10 * 4/3)
+  EXPECT_EQ(b.x, (1000 - 13) / 2);
+  EXPECT_EQ(b.y, 0);
+}
+
+TEST(Transforms, CenterCropIsResizeThenCropInOriginalPixels) {
+  // 500x375 at size 224: resize short side to 256 (x 0.6827), center crop 224 <=> a centered
+  // square of 0.875 * 375 = 328 px.
+  const Box b = centerCropBox(500, 375, 0.875);
+  EXPECT_EQ(b.w, 328);
+  EXPECT_EQ(b.h, 328);
+  EXPECT_EQ(b.x, (500 - 328) / 2);
+  EXPECT_EQ(b.y, (375 - 328) / 2);
+}
+
+TEST(Transforms, NormalizeAndFlipMath) {
+  const int S = 4;
+  RgbImage img{S, S, std::vector<uint8_t>(S * S * 3)};
+  for (int y = 0; y < S; ++y)
+    for (int x = 0; x < S; ++x) {
+      uint8_t* p = &img.pixels[(y * S + x) * 3];
+      p[0] = static_cast<uint8_t>(10 * x);
+      p[1] = 128;
+      p[2] = 255;
+    }
+  std::vector<float> chw(3 * S * S), hwc(3 * S * S), flipped(3 * S * S);
+  resizeNormalize(img, S, false, Layout::kNCHW, chw.data());
+  resizeNormalize(img, S, false, Layout::kNHWC, hwc.data());
+  resizeNormalize(img, S, true, Layout::kNCHW, flipped.data());
+  for (int y = 0; y < S; ++y)
+    for (int x = 0; x < S; ++x)
+      for (int c = 0; c < 3; ++c) {
+        const float v = chw[c * S * S + y * S + x];
+        const uint8_t raw = img.pixels[(y * S + x) * 3 + c];
+        EXPECT_NEAR(v, (raw / 255.0f - kMean[c]) / kStd[c], 1e-5);
+        EXPECT_EQ(v, hwc[(y * S + x) * 3 + c]);
+        EXPECT_EQ(flipped[c * S * S + y * S + x], chw[c * S * S + y * S + (S - 1 - x)]);
+      }
+}
+
+TEST(Transforms, ResizeKeepsConstantColor) {
+  RgbImage img{37, 23, std::vector<uint8_t>(37 * 23 * 3)};
+  for (size_t i = 0; i < img.pixels.size(); i += 3) {
+    img.pixels[i] = 200;
+    img.pixels[i + 1] = 100;
+    img.pixels[i + 2] = 50;
+  }
+  for (int S : {8, 16, 64}) {
+    std::vector<float> out(3 * S * S);
+    resizeNormalize(img, S, false, Layout::kNCHW, out.data());
+    for (int c = 0; c < 3; ++c) {
+      const float want = ((c == 0 ? 200 : c == 1 ? 100 : 50) / 255.0f - kMean[c]) / kStd[c];
+      for (int i = 0; i < S * S; ++i) ASSERT_NEAR(out[c * S * S + i], want, 1e-5);
+    }
+  }
+}
+
+TEST(Sampler, ShardsAreDisjointCompleteEqualAndEpochDependent) {
+  const int64_t n = 103;
+  for (int world : {1, 2, 3, 4, 8}) {
+    ShardSpec s;
+    s.world = world;
+    s.seed = 42;
+    std::vector<int> seen(n, 0);
+    size_t size0 = 0;
+    for (int r = 0; r < world; ++r) {
+      s.rank = r;
+      const auto idx = shardIndices(n, 5, s);
+      if (r == 0) size0 = idx.size();
+      EXPECT_EQ(idx.size(), size0) << "equal counts";
+      EXPECT_EQ(static_cast<int64_t>(idx.size()), n / world);
+      for (int64_t i : idx) ++seen[i];
+    }
+    int total = 0;
+    for (int c : seen) {
+      EXPECT_LE(c, 1) << "disjoint";
+      total += c;
+    }
+    EXPECT_EQ(total, n / world * world) << "complete up to the n % world remainder";
+  }
+  ShardSpec s;
+  s.world = 2;
+  s.seed = 42;
+  EXPECT_EQ(shardIndices(n, 3, s), shardIndices(n, 3, s)) << "deterministic";
+  EXPECT_NE(shardIndices(n, 3, s), shardIndices(n, 4, s)) << "epoch-dependent";
+  s.seed = 43;
+  ShardSpec s42 = s;
+  s42.seed = 42;
+  EXPECT_NE(shardIndices(n, 3, s), shardIndices(n, 3, s42)) << "seed-dependent";
+  // Evaluation: no shuffle, every sample exactly once across ranks.
+  ShardSpec e;
+  e.world = 4;
+  e.shuffle = false;
+  e.equal_shards = false;
+  std::vector<int> seen(n, 0);
+  for (int r = 0; r < 4; ++r) {
+    e.rank = r;
+    for (int64_t i : shardIndices(n, 0, e)) ++seen[i];
+  }
+  for (int c : seen) EXPECT_EQ(c, 1);
+  EXPECT_EQ(batchCount(10, 4, true), 2);
+  EXPECT_EQ(batchCount(10, 4, false), 3);
+}
+
+}  // namespace
+}  // namespace aiacc::data
