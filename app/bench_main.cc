@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "app/cli.h"
 #include "common/error.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
@@ -64,26 +65,9 @@ int benchData() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i > 0 && a.rfind("--", 0) == 0) {  // --image-size -> --image_size
-      const auto eq = a.find('=');
-      for (size_t k = 2; k < (eq == std::string::npos ? a.size() : eq); ++k) {
-        if (a[k] == '-') a[k] = '_';
-      }
-    }
-    args.push_back(a);
-  }
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  int cargc = static_cast<int>(cargs.size());
-  char** cargv = cargs.data();
-  gflags::SetUsageMessage("aiacc_bench data --data DIR --image-size S --workers T");
-  gflags::ParseCommandLineFlags(&cargc, &cargv, true);
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  if (cargc < 2 || std::string(cargv[1]) != "data") {
+  const std::vector<std::string> rest = aiacc::app::parseCommandLine(
+      argc, argv, "aiacc_bench data --data DIR --image-size S --workers T");
+  if (rest.size() < 2 || rest[1] != "data") {
     std::cerr << "usage: aiacc_bench data --data DIR [--image-size S] [--workers T] [--images N]\n"
                  "(the allreduce benchmark arrives with the comm module)\n";
     return 2;

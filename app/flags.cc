@@ -101,20 +101,6 @@ bool isOurFlag(const gflags::CommandLineFlagInfo& f) {
 }
 }  // namespace
 
-std::vector<std::string> normalizeFlagNames(int argc, char** argv) {
-  std::vector<std::string> out;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i > 0 && a.size() > 2 && a.rfind("--", 0) == 0) {
-      const auto eq = a.find('=');
-      a = "--" + underscores(a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)) +
-          (eq == std::string::npos ? "" : a.substr(eq));
-    }
-    out.push_back(a);
-  }
-  return out;
-}
-
 void printHelp(const char* program) {
   std::cout << "Usage: " << program << " --data DIR|synthetic [flags]\n"
             << "Trains ResNet v1.5 on an ImageNet-layout folder and reports time to a target "

@@ -10,10 +10,6 @@
 
 namespace aiacc::app {
 
-// Rewrites "--batch-size=8" as "--batch_size=8" (gflags only knows underscores). Leaves values
-// and positional arguments alone.
-std::vector<std::string> normalizeFlagNames(int argc, char** argv);
-
 // Prints every aiacc_train flag with its default and meaning.
 void printHelp(const char* program);
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "app/cli.h"
 #include "app/flags.h"
 #include "app/report.h"
 #include "app/trainer.h"
@@ -21,17 +22,10 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  std::vector<std::string> args = aiacc::app::normalizeFlagNames(argc, argv);
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  int cargc = static_cast<int>(cargs.size());
-  char** cargv = cargs.data();
-  gflags::SetUsageMessage("trains ResNet v1.5 to a target accuracy; see --help");
-  gflags::ParseCommandLineFlags(&cargc, &cargv, true);
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  if (cargc > 1) {
-    std::cerr << "aiacc_train: unexpected argument '" << cargv[1] << "' (flags start with --; see --help)\n";
+  const std::vector<std::string> rest =
+      aiacc::app::parseCommandLine(argc, argv, "trains ResNet v1.5 to a target accuracy; see --help");
+  if (rest.size() > 1) {
+    std::cerr << "aiacc_train: unexpected argument '" << rest[1] << "' (flags start with --; see --help)\n";
     return 2;
   }
   try {

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "app/checkpoint.h"
+#include "app/cli.h"
 #include "common/error.h"
 #include "app/config.h"
 #include "app/flags.h"

@@ -72,6 +72,36 @@ TEST(Decode, RegionDecodeEqualsCropOfFullDecode) {
   }
 }
 
+// Progressive JPEGs and every chroma subsampling occur in ImageNet; region decoding must agree
+// with a full decode for all of them.
+TEST(Decode, RegionDecodeHandlesProgressiveAndSubsampling) {
+  const RgbImage pic = testPicture(203, 157);
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> files;
+  for (auto [name, samp] : {std::pair<const char*, int>{"444", TJSAMP_444}, {"422", TJSAMP_422},
+                            {"440", TJSAMP_440}, {"420", TJSAMP_420}, {"gray", TJSAMP_GRAY}}) {
+    tjhandle tj = tjInitCompress();
+    unsigned char* buf = nullptr;
+    unsigned long len = 0;
+    ASSERT_EQ(tjCompress2(tj, pic.pixels.data(), pic.width, 0, pic.height, TJPF_RGB, &buf, &len,
+                          samp, 90, 0), 0);
+    files.emplace_back(name, std::vector<uint8_t>(buf, buf + len));
+    tjFree(buf);
+    tjDestroy(tj);
+  }
+  cv::Mat rgb(pic.height, pic.width, CV_8UC3, const_cast<uint8_t*>(pic.pixels.data())), bgr;
+  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
+  std::vector<uint8_t> progressive;
+  ASSERT_TRUE(cv::imencode(".jpg", bgr, progressive, {cv::IMWRITE_JPEG_PROGRESSIVE, 1}));
+  files.emplace_back("progressive", progressive);
+  for (const auto& [name, jpg] : files) {
+    const RgbImage full = decodeFull(jpg.data(), jpg.size());
+    const Box b{45, 33, 101, 87};
+    DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return b; }, b.w, b.h);
+    EXPECT_EQ(dc.path, DecodePath::kJpegRegion) << name;
+    EXPECT_LE(maxAbsDiff(dc.crop, cropOf(full, b)), 2) << name;
+  }
+}
+
 TEST(Decode, ChoosesSmallestSufficientDctScale) {
   EXPECT_EQ(chooseDctScale(400, 400, 50, 50), 1);
   EXPECT_EQ(chooseDctScale(400, 400, 51, 51), 2);

@@ -41,6 +41,9 @@ class TrainE2E : public ::testing::Test {
     c.weight_decay = 5e-5;
     c.zero_init_residual = true;
     c.workers = 1;
+    // One compute thread: ctest runs two tests at once on 2 cores, and oversubscribed OpenMP
+    // threads spin against each other (several times slower).
+    c.threads = 1;
     c.progress_seconds = 1e9;
     c.seed = 5;
     return c;

@@ -8,18 +8,22 @@
 namespace aiacc::data {
 namespace {
 
+SampleSpec tinySpec() {
+  SampleSpec spec;
+  spec.classes = 4;
+  spec.train_per_class = 6;
+  spec.val_per_class = 2;
+  spec.min_side = 40;
+  spec.max_side = 90;
+  return spec;
+}
+
 // A tiny generated dataset shared by the loader tests (4 classes x 6 train, x 2 val).
 class LoaderTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    SampleSpec spec;
-    spec.classes = 4;
-    spec.train_per_class = 6;
-    spec.val_per_class = 2;
-    spec.min_side = 40;
-    spec.max_side = 90;
-    makeSampleDataset(*dir_ / "ds", spec);
+    makeSampleDataset(*dir_ / "ds", tinySpec());
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string root() { return *dir_ / "ds"; }
@@ -36,12 +40,7 @@ std::vector<Batch> epochOf(BatchSource& src, const EpochSpec& spec) {
 
 TEST_F(LoaderTest, SampleDatasetIsDeterministic) {
   test::TempDir other;
-  SampleSpec spec;
-  spec.classes = 4;
-  spec.train_per_class = 6;
-  spec.val_per_class = 2;
-  spec.min_side = 40;
-  spec.max_side = 90;
+  const SampleSpec spec = tinySpec();
   makeSampleDataset(other / "ds", spec);
   ImageNetLayout a = scanImageNet(root()), b = scanImageNet(other / "ds");
   ASSERT_EQ(a.train.samples.size(), 24u);

@@ -1,0 +1,36 @@
+#include "app/cli.h"
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <algorithm>
+
+namespace aiacc::app {
+
+std::vector<std::string> normalizeFlagNames(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && a.size() > 2 && a.rfind("--", 0) == 0) {
+      const auto end = std::min(a.find('='), a.size());
+      std::replace(a.begin() + 2, a.begin() + static_cast<std::ptrdiff_t>(end), '-', '_');
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+
+std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usage) {
+  std::vector<std::string> args = normalizeFlagNames(argc, argv);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  int cargc = static_cast<int>(cargs.size());
+  char** cargv = cargs.data();
+  gflags::SetUsageMessage(usage);
+  gflags::ParseCommandLineFlags(&cargc, &cargv, true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  return std::vector<std::string>(cargv, cargv + cargc);
+}
+
+}  // namespace aiacc::app

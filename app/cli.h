@@ -1,0 +1,18 @@
+// Command-line plumbing shared by aiacc_train and aiacc_bench: flag names with hyphens
+// (--batch-size) become gflags' underscores, then gflags parses and glog starts (to stderr).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace aiacc::app {
+
+// Rewrites "--batch-size=8" as "--batch_size=8" (gflags only knows underscores). Leaves values
+// and positional arguments alone.
+std::vector<std::string> normalizeFlagNames(int argc, char** argv);
+
+// Parses flags (hyphens or underscores), starts logging, and returns the positional arguments
+// (argv[0] first).
+std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usage);
+
+}  // namespace aiacc::app
