@@ -3,9 +3,10 @@
 // JPEG files go through libjpeg-turbo, decoding only what the crop needs:
 //   1. the header gives the image size; the caller's picker chooses the crop box in original
 //      pixel coordinates (random-resized-crop, center crop, ...);
-//   2. the smallest DCT scale num/8 (1/8 .. 8/8) at which the scaled crop still has at least the
-//      output's width and height is chosen, so a 500 px photo cropped to 128 px decodes at 1/4
-//      or 1/2 size, several times cheaper than a full decode;
+//   2. the smallest DCT scale num/8 in {1/8, 2/8, 4/8, 8/8} (the scales with SIMD IDCTs) at
+//      which the scaled crop still has at least the output's width and height is chosen, so a
+//      500 px photo cropped to 128 px decodes at 1/4 or 1/2 size, several times cheaper than a
+//      full decode;
 //   3. only the crop's columns (jpeg_crop_scanline, widened to iMCU boundaries) and rows
 //      (jpeg_skip_scanlines above, stop below) are decoded.
 // Files libjpeg-turbo cannot take (PNG or other formats under a .JPEG name, CMYK/YCCK JPEGs;
@@ -61,7 +62,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);
 
-// Smallest DCT scale numerator n in 1..8 such that ceil(crop_w*n/8) >= out_w and
+// Smallest DCT scale numerator n in {1, 2, 4, 8} such that ceil(crop_w*n/8) >= out_w and
 // ceil(crop_h*n/8) >= out_h; 8 when even full size is smaller than the output.
 int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h);
 

@@ -97,13 +97,27 @@ void ImageLoader::workerLoop() {
   }
 }
 
+at::Tensor ImageLoader::takeBuffer(at::IntArrayRef shape) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& t : pool_) {
+    // use_count 1: no batch handed out still views this storage.
+    if (t.storage().use_count() == 1 && t.sizes() == shape) return t;
+  }
+  // Bounded: at most the batches that can be alive at once (in flight + held by the consumer).
+  if (pool_.size() > static_cast<size_t>(opt_.prefetch + opt_.workers + 2)) {
+    pool_.erase(pool_.begin());
+  }
+  pool_.push_back(at::empty(shape, at::kFloat));
+  return pool_.back();
+}
+
 Batch ImageLoader::buildBatch(int64_t k) {
   const int S = spec_.image_size;
   const int64_t begin = k * spec_.batch_size;
   const int64_t end = std::min<int64_t>(begin + spec_.batch_size, static_cast<int64_t>(indices_.size()));
   const int64_t B = end - begin;
   const bool nhwc = opt_.channels_last;
-  at::Tensor images = nhwc ? at::empty({B, S, S, 3}, at::kFloat) : at::empty({B, 3, S, S}, at::kFloat);
+  at::Tensor images = nhwc ? takeBuffer({B, S, S, 3}) : takeBuffer({B, 3, S, S});
   at::Tensor labels = at::empty({B}, at::kLong);
   float* base = images.data_ptr<float>();
   int64_t* lab = labels.data_ptr<int64_t>();

@@ -96,6 +96,10 @@ class ImageLoader : public BatchSource {
   void stopWorkers();
   void workerLoop();
   Batch buildBatch(int64_t k);
+  // A batch buffer of the given shape: a recycled one the consumer has released (only the pool
+  // still references it), else a new one. Saves the mmap/munmap and page faults of a fresh
+  // multi-megabyte allocation per batch.
+  at::Tensor takeBuffer(at::IntArrayRef shape);
 
   const ImageFolder folder_;
   const LoaderOptions opt_;
@@ -113,6 +117,7 @@ class ImageLoader : public BatchSource {
   bool cancel_ = false;
   std::exception_ptr error_;
   std::map<int64_t, Batch> ready_;
+  std::vector<at::Tensor> pool_;  // guarded by mu_
   std::vector<std::thread> threads_;
 };
 
