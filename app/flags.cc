@@ -50,6 +50,16 @@ DEFINE_double(target_top5, 0, "stop when val top-5 reaches this percent (DAWNBen
 DEFINE_int64(eval_every, 0, "evaluate every N steps; 0: at the end of each epoch");
 DEFINE_int32(threads, 0, "intra-op compute threads; 0: cores divided by local processes");
 DEFINE_double(progress_seconds, 2.0, "seconds between progress lines");
+// ---- Distribution -------------------------------------------------------------------------
+DEFINE_int32(nproc, 1, "CPU worker processes on this node (one per GPU with --gpus)");
+DEFINE_int32(gpus, 0, "GPUs on this node: one worker process per GPU (needs a CUDA build)");
+DEFINE_int32(nnodes, 1, "nodes in the job (run aiacc_train on each with its --node-rank)");
+DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1");
+DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store");
+DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; default: "
+              "127.0.0.1 for a local job, else this host's name");
+DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
+DEFINE_double(comm_timeout, 120, "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
 DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (atomic rename)");
 DEFINE_string(resume, "", "checkpoint file to continue from (same LR position)");
@@ -70,6 +80,21 @@ DEFINE_int32(sample_max_side, 112, "largest image side of the generated sample")
 namespace aiacc::app {
 
 std::string makeSampleFlag() { return FLAGS_make_sample; }
+
+DistSpec distSpecFromFlags() {
+  DistSpec d;
+  d.launch.nproc = FLAGS_gpus > 0 ? FLAGS_gpus : FLAGS_nproc;
+  d.launch.nnodes = FLAGS_nnodes;
+  d.launch.node_rank = FLAGS_node_rank;
+  d.launch.master = FLAGS_master;
+  d.gpus = FLAGS_gpus;
+  d.bind_host = FLAGS_bind_host;
+  d.bucket_mb = FLAGS_bucket_mb;
+  d.timeout_s = FLAGS_comm_timeout;
+  AIACC_CHECK_INPUT(d.bucket_mb > 0, "--bucket-mb must be positive");
+  AIACC_CHECK_INPUT(d.timeout_s > 0, "--comm-timeout must be positive");
+  return d;
+}
 
 data::SampleSpec sampleSpecFromFlags() {
   data::SampleSpec spec;

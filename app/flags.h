@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "app/launcher.h"
 #include "data/sample_gen.h"
 
 namespace aiacc::app {
@@ -21,6 +22,16 @@ std::vector<Stage> applyRecipe(const std::string& path, std::string* text);
 
 // Builds the Config from the parsed flags (and recipe). Validates ranges.
 Config configFromFlags();
+
+// Distribution flags: how to launch, and the communication settings of each worker.
+struct DistSpec {
+  LaunchSpec launch;
+  int gpus = 0;
+  std::string bind_host;
+  double bucket_mb = 25;
+  double timeout_s = 120;
+};
+DistSpec distSpecFromFlags();
 
 // --make-sample DIR (empty when not given) and the generated dataset's shape.
 std::string makeSampleFlag();

@@ -1,7 +1,9 @@
 // aiacc_train: trains ResNet v1.5 on an ImageNet-layout folder and reports time to a target
-// accuracy, DAWNBench style. Reads top-down: flags -> (sample generation) -> trainer -> report.
+// accuracy, DAWNBench style. Reads top-down: flags -> (sample generation | launcher) -> worker:
+// communication set-up -> trainer -> report.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -9,10 +11,52 @@
 
 #include "app/cli.h"
 #include "app/flags.h"
+#include "app/launcher.h"
 #include "app/report.h"
 #include "app/trainer.h"
+#include "comm/data_parallel.h"
+#include "comm/gloo_transport.h"
+#include "comm/store.h"
 #include "common/error.h"
 #include "data/sample_gen.h"
+
+namespace {
+
+// World size 1: LocalSync. Otherwise: rendezvous through rank 0's TCPStore, a Gloo transport,
+// and DataParallel around the model.
+aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
+                                        const aiacc::app::DistSpec& dist) {
+  if (world.world == 1) return aiacc::app::localSync();
+  return [world, dist](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<aiacc::comm::GradientSync> {
+    const char* env_master = std::getenv("AIACC_MASTER");
+    const auto [host, port] = aiacc::app::parseHostPort(env_master ? env_master : dist.launch.master);
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
+    aiacc::comm::StoreOptions so;
+    so.host = host;
+    so.port = port;
+    so.rank = world.rank;
+    so.world = world.world;
+    so.timeout = timeout;
+    auto store = aiacc::comm::makeTcpStore(so);
+    aiacc::comm::GlooOptions go;
+    go.rank = world.rank;
+    go.world = world.world;
+    go.timeout = timeout;
+    if (!dist.bind_host.empty()) {
+      go.bind_host = dist.bind_host;
+    } else if (host != "127.0.0.1" && host != "localhost") {
+      char name[256] = {0};
+      ::gethostname(name, sizeof(name) - 1);
+      go.bind_host = name;
+    }
+    auto transport = std::make_shared<aiacc::comm::GlooTransport>(store, go);
+    aiacc::comm::DataParallelOptions dp;
+    dp.bucket_mb = dist.bucket_mb;
+    return std::make_unique<aiacc::comm::DataParallel>(model, transport, world, dp);
+  };
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
@@ -37,15 +81,26 @@ int main(int argc, char** argv) {
                 << spec.val_per_class << " val images per class)\n";
       return 0;
     }
-    aiacc::app::Config config = aiacc::app::configFromFlags();
-    aiacc::comm::LocalSync sync;
-    aiacc::app::Trainer trainer(config, sync, start);
-    aiacc::app::Report report = trainer.run();
-    aiacc::app::printReport(report, std::cout);
-    if (!config.report_file.empty()) {
-      aiacc::app::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");
+    const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
+    std::optional<aiacc::comm::WorldInfo> world = aiacc::app::worldFromEnvironment();
+    if (!world) {
+      AIACC_CHECK_INPUT(dist.gpus == 0, "--gpus needs a CUDA build of aiacc (this LibTorch has no "
+                        "CUDA); use --nproc N for CPU worker processes");
+      if (dist.launch.nproc > 1 || dist.launch.nnodes > 1) {
+        return aiacc::app::launchWorkers(dist.launch, std::vector<std::string>(argv, argv + argc));
+      }
+      world = aiacc::comm::WorldInfo{};
     }
-    if (!config.dawnbench_dir.empty()) aiacc::app::writeDawnbench(config.dawnbench_dir, report, config);
+    aiacc::app::Config config = aiacc::app::configFromFlags();
+    aiacc::app::Trainer trainer(config, *world, makeSyncFactory(*world, dist), start);
+    aiacc::app::Report report = trainer.run();
+    if (world->rank == 0) {
+      aiacc::app::printReport(report, std::cout);
+      if (!config.report_file.empty()) {
+        aiacc::app::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");
+      }
+      if (!config.dawnbench_dir.empty()) aiacc::app::writeDawnbench(config.dawnbench_dir, report, config);
+    }
     const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
     return wanted_target && !report.target_reached ? 3 : 0;
   } catch (const aiacc::Error& e) {

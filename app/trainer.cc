@@ -20,9 +20,15 @@ namespace aiacc::app {
 
 using Clock = Trainer::Clock;
 
+SyncFactory localSync() {
+  return [](std::shared_ptr<torch::nn::Module>) { return std::make_unique<comm::LocalSync>(); };
+}
+
 struct Trainer::State {
   Config cfg;
-  comm::GradientSync& sync;
+  comm::WorldInfo world_info;
+  SyncFactory make_sync;
+  std::unique_ptr<comm::GradientSync> sync_ptr;
   Clock::time_point start;
   int rank = 0, world = 1;
 
@@ -38,8 +44,9 @@ struct Trainer::State {
   std::ofstream metrics;
   Report report;
 
-  State(Config c, comm::GradientSync& s, Clock::time_point t)
-      : cfg(std::move(c)), sync(s), start(t) {}
+  State(Config c, comm::WorldInfo w, SyncFactory f, Clock::time_point t)
+      : cfg(std::move(c)), world_info(w), make_sync(std::move(f)), start(t) {}
+  comm::GradientSync& sync() { return *sync_ptr; }
 
   double now() const {
     return pos.elapsed_s + std::chrono::duration<double>(Clock::now() - start).count();
@@ -56,21 +63,20 @@ struct Trainer::State {
   void checkpoint();
 };
 
-Trainer::Trainer(Config config, comm::GradientSync& sync, Clock::time_point start)
-    : s_(std::make_unique<State>(std::move(config), sync, start)) {}
+Trainer::Trainer(Config config, comm::WorldInfo world, SyncFactory make_sync, Clock::time_point start)
+    : s_(std::make_unique<State>(std::move(config), world, std::move(make_sync), start)) {}
 Trainer::~Trainer() = default;
 
 void Trainer::State::setupData() {
-  const comm::WorldInfo& w = sync.world();
-  rank = w.rank;
-  world = w.world;
+  rank = world_info.rank;
+  world = world_info.world;
   if (cfg.data == "synthetic") {
     data_name = "synthetic";
     train = std::make_unique<data::SyntheticSource>(cfg.synthetic_images, cfg.synthetic_classes,
                                                     cfg.channels_last, cfg.seed, rank, world);
     const int64_t val_images = std::max<int64_t>(cfg.synthetic_images / 50, 2 * world);
-    val = std::make_unique<data::SyntheticSource>(val_images, cfg.synthetic_classes,
-                                                  cfg.channels_last, cfg.seed + 1, rank, world);
+    val = std::make_unique<data::SyntheticSource>(val_images, cfg.synthetic_classes, cfg.channels_last,
+                                                  cfg.seed + 1, rank, world, /*drop_last=*/false);
     return;
   }
   AIACC_CHECK_INPUT(!cfg.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
@@ -132,6 +138,8 @@ void Trainer::State::setupModel() {
   groups.emplace_back(decay, opts(cfg.weight_decay));
   groups.emplace_back(no_decay, opts(0.0));
   optimizer = std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(cfg.lr));
+  // Data parallelism wraps the model here (DataParallel broadcasts rank 0's weights).
+  sync_ptr = make_sync(model.ptr());
   if (isRank0()) {
     LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, "
               << mo.num_classes << " classes; " << at::get_num_threads() << " compute threads";
@@ -176,7 +184,7 @@ EvalPoint Trainer::State::evaluate(double epoch_pos) {
     count += static_cast<double>(b->labels.numel());
   }
   at::Tensor sums = at::tensor({c1, c5, loss_sum, count}, at::kDouble);
-  sync.allreduceSum(sums);
+  sync().allreduceSum(sums);
   model->train();
   EvalPoint e;
   e.step = pos.step;
@@ -220,7 +228,7 @@ Report Trainer::run() {
   State& s = *s_;
   const Config& cfg = s.cfg;
   // Set the thread count explicitly: Debian's LibTorch starts with one OpenMP thread.
-  const int local = std::max(1, s.sync.world().local_size);
+  const int local = std::max(1, s.world_info.local_size);
   const int threads = cfg.threads > 0 ? cfg.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   at::set_num_threads(threads);
@@ -287,11 +295,12 @@ Report Trainer::run() {
       const auto t0 = Clock::now();
       double loss_value = 0;
       if (batch->labels.numel() > 0) {
+        s.sync().beforeForward();
         const torch::Tensor logits = s.model->forward(batch->images);
         const torch::Tensor loss = F::cross_entropy(logits, batch->labels, loss_opts);
         s.optimizer->zero_grad();
         loss.backward();
-        if (s.sync.finishBackward()) s.optimizer->step();
+        if (s.sync().finishBackward()) s.optimizer->step();
         loss_value = loss.item<double>();
       }
       const auto t1 = Clock::now();
@@ -349,7 +358,7 @@ Report Trainer::run() {
   r.total_s = s.now();
   r.skipped_files = s.skips->count();
   r.ignored_files = s.ignored_files;
-  r.exposed_comm_s = s.sync.exposedCommSeconds();
+  r.exposed_comm_s = s.sync().exposedCommSeconds();
   return r;
 }
 

@@ -7,19 +7,32 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include "app/config.h"
 #include "app/report.h"
 #include "comm/gradient_sync.h"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace aiacc::app {
+
+// Makes the GradientSync for the model once it exists: LocalSync for one process,
+// comm::DataParallel for many.
+using SyncFactory =
+    std::function<std::unique_ptr<comm::GradientSync>(std::shared_ptr<torch::nn::Module>)>;
+
+// The single-process factory.
+SyncFactory localSync();
 
 class Trainer {
  public:
   using Clock = std::chrono::steady_clock;
   // start: when the process started, so time to target includes initialization.
-  Trainer(Config config, comm::GradientSync& sync, Clock::time_point start);
+  Trainer(Config config, comm::WorldInfo world, SyncFactory make_sync, Clock::time_point start);
   ~Trainer();
   Report run();
 

@@ -23,6 +23,8 @@ class GradientSync {
  public:
   virtual ~GradientSync() = default;
   virtual const WorldInfo& world() const = 0;
+  // Called before each training forward (DataParallel: BN buffers from rank 0).
+  virtual void beforeForward() {}
   // Called after loss.backward(). Returns false when every rank must skip this optimizer step
   // (e.g. a non-finite reduced gradient); the gradients are then undefined.
   virtual bool finishBackward() = 0;

@@ -100,8 +100,9 @@ void ImageLoader::workerLoop() {
 at::Tensor ImageLoader::takeBuffer(at::IntArrayRef shape) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& t : pool_) {
-    // use_count 1: no batch handed out still views this storage.
-    if (t.storage().use_count() == 1 && t.sizes() == shape) return t;
+    // Free when the pool holds the only handle to the tensor (use_count) and no view of it
+    // exists either (a view is another TensorImpl on the same storage).
+    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.sizes() == shape) return t;
   }
   // Bounded: at most the batches that can be alive at once (in flight + held by the consumer).
   if (pool_.size() > static_cast<size_t>(opt_.prefetch + opt_.workers + 2)) {
@@ -180,9 +181,9 @@ std::optional<Batch> ImageLoader::next() {
 }
 
 SyntheticSource::SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last,
-                                 uint64_t seed, int rank, int world)
+                                 uint64_t seed, int rank, int world, bool drop_last)
     : images_(images_per_epoch), classes_(classes), channels_last_(channels_last), seed_(seed),
-      rank_(rank), world_(world) {
+      rank_(rank), world_(world), drop_last_(drop_last) {
   AIACC_CHECK_INPUT(classes_ >= 2, "synthetic data needs at least 2 classes");
 }
 
@@ -194,7 +195,8 @@ int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
     if (channels_last_) batch_.images = batch_.images.contiguous(at::MemoryFormat::ChannelsLast);
     batch_.labels = at::randint(0, classes_, {B}, gen, at::kLong);
   }
-  num_batches_ = batchCount(shardSize(), B, /*drop_last=*/true);
+  num_batches_ = batchCount(shardSize(), B, drop_last_);
+  batch_size_ = B;
   served_ = 0;
   return num_batches_;
 }
@@ -202,6 +204,11 @@ int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
 std::optional<Batch> SyntheticSource::next() {
   if (served_ >= num_batches_) return std::nullopt;
   Batch b = batch_;
+  const int64_t left = shardSize() - served_ * batch_size_;
+  if (left < batch_size_) {  // partial last batch (evaluation only)
+    b.images = b.images.narrow(0, 0, left);
+    b.labels = b.labels.narrow(0, 0, left);
+  }
   b.index = served_++;
   return b;
 }

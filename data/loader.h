@@ -125,8 +125,9 @@ class ImageLoader : public BatchSource {
 // without I/O (--data synthetic).
 class SyntheticSource : public BatchSource {
  public:
+  // drop_last: training (full batches only); otherwise the last batch is partial (evaluation).
   SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last, uint64_t seed,
-                  int rank, int world);
+                  int rank, int world, bool drop_last = true);
   int64_t startEpoch(const EpochSpec& spec) override;
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return classes_; }
@@ -137,7 +138,8 @@ class SyntheticSource : public BatchSource {
   bool channels_last_;
   uint64_t seed_;
   int rank_, world_;
-  int64_t num_batches_ = 0, served_ = 0;
+  bool drop_last_;
+  int64_t num_batches_ = 0, served_ = 0, batch_size_ = 0;
   Batch batch_;
 };
 

@@ -12,7 +12,7 @@ PKGS=(
   libgflags-dev libgoogle-glog-dev
   libgtest-dev googletest
   python3 python3-torch python3-torchvision python3-numpy python3-pil  # golden tests, reference peers
-  iproute2
+  iproute2 procps
 )
 
 SUDO=""

@@ -56,8 +56,7 @@ TEST_F(TrainE2E, LearnsWellAboveChanceAndReports) {
   Config c = smallConfig();
   c.metrics_file = *dir_ / "metrics.jsonl";
   c.target_top1 = 100.1;  // not reachable: the run goes all 3 epochs
-  comm::LocalSync sync;
-  Report r = Trainer(c, sync, Trainer::Clock::now()).run();
+    Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
   EXPECT_EQ(r.evals.size(), 3u);
   EXPECT_EQ(r.steps, 3 * (320 / 16));
   EXPECT_EQ(r.images_seen, 3 * 320);
@@ -85,8 +84,7 @@ TEST_F(TrainE2E, StopsAtTargetAndTimesIt) {
   Config c = smallConfig();
   c.target_top5 = 90;  // reached before the end
   c.eval_every = 10;
-  comm::LocalSync sync;
-  Report r = Trainer(c, sync, Trainer::Clock::now()).run();
+    Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
   ASSERT_TRUE(r.target_reached);
   EXPECT_GE(r.evals.back().top5, 90);
   EXPECT_DOUBLE_EQ(r.time_to_target_s, r.evals.back().seconds);
@@ -99,17 +97,16 @@ TEST_F(TrainE2E, ResumeContinuesExactlyWhereItStopped) {
   Config straight = smallConfig();
   straight.epochs = 2;
   straight.stages = {Stage{0, 24, 16, 0.35}};
-  comm::LocalSync sync;
-  Report full = Trainer(straight, sync, Trainer::Clock::now()).run();
+    Report full = Trainer(straight, {}, localSync(), Trainer::Clock::now()).run();
 
   Config first = straight;
   first.checkpoint_dir = ck.path();
   first.max_steps = 20;  // exactly one epoch
-  Report half = Trainer(first, sync, Trainer::Clock::now()).run();
+  Report half = Trainer(first, {}, localSync(), Trainer::Clock::now()).run();
   ASSERT_EQ(half.steps, 20);
   Config second = straight;
   second.resume = ck / "last.ckpt";
-  Report rest = Trainer(second, sync, Trainer::Clock::now()).run();
+  Report rest = Trainer(second, {}, localSync(), Trainer::Clock::now()).run();
   EXPECT_EQ(rest.steps, 40);
   EXPECT_EQ(rest.images_seen, full.images_seen);
   ASSERT_EQ(rest.evals.size(), 1u);
@@ -157,6 +154,46 @@ TEST(Cli, BadInputIsOneClearLine) {
                                d.path() + "/broken.ckpt");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("cannot read checkpoint"), std::string::npos) << out;
+}
+
+// Real processes: the launcher starts two workers that rendezvous over TCP and train together.
+TEST(Launcher, TwoProcessesTrainTogether) {
+  test::TempDir d;
+  auto [rc, out] = runTrain("--nproc 2 --master 127.0.0.1:29641 --data synthetic --arch resnet18 "
+                            "--synthetic-classes 4 --synthetic-images 128 --batch-size 8 --image-size 32 "
+                            "--epochs 1 --warmup-epochs 0 --max-steps 4 --threads 1 --report-file " +
+                            d.path() + "/r.json");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("(2 processes)"), std::string::npos) << out;
+  std::ifstream f(d / "r.json");
+  std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"world_size\": 2"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"images_seen\": 64"), std::string::npos) << json;  // 4 steps x 8 x 2 ranks
+}
+
+// A worker killed mid-run ends the job: the launcher names the rank and the signal, stops the
+// other worker and exits non-zero; nothing is left running.
+TEST(Launcher, KilledWorkerEndsTheJobWithoutOrphans) {
+  test::TempDir d;
+  const std::string marker = d.path() + "/metrics.jsonl";
+  const std::string script =
+      std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:29643 --data synthetic "
+      "--arch resnet18 --synthetic-classes 4 --synthetic-images 100000 --batch-size 4 --image-size 32 "
+      "--epochs 1 --warmup-epochs 0 --threads 1 --comm-timeout 20 --metrics-file " + marker +
+      " > " + d.path() + "/log 2>&1 & L=$!; "
+      "for i in $(seq 100); do [ -s " + marker + " ] && break; sleep 0.2; done; "
+      "C=$(pgrep -P $L | head -1); kill -9 $C; wait $L; echo rc=$?; sleep 1; "
+      "pgrep -f -- '" + marker + "' >/dev/null && echo orphans || echo clean; cat " + d.path() + "/log";
+  test::writeText(d / "kill.sh", script + "\n");
+  FILE* p = ::popen(("bash " + d.path() + "/kill.sh").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("clean"), std::string::npos) << out;
+  EXPECT_NE(out.find("was killed by signal 9"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -83,6 +83,29 @@ TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
                a[0].images.equal(c[0].images));
 }
 
+// Batch buffers are recycled, but never while a consumer still holds the batch.
+TEST_F(LoaderTest, HeldBatchesAreNeverOverwritten) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.workers = 2;
+  o.prefetch = 2;
+  ImageLoader ld(l.train, o, nullptr);
+  std::vector<Batch> held;
+  std::vector<at::Tensor> copies;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    ld.startEpoch(EpochSpec{epoch, 16, 1, 0.3});  // 24 batches: many more than the pool
+    while (auto b = ld.next()) {
+      copies.push_back(b->images.clone());
+      held.push_back(*b);
+      if (held.size() % 5 == 0) held.erase(held.begin());  // release some: they get recycled
+    }
+  }
+  const size_t first = copies.size() - held.size();
+  for (size_t i = 0; i < held.size(); ++i) {
+    EXPECT_TRUE(held[i].images.equal(copies[first + i])) << "held batch " << i << " was overwritten";
+  }
+}
+
 TEST_F(LoaderTest, ShardsSplitTheEpochAcrossRanks) {
   ImageNetLayout l = scanImageNet(root());
   LoaderOptions o;

@@ -1,0 +1,38 @@
+// Multi-process launch: `aiacc_train --nproc N` (CPU workers) or `--gpus N` starts one worker
+// process per slot, re-executing this binary with the rank in its environment:
+//   AIACC_RANK, AIACC_WORLD_SIZE, AIACC_LOCAL_RANK, AIACC_LOCAL_SIZE, AIACC_MASTER (host:port).
+// Multi-node: --nnodes M --node-rank K --master host:port on every node; rank = K * N + local.
+// mpirun / srun launches work too: their rank variables (OMPI_COMM_WORLD_*, PMI_*, SLURM_*) are
+// read when AIACC_RANK is absent.
+//
+// A worker that dies (signal or non-zero exit) ends the job: the launcher stops the others
+// (SIGTERM, then SIGKILL after a grace period), says which rank died and how, and exits non-zero.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/gradient_sync.h"
+
+namespace aiacc::app {
+
+struct LaunchSpec {
+  int nproc = 1;   // workers on this node
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master = "127.0.0.1:29500";
+};
+
+// Runs `args` (argv of the worker command) as spec.nproc children and supervises them.
+// Returns the exit code for the launcher: 0 when every worker exited 0.
+int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args);
+
+// This process's place in the job, from AIACC_* (or MPI/Slurm) variables; nullopt when the
+// process was not started as a worker.
+std::optional<comm::WorldInfo> worldFromEnvironment();
+
+// AIACC_MASTER (host:port) split; throws InputError when malformed.
+std::pair<std::string, int> parseHostPort(const std::string& s);
+
+}  // namespace aiacc::app

@@ -1,0 +1,243 @@
+#include "comm/data_parallel.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <chrono>
+
+namespace aiacc::comm {
+namespace {
+
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+}  // namespace
+
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
+                           std::shared_ptr<Transport> transport, const WorldInfo& world,
+                           const DataParallelOptions& options)
+    : module_(std::move(module)), transport_(std::move(transport)), world_(world), opt_(options) {
+  AIACC_CHECK(transport_->size() == world_.world && transport_->rank() == world_.rank,
+              "transport is rank ", transport_->rank(), "/", transport_->size(), ", world says ",
+              world_.rank, "/", world_.world);
+  for (const auto& p : module_->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    params_.push_back(p.value());
+    ParamInfo info;
+    info.name = p.key();
+    info.shape = p.value().sizes().vec();
+    info.dtype = static_cast<int>(p.value().scalar_type());
+    info.numel = p.value().numel();
+    info.element_size = static_cast<int64_t>(p.value().element_size());
+    infos_.push_back(info);
+  }
+  AIACC_CHECK_INPUT(!params_.empty(), "DataParallel: the module has no trainable parameters");
+  const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
+  plan_ = planBuckets(infos_, reverseOrder(infos_.size()), mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
+  verifyFingerprints();
+  broadcastState(/*parameters=*/true, /*buffers=*/true);
+  buildBuckets(plan_);
+  ready_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { onGradReady(i); })));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+DataParallel::~DataParallel() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  for (auto& w : works_) {
+    try {
+      w->wait();
+    } catch (...) {
+    }
+  }
+}
+
+void DataParallel::verifyFingerprints() {
+  const int W = world_.world;
+  // 1. Parameter counts: a different count is reported before per-parameter comparison.
+  at::Tensor count = at::full({1}, static_cast<int64_t>(infos_.size()), at::kLong);
+  at::Tensor counts = at::empty({W}, at::kLong);
+  transport_->allgather(count, counts, opt_.channel)->wait();
+  for (int r = 0; r < W; ++r) {
+    if (counts[r].item<int64_t>() != static_cast<int64_t>(infos_.size())) {
+      AIACC_THROW(CommError, "model mismatch: rank ", r, " has ", counts[r].item<int64_t>(),
+                  " trainable parameters, rank ", world_.rank, " has ", infos_.size());
+    }
+  }
+  // 2. Per-parameter fingerprints plus the plan's: the first difference is named.
+  const size_t n = infos_.size();
+  at::Tensor mine = at::empty({static_cast<int64_t>(n + 1)}, at::kLong);
+  for (size_t i = 0; i < n; ++i) mine[static_cast<int64_t>(i)] = static_cast<int64_t>(paramFingerprint(infos_[i]));
+  mine[static_cast<int64_t>(n)] = static_cast<int64_t>(planFingerprint(infos_, plan_));
+  at::Tensor all = at::empty({W, static_cast<int64_t>(n + 1)}, at::kLong);
+  transport_->allgather(mine, all, opt_.channel)->wait();
+  for (int r = 0; r < W; ++r) {
+    for (size_t i = 0; i <= n; ++i) {
+      if (all[r][static_cast<int64_t>(i)].item<int64_t>() == mine[static_cast<int64_t>(i)].item<int64_t>()) continue;
+      if (i == n) {
+        AIACC_THROW(CommError, "bucket plan mismatch between rank ", world_.rank, " and rank ", r,
+                    " (different --bucket-mb?)");
+      }
+      std::string shape;
+      for (int64_t d : infos_[i].shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+      AIACC_THROW(CommError, "model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape,
+                  " on rank ", world_.rank, ") differs on rank ", r,
+                  " (same --arch and number of classes on every rank?)");
+    }
+  }
+}
+
+void DataParallel::broadcastState(bool parameters, bool buffers) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  if (parameters) {
+    for (const auto& p : module_->parameters()) tensors.push_back(p);
+  }
+  if (buffers) {
+    for (const auto& b : module_->buffers()) tensors.push_back(b);
+  }
+  // Coalesce by dtype: one broadcast per dtype instead of one per tensor.
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
+  for (auto& t : tensors) by_type[t.scalar_type()].push_back(t);
+  for (auto& [type, list] : by_type) {
+    std::vector<at::Tensor> flat;
+    for (auto& t : list) flat.push_back(t.reshape(-1));
+    at::Tensor buf = at::cat(flat);
+    transport_->broadcast(buf, 0, opt_.channel)->wait();
+    int64_t off = 0;
+    for (auto& t : list) {
+      t.copy_(buf.narrow(0, off, t.numel()).view_as(t));
+      off += t.numel();
+    }
+  }
+}
+
+void DataParallel::buildBuckets(const BucketPlan& plan) {
+  buffers_.clear();
+  bucket_of_.assign(params_.size(), 0);
+  offset_of_.assign(params_.size(), 0);
+  pending_.assign(plan.buckets.size(), 0);
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    int64_t numel = 0;
+    for (size_t i : plan.buckets[b]) {
+      bucket_of_[i] = b;
+      offset_of_[i] = numel;
+      numel += params_[i].numel();
+    }
+    buffers_.push_back(at::zeros({numel}, params_[plan.buckets[b].front()].options()));
+    pending_[b] = static_cast<int>(plan.buckets[b].size());
+  }
+  next_launch_ = 0;
+}
+
+void DataParallel::beforeForward() {
+  if (opt_.broadcast_buffers && world_.world > 1) broadcastState(false, true);
+}
+
+void DataParallel::onGradReady(size_t i) {
+  if (!sync_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ready_[i]) return;  // a parameter used twice: its accumulator fires twice
+  ready_[i] = 1;
+  if (steps_ == 0) arrival_.push_back(i);
+  const size_t b = bucket_of_[i];
+  if (--pending_[b] == 0) {
+    while (next_launch_ < pending_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
+  }
+}
+
+// Copies the bucket's gradients in (zeros where a parameter has none), averages, launches.
+void DataParallel::launch(size_t b) {
+  at::NoGradGuard no_grad;
+  at::Tensor& buf = buffers_[b];
+  for (size_t i : plan_.buckets[b]) {
+    at::Tensor slot = buf.narrow(0, offset_of_[i], params_[i].numel());
+    const at::Tensor& g = params_[i].grad();
+    if (g.defined()) {
+      slot.copy_(g.reshape(-1));
+    } else {
+      slot.zero_();
+    }
+  }
+  buf.div_(world_.world);
+  works_.push_back(transport_->allreduce(buf, ReduceOp::kSum, opt_.channel));
+}
+
+bool DataParallel::finishBackward() {
+  if (!sync_) return true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Buckets with parameters that got no gradient this step are launched now, still in order.
+    while (next_launch_ < pending_.size()) launch(next_launch_++);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& w : works_) w->wait();
+  exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  works_.clear();
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor avg = buffers_[bucket_of_[i]].narrow(0, offset_of_[i], params_[i].numel()).view_as(params_[i]);
+    if (params_[i].grad().defined()) {
+      params_[i].mutable_grad().copy_(avg);
+    } else {
+      params_[i].mutable_grad() = avg.clone();
+    }
+  }
+  const bool rebuild = steps_ == 0 && opt_.rebuild_after_first_step;
+  ++steps_;
+  if (rebuild) {
+    rebuildFromArrivalOrder();
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = static_cast<int>(plan_.buckets[b].size());
+    std::fill(ready_.begin(), ready_.end(), 0);
+    next_launch_ = 0;
+  }
+  return true;
+}
+
+// Rank 0's arrival order (parameters that never arrived go last, in reverse registration order)
+// is broadcast, and every rank rebuilds the same plan from it.
+void DataParallel::rebuildFromArrivalOrder() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<char> seen(params_.size(), 0);
+  std::vector<int64_t> order;
+  for (size_t i : arrival_) {
+    order.push_back(static_cast<int64_t>(i));
+    seen[i] = 1;
+  }
+  for (size_t i : reverseOrder(params_.size())) {
+    if (!seen[i]) order.push_back(static_cast<int64_t>(i));
+  }
+  at::Tensor t = at::tensor(order, at::kLong);
+  transport_->broadcast(t, 0, opt_.channel)->wait();
+  std::vector<size_t> agreed(params_.size());
+  for (size_t k = 0; k < agreed.size(); ++k) agreed[k] = static_cast<size_t>(t[static_cast<int64_t>(k)].item<int64_t>());
+  const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
+  plan_ = planBuckets(infos_, agreed, mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
+  buildBuckets(plan_);
+  std::fill(ready_.begin(), ready_.end(), 0);
+  arrival_.clear();
+}
+
+void DataParallel::allreduceSum(at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  transport_->allreduce(c, ReduceOp::kSum, opt_.channel)->wait();
+  if (!c.is_same(t)) t.copy_(c);
+}
+
+}  // namespace aiacc::comm

@@ -1,0 +1,104 @@
+// DataParallel: LibTorch's missing DistributedDataParallel. Wrapping a model takes two lines:
+//
+//   auto transport = std::make_shared<comm::GlooTransport>(store, gloo_options);
+//   comm::DataParallel dp(model, transport, world_info);   // broadcasts rank 0's weights
+//   ... dp.beforeForward(); loss = f(model(x)); loss.backward(); dp.finishBackward(); opt.step();
+//
+// How it works (see ../shared/docs/design.md):
+//   - A post-hook on each parameter's gradient accumulator fires as backward produces the
+//     gradient. The parameter's gradient is copied into its bucket; when a bucket is full, it is
+//     averaged (divided by world size) and its allreduce is launched, strictly in plan order,
+//     while backward goes on (overlap). finishBackward() launches whatever is left (parameters
+//     without a gradient contribute zeros), waits, and writes averaged gradients back into .grad,
+//     so any optimizer works unchanged.
+//   - The bucket plan is a pure function of the parameter list (comm/bucket_plan.h); after the
+//     first step it is rebuilt once from the order gradients actually arrived on rank 0,
+//     broadcast so that every rank rebuilds identically.
+//   - Decentralized negotiation: at construction every rank checks a fingerprint of the plan
+//     (names, shapes, dtypes, bucket boundaries) against everyone else's with one allgather; a
+//     mismatch is a CommError naming the rank and the first differing parameter. No rank
+//     coordinates the steps.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "comm/bucket_plan.h"
+#include "comm/gradient_sync.h"
+#include "comm/transport.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace aiacc::comm {
+
+struct DataParallelOptions {
+  double bucket_mb = 25;        // cap of a fused bucket
+  double first_bucket_mb = 1;   // small first bucket: communication starts early in backward
+  bool broadcast_buffers = true;  // BN running stats: rank 0's, broadcast before each forward
+  bool rebuild_after_first_step = true;
+  int channel = 0;
+};
+
+class DataParallel : public GradientSync {
+ public:
+  DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport,
+               const WorldInfo& world, const DataParallelOptions& options = {});
+  ~DataParallel() override;
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  const WorldInfo& world() const override { return world_; }
+  void beforeForward() override;
+  bool finishBackward() override;
+  void allreduceSum(at::Tensor& t) override;
+  double exposedCommSeconds() const override { return exposed_s_; }
+
+  // Gradient accumulation: while sync is off, backward only accumulates into .grad locally
+  // (no communication); the first backward with sync on reduces the accumulated sum.
+  void setSync(bool on) { sync_ = on; }
+
+  const BucketPlan& plan() const { return plan_; }
+  const std::vector<ParamInfo>& params() const { return infos_; }
+
+ private:
+  void buildBuckets(const BucketPlan& plan);
+  void verifyFingerprints();
+  void broadcastState(bool parameters, bool buffers);
+  void onGradReady(size_t param);  // autograd thread
+  void launch(size_t bucket);
+  void rebuildFromArrivalOrder();
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<Transport> transport_;
+  WorldInfo world_;
+  DataParallelOptions opt_;
+
+  std::vector<at::Tensor> params_;
+  std::vector<ParamInfo> infos_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps hooks alive
+  std::vector<uintptr_t> hook_keys_;
+
+  BucketPlan plan_;
+  std::vector<at::Tensor> buffers_;          // one flat buffer per bucket
+  std::vector<size_t> bucket_of_;            // param -> bucket
+  std::vector<int64_t> offset_of_;           // param -> offset in its bucket buffer
+
+  // Per-step state, touched by the autograd thread (hooks) and the training thread.
+  std::mutex mu_;
+  std::vector<int> pending_;                 // per bucket: parameters still without gradient
+  std::vector<char> ready_;                  // per param
+  size_t next_launch_ = 0;
+  std::vector<std::shared_ptr<Work>> works_;
+  std::vector<size_t> arrival_;              // first step: order gradients arrived
+  int64_t steps_ = 0;
+  std::atomic<bool> sync_{true};
+  double exposed_s_ = 0;
+};
+
+}  // namespace aiacc::comm

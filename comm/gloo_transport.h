@@ -1,0 +1,48 @@
+// GlooTransport: CPU collectives over TCP with Gloo, one Gloo context and one worker thread per
+// channel. Contexts meet through a c10d store (rendezvous), each under its own key prefix.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace aiacc::comm {
+
+struct GlooOptions {
+  int rank = 0;
+  int world = 1;
+  int channels = 1;
+  std::string bind_host = "127.0.0.1";  // address this rank listens on (reachable by peers)
+  std::chrono::milliseconds timeout{60000};  // every collective and the connection phase
+  std::string name = "gloo";  // key prefix in the store: distinct communicators, distinct names
+};
+
+class GlooTransport : public Transport {
+ public:
+  // Connects every channel (full mesh). Blocks until all ranks joined or the timeout expired.
+  GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options);
+  ~GlooTransport() override;
+
+  int rank() const override { return opt_.rank; }
+  int size() const override { return opt_.world; }
+  int channels() const override { return static_cast<int>(channels_.size()); }
+
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int channel) override;
+  std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel) override;
+  std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel) override;
+  std::shared_ptr<Work> reduceScatter(at::Tensor in, at::Tensor out, int channel) override;
+
+ private:
+  class Channel;
+  Channel& channel(int c);
+  GlooOptions opt_;
+  c10::intrusive_ptr<c10d::Store> store_;  // kept: rank 0 hosts it for the others
+  std::vector<std::unique_ptr<Channel>> channels_;
+};
+
+}  // namespace aiacc::comm

@@ -1,0 +1,33 @@
+// Rendezvous: the key-value store ranks meet through, LibTorch's c10d TCPStore (hosted by rank
+// 0) for processes, or one shared in-memory HashStore for ranks as threads in tests. All keys of
+// a job are namespaced under a prefix, so several communicators can share one store.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace aiacc::comm {
+
+struct StoreOptions {
+  std::string host = "127.0.0.1";  // rank 0's address (the server binds all interfaces)
+  int port = 29500;
+  int rank = 0;
+  int world = 1;
+  std::chrono::milliseconds timeout{60000};
+  std::string prefix = "aiacc";
+};
+
+// Rank 0 hosts the server; everyone connects. A port already in use is a CommError naming it.
+c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o);
+
+// An in-memory store for ranks as threads of one process.
+c10::intrusive_ptr<c10d::Store> makeHashStore();
+
+// Waits for keys, turning a timeout into a CommError that names what was awaited and which
+// ranks have not published their "<what>/<rank>" key.
+void waitForRanks(c10d::Store& store, const std::string& what, int world,
+                  std::chrono::milliseconds timeout);
+
+}  // namespace aiacc::comm

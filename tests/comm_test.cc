@@ -1,0 +1,298 @@
+// comm/: Gloo transport collectives and DataParallel, with ranks as threads sharing one
+// in-memory store (real Gloo over TCP on loopback between the threads).
+#include <gtest/gtest.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+
+#include <functional>
+#include <thread>
+
+#include "comm/data_parallel.h"
+#include "comm/gloo_transport.h"
+#include "comm/store.h"
+
+namespace aiacc::comm {
+namespace {
+
+// Runs fn(rank, transport) on `world` threads; returns each rank's error message ("" if none).
+std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
+                                  int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto store = makeHashStore();
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        GlooOptions o;
+        o.rank = r;
+        o.world = world;
+        o.channels = channels;
+        o.timeout = timeout;
+        auto t = std::make_shared<GlooTransport>(store, o);
+        fn(r, t);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void expectNoErrors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(Gloo, CollectivesMatchClosedForm) {
+  const int W = 3;
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    // allreduce: sum over ranks of (r+1) * (i+1) = 6 * (i+1), on both channels at once.
+    at::Tensor a = at::arange(1, 1001, at::kFloat) * (r + 1);
+    at::Tensor b = at::full({17}, static_cast<double>(r), at::kDouble);
+    auto wa = t->allreduce(a, ReduceOp::kSum, 0);
+    auto wb = t->allreduce(b, ReduceOp::kSum, 1);
+    wa->wait();
+    wb->wait();
+    ASSERT_TRUE(a.equal(at::arange(1, 1001, at::kFloat) * 6));
+    ASSERT_TRUE(b.equal(at::full({17}, 3.0, at::kDouble)));
+    // bitwise or of one-hot masks.
+    at::Tensor m = at::zeros({4}, at::kByte);
+    m[r] = 1 << r;
+    t->allreduce(m, ReduceOp::kBitwiseOr, 0)->wait();
+    ASSERT_EQ(m.sum().item<int64_t>(), 1 + 2 + 4);
+    // broadcast from rank 2.
+    at::Tensor c = at::full({5}, static_cast<double>(r), at::kFloat);
+    t->broadcast(c, 2, 0)->wait();
+    ASSERT_TRUE(c.equal(at::full({5}, 2.0, at::kFloat)));
+    // allgather in rank order.
+    at::Tensor in = at::full({2}, static_cast<int64_t>(10 * r), at::kLong), out = at::empty({2 * W}, at::kLong);
+    t->allgather(in, out, 1)->wait();
+    ASSERT_TRUE(out.equal(at::tensor({0, 0, 10, 10, 20, 20}, at::kLong)));
+    // reduce-scatter: each rank gets its third of the sum.
+    at::Tensor rs_in = at::arange(0, 9, at::kFloat), rs_out = at::empty({3}, at::kFloat);
+    t->reduceScatter(rs_in, rs_out, 0)->wait();
+    ASSERT_TRUE(rs_out.equal(at::arange(3 * r, 3 * r + 3, at::kFloat) * W));
+  }, /*channels=*/2));
+}
+
+// A small convolutional net without BatchNorm: per-rank batch statistics would make the
+// N-rank gradient differ from the single-process one by design.
+struct NetImpl : torch::nn::Module {
+  explicit NetImpl(int hidden = 8) {
+    c1 = register_module("c1", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, hidden, 3).padding(1)));
+    c2 = register_module("c2", torch::nn::Conv2d(torch::nn::Conv2dOptions(hidden, 16, 3).stride(2)));
+    fc = register_module("fc", torch::nn::Linear(16, 5));
+    unused = register_module("unused", torch::nn::Linear(4, 4));
+  }
+  torch::Tensor forward(torch::Tensor x, bool use_extra = false) {
+    x = torch::relu(c2(torch::relu(c1(x))));
+    x = fc(x.mean({2, 3}));
+    if (use_extra) x = x * unused(torch::ones({1, 4})).sum();  // (a shift would have zero gradient)
+    return x;
+  }
+  torch::nn::Conv2d c1{nullptr}, c2{nullptr};
+  torch::nn::Linear fc{nullptr}, unused{nullptr};
+};
+TORCH_MODULE(Net);
+
+at::Tensor inputs(int n, uint64_t seed) {
+  return at::randn({n, 3, 12, 12}, at::detail::createCPUGenerator(seed), at::kFloat);
+}
+at::Tensor targets(int n, uint64_t seed) {
+  return at::randint(0, 5, {n}, at::detail::createCPUGenerator(seed), at::kLong);
+}
+
+struct Caps {
+  double first_mb, mb;
+  const char* name;
+};
+
+class Equivalence : public ::testing::TestWithParam<Caps> {};
+
+// After one backward on N ranks with batch b each, every rank's averaged gradient equals the
+// single-process gradient on the N*b concatenated batch.
+TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
+  const int W = 3, b = 4;
+  const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
+  torch::manual_seed(7);
+  Net ref;
+  torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
+  std::vector<std::vector<at::Tensor>> grads(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    torch::manual_seed(100 + r);  // different init: DataParallel must broadcast rank 0's... 
+    Net net;
+    if (r == 0) {  // ...which is the reference's
+      at::NoGradGuard g;
+      auto src = ref->parameters(), dst = net->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    }
+    DataParallelOptions o;
+    o.first_bucket_mb = GetParam().first_mb;
+    o.bucket_mb = GetParam().mb;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
+    torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
+    dp.finishBackward();
+    for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  }));
+  auto rp = ref->named_parameters();
+  for (int r = 0; r < W; ++r) {
+    ASSERT_EQ(grads[r].size(), rp.size());
+    for (size_t i = 0; i < rp.size(); ++i) {
+      const at::Tensor want = rp[i].value().grad().defined() ? rp[i].value().grad() : at::zeros_like(rp[i].value());
+      EXPECT_TRUE(at::allclose(grads[r][i], want, 1e-5, 1e-7))
+          << GetParam().name << " rank " << r << " " << rp[i].key() << " max diff "
+          << (grads[r][i] - want).abs().max().item<float>();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(BucketCaps, Equivalence,
+                         ::testing::Values(Caps{1e-9, 1e-9, "one_param_per_bucket"},
+                                           Caps{1, 25, "default"}, Caps{1000, 1000, "one_bucket"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// 20 SGD steps on N ranks leave identical parameters everywhere, equal to a single-process run
+// on the concatenated batches.
+TEST(DataParallel, TwentyStepsMatchSingleProcess) {
+  const int W = 2, b = 3, steps = 20;
+  torch::manual_seed(3);
+  Net ref;
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int s = 0; s < steps; ++s) {
+    ref_opt.zero_grad();
+    torch::nn::functional::cross_entropy(ref->forward(inputs(W * b, 10 + s)), targets(W * b, 50 + s)).backward();
+    ref_opt.step();
+  }
+  std::vector<std::vector<at::Tensor>> finals(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    torch::manual_seed(3);
+    Net net;
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W});
+    for (int s = 0; s < steps; ++s) {
+      opt.zero_grad();
+      dp.beforeForward();
+      torch::nn::functional::cross_entropy(net->forward(inputs(W * b, 10 + s).narrow(0, r * b, b)),
+                                           targets(W * b, 50 + s).narrow(0, r * b, b))
+          .backward();
+      ASSERT_TRUE(dp.finishBackward());
+      opt.step();
+    }
+    for (auto& p : net->parameters()) finals[r].push_back(p.detach().clone());
+  }));
+  auto rp = ref->parameters();
+  for (size_t i = 0; i < rp.size(); ++i) {
+    EXPECT_TRUE(finals[0][i].equal(finals[1][i])) << "ranks diverged at parameter " << i;
+    EXPECT_TRUE(at::allclose(finals[0][i], rp[i], 1e-4, 1e-6)) << "parameter " << i;
+  }
+}
+
+TEST(DataParallel, ModelMismatchIsNamedNotHung) {
+  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    Net net(r == 0 ? 8 : 6);  // rank 1 has a different c1
+    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
+  }, 1, std::chrono::seconds(10));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("model mismatch: parameter #0 ('c1.weight'"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
+  std::vector<at::Tensor> unused_grad(2);
+  expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    torch::manual_seed(1);
+    Net net;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
+    for (int s = 0; s < 3; ++s) {
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      // Only rank 0 uses the extra layer, on even steps.
+      auto out = net->forward(inputs(2, s), /*use_extra=*/r == 0 && s % 2 == 0);
+      torch::nn::functional::cross_entropy(out, targets(2, s)).backward();
+      dp.finishBackward();
+    }
+    unused_grad[r] = net->unused->weight.grad().clone();
+  }, 1, std::chrono::seconds(20)));
+  // Last step (s = 2): rank 0 used it, rank 1 did not: both hold rank 0's gradient / 2.
+  EXPECT_TRUE(unused_grad[0].equal(unused_grad[1]));
+  EXPECT_GT(unused_grad[0].abs().sum().item<float>(), 0.0f);
+}
+
+TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
+  const int W = 2, b = 2, micro = 3;
+  const at::Tensor x = inputs(W * b * micro, 5), y = targets(W * b * micro, 6);
+  torch::manual_seed(9);
+  Net ref;
+  // Mean over micro-batches of per-micro-batch means == mean over the whole batch (equal sizes).
+  for (int m = 0; m < micro; ++m) {
+    for (int r = 0; r < W; ++r) {
+      const int64_t off = (m * W + r) * b;
+      (torch::nn::functional::cross_entropy(ref->forward(x.narrow(0, off, b)), y.narrow(0, off, b)) /
+       (micro * W)).backward();
+    }
+  }
+  std::vector<std::vector<at::Tensor>> grads(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    torch::manual_seed(9);
+    Net net;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W});
+    for (int m = 0; m < micro; ++m) {
+      dp.setSync(m == micro - 1);  // communicate only on the last micro-batch
+      const int64_t off = (m * W + r) * b;
+      (torch::nn::functional::cross_entropy(net->forward(x.narrow(0, off, b)), y.narrow(0, off, b)) / micro).backward();
+    }
+    dp.finishBackward();
+    for (auto& p : net->parameters()) grads[r].push_back(p.grad().clone());
+  }));
+  auto rp = ref->parameters();
+  for (int r = 0; r < W; ++r) {
+    for (size_t i = 0; i < rp.size() - 2; ++i) {  // the unused layer has no gradient
+      EXPECT_TRUE(at::allclose(grads[r][i], rp[i].grad(), 1e-5, 1e-7)) << "rank " << r << " param " << i;
+    }
+  }
+}
+
+TEST(DataParallel, DeadRankFailsTheOthersWithinTheTimeout) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    torch::manual_seed(1);
+    Net net;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
+    if (r == 1) throw std::runtime_error("rank 1 dies before its first step");
+    torch::nn::functional::cross_entropy(net->forward(inputs(2, 0)), targets(2, 0)).backward();
+    dp.finishBackward();
+  }, 1, std::chrono::seconds(3));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(errors[0].find("collective failed on rank 0"), std::string::npos) << errors[0];
+  EXPECT_LT(s, 30.0) << "no hang";
+}
+
+TEST(Store, PortInUseIsAClearError) {
+  StoreOptions o;
+  o.port = 29731;
+  o.world = 1;
+  o.timeout = std::chrono::seconds(5);
+  auto first = makeTcpStore(o);
+  try {
+    auto second = makeTcpStore(o);
+    FAIL() << "second server on the same port";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("port 29731"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Store, WaitNamesTheMissingRanks) {
+  auto store = makeHashStore();
+  store->set("ready/0", {1});
+  store->set("ready/2", {1});
+  try {
+    waitForRanks(*store, "ready", 4, std::chrono::milliseconds(200));
+    FAIL() << "missing ranks not reported";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1,3"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::comm
