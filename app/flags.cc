@@ -59,6 +59,10 @@ DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store
 DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else this host's name");
 DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
+DEFINE_string(bn_sync, "broadcast", "BatchNorm running stats across ranks: broadcast (rank 0's) | "
+              "average | none");
+DEFINE_bool(find_unused, false, "agree each step (one bitmask allreduce) which parameters got no "
+            "gradient on any rank; they are left out of the optimizer step");
 DEFINE_double(comm_timeout, 120, "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
 DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (atomic rename)");
@@ -91,6 +95,10 @@ DistSpec distSpecFromFlags() {
   d.bind_host = FLAGS_bind_host;
   d.bucket_mb = FLAGS_bucket_mb;
   d.timeout_s = FLAGS_comm_timeout;
+  AIACC_CHECK_INPUT(FLAGS_bn_sync == "broadcast" || FLAGS_bn_sync == "average" || FLAGS_bn_sync == "none",
+                    "--bn-sync must be broadcast, average or none (got '", FLAGS_bn_sync, "')");
+  d.bn_sync = FLAGS_bn_sync;
+  d.find_unused = FLAGS_find_unused;
   AIACC_CHECK_INPUT(d.bucket_mb > 0, "--bucket-mb must be positive");
   AIACC_CHECK_INPUT(d.timeout_s > 0, "--comm-timeout must be positive");
   return d;

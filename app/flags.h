@@ -30,6 +30,8 @@ struct DistSpec {
   std::string bind_host;
   double bucket_mb = 25;
   double timeout_s = 120;
+  std::string bn_sync = "broadcast";
+  bool find_unused = false;
 };
 DistSpec distSpecFromFlags();
 

@@ -52,6 +52,10 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     auto transport = std::make_shared<aiacc::comm::GlooTransport>(store, go);
     aiacc::comm::DataParallelOptions dp;
     dp.bucket_mb = dist.bucket_mb;
+    dp.buffers = dist.bn_sync == "average" ? aiacc::comm::BufferSync::kAverage
+                 : dist.bn_sync == "none"  ? aiacc::comm::BufferSync::kNone
+                                           : aiacc::comm::BufferSync::kBroadcast;
+    dp.detect_unused = dist.find_unused;
     return std::make_unique<aiacc::comm::DataParallel>(model, transport, world, dp);
   };
 }

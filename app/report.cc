@@ -4,6 +4,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -140,6 +141,7 @@ std::string reportJson(const Report& r, const Config& c) {
       .add("ignored_files", r.ignored_files)
       .add("checkpoint_failures", r.checkpoint_failures)
       .add("exposed_comm_s", r.exposed_comm_s)
+      .add("images_per_s_per_process", r.mean_images_per_s / std::max(1, r.world))
       .add("recipe", c.recipe)
       .raw("evals", evalsJson(r.evals))
       .raw("machine", machineJson(r.machine));
@@ -166,7 +168,13 @@ void printReport(const Report& r, std::ostream& os) {
      << "%  top-5 " << r.final_top5 << "%\n"
      << "trained          " << r.epochs << " epochs, " << r.steps << " steps, " << r.images_seen
      << " images\n"
-     << std::setprecision(1) << "throughput       " << r.mean_images_per_s << " images/s (training)\n"
+     << std::setprecision(1) << "throughput       " << r.mean_images_per_s << " images/s (training)";
+  if (r.world > 1) {
+    os << ", " << r.mean_images_per_s / r.world << " per process; exposed communication "
+       << r.exposed_comm_s << " s on rank 0 (" << 100.0 * r.exposed_comm_s / std::max(1e-9, r.train_s)
+       << "% of training time)";
+  }
+  os << "\n"
      << "wall time        " << r.total_s << " s (" << r.train_s << " s in training steps)\n"
      << "skipped files    " << r.skipped_files << " undecodable, " << r.ignored_files
      << " without an image extension\n";

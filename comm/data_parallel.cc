@@ -49,6 +49,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
   broadcastState(/*parameters=*/true, /*buffers=*/true);
   buildBuckets(plan_);
   ready_.assign(params_.size(), 0);
+  had_grad_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { onGradReady(i); })));
@@ -145,7 +146,30 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
 }
 
 void DataParallel::beforeForward() {
-  if (opt_.broadcast_buffers && world_.world > 1) broadcastState(false, true);
+  if (world_.world == 1) return;
+  if (opt_.buffers == BufferSync::kBroadcast) broadcastState(false, true);
+  if (opt_.buffers == BufferSync::kAverage) averageBuffers();
+}
+
+// Floating-point buffers (running mean/var) are averaged; integer ones (num_batches_tracked)
+// are identical on every rank already.
+void DataParallel::averageBuffers() {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> list;
+  for (const auto& b : module_->buffers()) {
+    if (b.is_floating_point()) list.push_back(b);
+  }
+  if (list.empty()) return;
+  std::vector<at::Tensor> flat;
+  for (auto& t : list) flat.push_back(t.reshape(-1));
+  at::Tensor buf = at::cat(flat);
+  transport_->allreduce(buf, ReduceOp::kSum, opt_.channel)->wait();
+  buf.div_(world_.world);
+  int64_t off = 0;
+  for (auto& t : list) {
+    t.copy_(buf.narrow(0, off, t.numel()).view_as(t));
+    off += t.numel();
+  }
 }
 
 void DataParallel::onGradReady(size_t i) {
@@ -167,6 +191,7 @@ void DataParallel::launch(size_t b) {
   for (size_t i : plan_.buckets[b]) {
     at::Tensor slot = buf.narrow(0, offset_of_[i], params_[i].numel());
     const at::Tensor& g = params_[i].grad();
+    had_grad_[i] = g.defined();
     if (g.defined()) {
       slot.copy_(g.reshape(-1));
     } else {
@@ -188,8 +213,15 @@ bool DataParallel::finishBackward() {
   for (auto& w : works_) w->wait();
   exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   works_.clear();
+  // Which parameters got a gradient anywhere: one bitwise-or allreduce, no coordinator.
+  at::Tensor anywhere;
+  if (opt_.detect_unused) {
+    anywhere = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte).clone();
+    transport_->allreduce(anywhere, ReduceOp::kBitwiseOr, opt_.channel)->wait();
+  }
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (anywhere.defined() && anywhere.data_ptr<uint8_t>()[i] == 0) continue;
     at::Tensor avg = buffers_[bucket_of_[i]].narrow(0, offset_of_[i], params_[i].numel()).view_as(params_[i]);
     if (params_[i].grad().defined()) {
       params_[i].mutable_grad().copy_(avg);

@@ -37,10 +37,20 @@ struct Node;
 
 namespace aiacc::comm {
 
+enum class BufferSync {
+  kBroadcast,  // rank 0's BN running statistics, broadcast before each forward (DDP's default)
+  kAverage,    // every rank's statistics averaged before each forward
+  kNone,       // each rank keeps its own
+};
+
 struct DataParallelOptions {
   double bucket_mb = 25;        // cap of a fused bucket
   double first_bucket_mb = 1;   // small first bucket: communication starts early in backward
-  bool broadcast_buffers = true;  // BN running stats: rank 0's, broadcast before each forward
+  BufferSync buffers = BufferSync::kBroadcast;
+  // Agree each step, with one bitwise-or allreduce of a bitmask, which parameters got a
+  // gradient on any rank; those that got none anywhere keep an undefined .grad (the optimizer
+  // skips them). Off: every parameter gets the averaged gradient (zeros where unused).
+  bool detect_unused = false;
   bool rebuild_after_first_step = true;
   int channel = 0;
 };
@@ -70,6 +80,7 @@ class DataParallel : public GradientSync {
   void buildBuckets(const BucketPlan& plan);
   void verifyFingerprints();
   void broadcastState(bool parameters, bool buffers);
+  void averageBuffers();
   void onGradReady(size_t param);  // autograd thread
   void launch(size_t bucket);
   void rebuildFromArrivalOrder();
@@ -93,6 +104,7 @@ class DataParallel : public GradientSync {
   std::mutex mu_;
   std::vector<int> pending_;                 // per bucket: parameters still without gradient
   std::vector<char> ready_;                  // per param
+  std::vector<char> had_grad_;               // per param: a local gradient existed at launch
   size_t next_launch_ = 0;
   std::vector<std::shared_ptr<Work>> works_;
   std::vector<size_t> arrival_;              // first step: order gradients arrived

@@ -2,6 +2,8 @@
 // in-memory store (real Gloo over TCP on loopback between the threads).
 #include <gtest/gtest.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
@@ -217,6 +219,40 @@ TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
   // Last step (s = 2): rank 0 used it, rank 1 did not: both hold rank 0's gradient / 2.
   EXPECT_TRUE(unused_grad[0].equal(unused_grad[1]));
   EXPECT_GT(unused_grad[0].abs().sum().item<float>(), 0.0f);
+}
+
+TEST(DataParallel, DetectUnusedLeavesNeverUsedParametersWithoutGradient) {
+  std::vector<bool> defined(2);
+  expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    torch::manual_seed(1);
+    Net net;
+    DataParallelOptions o;
+    o.detect_unused = true;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2}, o);
+    torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
+    dp.finishBackward();
+    defined[r] = net->unused->weight.grad().defined();
+    ASSERT_TRUE(net->fc->weight.grad().defined());
+  }));
+  EXPECT_FALSE(defined[0]);
+  EXPECT_FALSE(defined[1]);
+}
+
+TEST(DataParallel, BatchNormBuffersBroadcastOrAveraged) {
+  for (BufferSync mode : {BufferSync::kBroadcast, BufferSync::kAverage}) {
+    std::vector<float> mean(3);
+    expectNoErrors(runRanks(3, [&](int r, std::shared_ptr<Transport> t) {
+      auto seq = torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::BatchNorm1d(4));
+      DataParallelOptions o;
+      o.buffers = mode;
+      DataParallel dp(seq.ptr(), t, WorldInfo{r, 3, r, 3}, o);
+      auto bn = seq->named_buffers()["1.running_mean"];
+      bn.fill_(static_cast<float>(r));  // each rank's statistics differ
+      dp.beforeForward();
+      mean[r] = bn[0].item<float>();
+    }));
+    for (int r = 0; r < 3; ++r) EXPECT_FLOAT_EQ(mean[r], mode == BufferSync::kBroadcast ? 0.0f : 1.0f);
+  }
 }
 
 TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
