@@ -18,12 +18,20 @@ if [ -z "$DIR" ]; then
 fi
 echo "data benchmark on $DIR ($IMAGES images per run, 1 thread each)"
 printf "%-6s %14s %14s %8s\n" size aiacc/thread torchvision ratio
+median() { tr ' ' '\n' | sort -g | sed -n 2p; }
 for S in 224 128; do
-  a=$("$BIN/aiacc_bench" data --data "$DIR" --image-size "$S" --workers 1 --images "$IMAGES" --repeat 3 \
-      | sed -n 's/.* \([0-9.]*\) images\/s per worker.*/\1/p')
-  t=$(/usr/bin/python3 scripts/bench_data.py "$DIR" "$S" "$IMAGES" | sed -n 's/.*: \([0-9.]*\) images\/s per thread/\1/p')
+  # Three interleaved runs of each side, medians compared: this machine's speed drifts by 10-20%
+  # from second to second. aiacc is faster, so it makes three passes over the files per run and
+  # both timings last a second or more.
+  as=""; ts=""
+  for k in 1 2 3; do
+    as="$as $("$BIN/aiacc_bench" data --data "$DIR" --image-size "$S" --workers 1 --images $((IMAGES * 3)) --repeat 3 \
+      | sed -n 's/.* \([0-9.]*\) images\/s per worker.*/\1/p')"
+    ts="$ts $(/usr/bin/python3 scripts/bench_data.py "$DIR" "$S" "$IMAGES" | sed -n 's/.*: \([0-9.]*\) images\/s per thread/\1/p')"
+  done
+  a=$(echo $as | median); t=$(echo $ts | median)
   r=$(awk -v a="$a" -v t="$t" 'BEGIN { printf "%.2f", a / t }')
-  printf "%-6s %14s %14s %7sx\n" "$S" "$a" "$t" "$r"
+  printf "%-6s %14s %14s %7sx   (runs: aiacc%s; torchvision%s)\n" "$S" "$a" "$t" "$r" "$as" "$ts"
   eval "ratio_$S=$r"
 done
 echo "headline: aiacc decodes+augments ${ratio_224}x torchvision per thread at 224, ${ratio_128}x at 128"
