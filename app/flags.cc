@@ -63,6 +63,8 @@ DEFINE_string(bn_sync, "broadcast", "BatchNorm running stats across ranks: broad
               "average | none");
 DEFINE_bool(find_unused, false, "agree each step (one bitmask allreduce) which parameters got no "
             "gradient on any rank; they are left out of the optimizer step");
+DEFINE_string(negotiation, "decentralized", "who decides what to reduce: decentralized (every "
+              "rank, in plan order) | central (rank 0 gathers readiness each step; for comparison)");
 DEFINE_double(comm_timeout, 120, "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
 DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (atomic rename)");
@@ -99,6 +101,9 @@ DistSpec distSpecFromFlags() {
                     "--bn-sync must be broadcast, average or none (got '", FLAGS_bn_sync, "')");
   d.bn_sync = FLAGS_bn_sync;
   d.find_unused = FLAGS_find_unused;
+  AIACC_CHECK_INPUT(FLAGS_negotiation == "decentralized" || FLAGS_negotiation == "central",
+                    "--negotiation must be decentralized or central");
+  d.central = FLAGS_negotiation == "central";
   AIACC_CHECK_INPUT(d.bucket_mb > 0, "--bucket-mb must be positive");
   AIACC_CHECK_INPUT(d.timeout_s > 0, "--comm-timeout must be positive");
   return d;

@@ -32,6 +32,7 @@ struct DistSpec {
   double timeout_s = 120;
   std::string bn_sync = "broadcast";
   bool find_unused = false;
+  bool central = false;  // --negotiation central
 };
 DistSpec distSpecFromFlags();
 

@@ -179,7 +179,7 @@ void DataParallel::onGradReady(size_t i) {
   ready_[i] = 1;
   if (steps_ == 0) arrival_.push_back(i);
   const size_t b = bucket_of_[i];
-  if (--pending_[b] == 0) {
+  if (--pending_[b] == 0 && opt_.negotiation == Negotiation::kDecentralized) {
     while (next_launch_ < pending_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
   }
 }
@@ -202,8 +202,22 @@ void DataParallel::launch(size_t b) {
   works_.push_back(transport_->allreduce(buf, ReduceOp::kSum, opt_.channel));
 }
 
+// Coordinator: rank 0 gathers every rank's readiness bitmask (an allgather stands in for the
+// gather), combines them and broadcasts the decision: two dependent round trips per step.
+at::Tensor DataParallel::centralReadiness() {
+  const int64_t P = static_cast<int64_t>(params_.size());
+  at::Tensor mine = at::empty({P}, at::kByte);
+  for (int64_t i = 0; i < P; ++i) mine.data_ptr<uint8_t>()[i] = params_[static_cast<size_t>(i)].grad().defined();
+  at::Tensor all = at::empty({world_.world, P}, at::kByte);
+  transport_->allgather(mine, all, opt_.channel)->wait();
+  at::Tensor decision = world_.rank == 0 ? std::get<0>(all.max(0)).contiguous() : at::empty({P}, at::kByte);
+  transport_->broadcast(decision, 0, opt_.channel)->wait();
+  return decision;
+}
+
 bool DataParallel::finishBackward() {
   if (!sync_) return true;
+  const at::Tensor decided = opt_.negotiation == Negotiation::kCentral ? centralReadiness() : at::Tensor();
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Buckets with parameters that got no gradient this step are launched now, still in order.
@@ -214,8 +228,8 @@ bool DataParallel::finishBackward() {
   exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   works_.clear();
   // Which parameters got a gradient anywhere: one bitwise-or allreduce, no coordinator.
-  at::Tensor anywhere;
-  if (opt_.detect_unused) {
+  at::Tensor anywhere = decided;
+  if (opt_.detect_unused && !anywhere.defined()) {
     anywhere = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte).clone();
     transport_->allreduce(anywhere, ReduceOp::kBitwiseOr, opt_.channel)->wait();
   }

@@ -43,6 +43,12 @@ enum class BufferSync {
   kNone,       // each rank keeps its own
 };
 
+enum class Negotiation {
+  kDecentralized,  // every rank launches buckets in plan order as they fill (default)
+  kCentral,        // classic coordinator, for comparison: at the end of backward rank 0 gathers
+                   // every rank's readiness and broadcasts what to reduce; nothing overlaps
+};
+
 struct DataParallelOptions {
   double bucket_mb = 25;        // cap of a fused bucket
   double first_bucket_mb = 1;   // small first bucket: communication starts early in backward
@@ -51,6 +57,7 @@ struct DataParallelOptions {
   // gradient on any rank; those that got none anywhere keep an undefined .grad (the optimizer
   // skips them). Off: every parameter gets the averaged gradient (zeros where unused).
   bool detect_unused = false;
+  Negotiation negotiation = Negotiation::kDecentralized;
   bool rebuild_after_first_step = true;
   int channel = 0;
 };
@@ -84,6 +91,7 @@ class DataParallel : public GradientSync {
   void onGradReady(size_t param);  // autograd thread
   void launch(size_t bucket);
   void rebuildFromArrivalOrder();
+  at::Tensor centralReadiness();
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Transport> transport_;
