@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
+#include <map>
 
 namespace aiacc::comm {
 namespace {
@@ -21,6 +22,8 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
  private:
   std::function<void()> fn_;
 };
+
+void coalesced(const std::vector<at::Tensor>& list, const std::function<void(at::Tensor&)>& op);
 
 }  // namespace
 
@@ -102,28 +105,36 @@ void DataParallel::verifyFingerprints() {
   }
 }
 
+namespace {
+
+// Flattens tensors of one dtype into one buffer, lets op transform it, copies the result back:
+// one collective instead of one per tensor.
+void coalesced(const std::vector<at::Tensor>& list, const std::function<void(at::Tensor&)>& op) {
+  if (list.empty()) return;
+  std::vector<at::Tensor> flat;
+  for (const auto& t : list) flat.push_back(t.reshape(-1));
+  at::Tensor buf = at::cat(flat);
+  op(buf);
+  int64_t off = 0;
+  for (auto t : list) {
+    t.copy_(buf.narrow(0, off, t.numel()).view_as(t));
+    off += t.numel();
+  }
+}
+
+}  // namespace
+
 void DataParallel::broadcastState(bool parameters, bool buffers) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> tensors;
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
   if (parameters) {
-    for (const auto& p : module_->parameters()) tensors.push_back(p);
+    for (const auto& p : module_->parameters()) by_type[p.scalar_type()].push_back(p);
   }
   if (buffers) {
-    for (const auto& b : module_->buffers()) tensors.push_back(b);
+    for (const auto& b : module_->buffers()) by_type[b.scalar_type()].push_back(b);
   }
-  // Coalesce by dtype: one broadcast per dtype instead of one per tensor.
-  std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
-  for (auto& t : tensors) by_type[t.scalar_type()].push_back(t);
   for (auto& [type, list] : by_type) {
-    std::vector<at::Tensor> flat;
-    for (auto& t : list) flat.push_back(t.reshape(-1));
-    at::Tensor buf = at::cat(flat);
-    transport_->broadcast(buf, 0, opt_.channel)->wait();
-    int64_t off = 0;
-    for (auto& t : list) {
-      t.copy_(buf.narrow(0, off, t.numel()).view_as(t));
-      off += t.numel();
-    }
+    coalesced(list, [&](at::Tensor& buf) { transport_->broadcast(buf, 0, opt_.channel)->wait(); });
   }
 }
 
@@ -155,20 +166,15 @@ void DataParallel::beforeForward() {
 // are identical on every rank already.
 void DataParallel::averageBuffers() {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> list;
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_type;
   for (const auto& b : module_->buffers()) {
-    if (b.is_floating_point()) list.push_back(b);
+    if (b.is_floating_point()) by_type[b.scalar_type()].push_back(b);
   }
-  if (list.empty()) return;
-  std::vector<at::Tensor> flat;
-  for (auto& t : list) flat.push_back(t.reshape(-1));
-  at::Tensor buf = at::cat(flat);
-  transport_->allreduce(buf, ReduceOp::kSum, opt_.channel)->wait();
-  buf.div_(world_.world);
-  int64_t off = 0;
-  for (auto& t : list) {
-    t.copy_(buf.narrow(0, off, t.numel()).view_as(t));
-    off += t.numel();
+  for (auto& [type, list] : by_type) {
+    coalesced(list, [&](at::Tensor& buf) {
+      transport_->allreduce(buf, ReduceOp::kSum, opt_.channel)->wait();
+      buf.div_(world_.world);
+    });
   }
 }
 
