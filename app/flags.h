@@ -29,6 +29,7 @@ struct DistSpec {
   int gpus = 0;
   std::string bind_host;
   double bucket_mb = 25;
+  int streams = 1;
   double timeout_s = 120;
   std::string bn_sync = "broadcast";
   bool find_unused = false;

@@ -42,6 +42,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     go.rank = world.rank;
     go.world = world.world;
     go.timeout = timeout;
+    go.channels = dist.streams;
     if (!dist.bind_host.empty()) {
       go.bind_host = dist.bind_host;
     } else if (host != "127.0.0.1" && host != "localhost") {

@@ -46,6 +46,9 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
     infos_.push_back(info);
   }
   AIACC_CHECK_INPUT(!params_.empty(), "DataParallel: the module has no trainable parameters");
+  channels_ = opt_.channels > 0 ? std::min(opt_.channels, transport_->channels()) : transport_->channels();
+  weights_.assign(static_cast<size_t>(channels_), 1.0 / channels_);
+  for (int c = 0; c < channels_; ++c) last_stats_.push_back(transport_->channelStats(c));
   const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
   plan_ = planBuckets(infos_, reverseOrder(infos_.size()), mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
   verifyFingerprints();
@@ -205,7 +208,49 @@ void DataParallel::launch(size_t b) {
     }
   }
   buf.div_(world_.world);
-  works_.push_back(transport_->allreduce(buf, ReduceOp::kSum, opt_.channel));
+  const int64_t n = buf.numel();
+  if (channels_ == 1 || static_cast<int64_t>(buf.nbytes()) < opt_.min_split_bytes) {
+    const int c = channels_ == 1 ? opt_.channel : static_cast<int>(b % static_cast<size_t>(channels_));
+    works_.push_back(transport_->allreduce(buf, ReduceOp::kSum, c));
+    return;
+  }
+  // Split in proportion to the channel weights; the last channel takes the rounding remainder.
+  int64_t off = 0;
+  for (int c = 0; c < channels_; ++c) {
+    const int64_t len = c == channels_ - 1 ? n - off
+                                           : static_cast<int64_t>(static_cast<double>(n) * weights_[static_cast<size_t>(c)]);
+    if (len > 0) works_.push_back(transport_->allreduce(buf.narrow(0, off, len), ReduceOp::kSum, c));
+    off += len;
+  }
+}
+
+// Every rank measured each channel's bytes/s over the last step; the sum over ranks (one small
+// allreduce) is the same everywhere, so every rank derives the same new weights from it.
+void DataParallel::rebalanceChannels() {
+  if (channels_ < 2 || !opt_.balance_channels) return;
+  at::Tensor rate = at::zeros({channels_}, at::kDouble);
+  for (int c = 0; c < channels_; ++c) {
+    const ChannelStats now = transport_->channelStats(c);
+    ChannelStats& last = last_stats_[static_cast<size_t>(c)];
+    const double bytes = now.bytes - last.bytes, secs = now.busy_s - last.busy_s;
+    rate.data_ptr<double>()[c] = secs > 0 && bytes > 0 ? bytes / secs : 0.0;
+  }
+  transport_->allreduce(rate, ReduceOp::kSum, opt_.channel)->wait();
+  for (int c = 0; c < channels_; ++c) last_stats_[static_cast<size_t>(c)] = transport_->channelStats(c);
+  const double* r = rate.data_ptr<double>();
+  double total = 0;
+  for (int c = 0; c < channels_; ++c) {
+    if (r[c] <= 0) return;  // a channel carried nothing this step: no information, keep weights
+    total += r[c];
+  }
+  double sum = 0;
+  for (int c = 0; c < channels_; ++c) {
+    double& w = weights_[static_cast<size_t>(c)];
+    w = (1 - opt_.balance_alpha) * w + opt_.balance_alpha * (r[c] / total);
+    w = std::max(w, 0.02);  // never starve a channel entirely: keep measuring it
+    sum += w;
+  }
+  for (double& w : weights_) w /= sum;
 }
 
 // Coordinator: rank 0 gathers every rank's readiness bitmask (an allgather stands in for the
@@ -249,6 +294,7 @@ bool DataParallel::finishBackward() {
       params_[i].mutable_grad() = avg.clone();
     }
   }
+  rebalanceChannels();
   const bool rebuild = steps_ == 0 && opt_.rebuild_after_first_step;
   ++steps_;
   if (rebuild) {

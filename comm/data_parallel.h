@@ -58,6 +58,14 @@ struct DataParallelOptions {
   // skips them). Off: every parameter gets the averaged gradient (zeros where unused).
   bool detect_unused = false;
   Negotiation negotiation = Negotiation::kDecentralized;
+  // Channels a bucket is split across (0: all of the transport's). Bytes go to each channel in
+  // proportion to its measured throughput (a moving average of allreduced per-channel
+  // measurements, so every rank splits identically); buckets below min_split_bytes go whole to
+  // one channel, round robin.
+  int channels = 0;
+  bool balance_channels = true;
+  double balance_alpha = 0.5;  // weight of the newest measurement in the moving average
+  int64_t min_split_bytes = 256 * 1024;
   bool rebuild_after_first_step = true;
   int channel = 0;
 };
@@ -81,6 +89,8 @@ class DataParallel : public GradientSync {
   void setSync(bool on) { sync_ = on; }
 
   const BucketPlan& plan() const { return plan_; }
+  // Current share of a split bucket per channel (sums to 1); identical on every rank.
+  const std::vector<double>& channelWeights() const { return weights_; }
   const std::vector<ParamInfo>& params() const { return infos_; }
 
  private:
@@ -92,6 +102,7 @@ class DataParallel : public GradientSync {
   void launch(size_t bucket);
   void rebuildFromArrivalOrder();
   at::Tensor centralReadiness();
+  void rebalanceChannels();
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Transport> transport_;
@@ -118,6 +129,9 @@ class DataParallel : public GradientSync {
   std::vector<size_t> arrival_;              // first step: order gradients arrived
   int64_t steps_ = 0;
   std::atomic<bool> sync_{true};
+  int channels_ = 1;
+  std::vector<double> weights_;              // per channel, sums to 1
+  std::vector<ChannelStats> last_stats_;     // per channel, at the previous rebalance
   double exposed_s_ = 0;
 };
 

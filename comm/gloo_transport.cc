@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -105,10 +106,21 @@ class GlooTransport::Channel {
     thread_.join();
   }
 
-  std::shared_ptr<Work> submit(std::function<void(const std::shared_ptr<gloo::Context>&)> fn) {
-    auto task = std::make_shared<std::packaged_task<void()>>([this, fn = std::move(fn)] {
+  ChannelStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  std::shared_ptr<Work> submit(std::function<void(const std::shared_ptr<gloo::Context>&)> fn,
+                               size_t bytes = 0) {
+    auto task = std::make_shared<std::packaged_task<void()>>([this, bytes, fn = std::move(fn)] {
       try {
+        const auto t0 = std::chrono::steady_clock::now();
         fn(context_);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.bytes += static_cast<double>(bytes);
+        stats_.busy_s += s;
       } catch (const CommError&) {
         throw;
       } catch (const std::exception& e) {
@@ -141,7 +153,8 @@ class GlooTransport::Channel {
   }
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  ChannelStats stats_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
@@ -160,6 +173,11 @@ GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOp
 }
 
 GlooTransport::~GlooTransport() = default;
+
+ChannelStats GlooTransport::channelStats(int c) const {
+  AIACC_CHECK(c >= 0 && c < channels(), "channel ", c, " of ", channels());
+  return channels_[static_cast<size_t>(c)]->stats();
+}
 
 GlooTransport::Channel& GlooTransport::channel(int c) {
   AIACC_CHECK(c >= 0 && c < channels(), "channel ", c, " of ", channels());
@@ -203,7 +221,7 @@ std::shared_ptr<Work> GlooTransport::allreduce(at::Tensor t, ReduceOp op, int c)
         AIACC_THROW(Error, "allreduce: unsupported dtype ", t.scalar_type());
     }
     gloo::allreduce(o);
-  });
+  }, t.nbytes());
 }
 
 std::shared_ptr<Work> GlooTransport::broadcast(at::Tensor t, int root, int c) {
@@ -213,7 +231,7 @@ std::shared_ptr<Work> GlooTransport::broadcast(at::Tensor t, int root, int c) {
     o.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
     o.setRoot(root);
     gloo::broadcast(o);
-  });
+  }, t.nbytes());
 }
 
 std::shared_ptr<Work> GlooTransport::allgather(at::Tensor in, at::Tensor out, int c) {
@@ -226,7 +244,7 @@ std::shared_ptr<Work> GlooTransport::allgather(at::Tensor in, at::Tensor out, in
     o.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
     o.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
     gloo::allgather(o);
-  });
+  }, out.nbytes());
 }
 
 // Reduce-scatter as allreduce of a copy, then this rank's slice: correct for any size, but moves

@@ -31,6 +31,7 @@ class GlooTransport : public Transport {
   int rank() const override { return opt_.rank; }
   int size() const override { return opt_.world; }
   int channels() const override { return static_cast<int>(channels_.size()); }
+  ChannelStats channelStats(int channel) const override;
 
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int channel) override;
   std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel) override;

@@ -35,12 +35,20 @@ class Work {
 
 enum class ReduceOp { kSum, kBitwiseOr };
 
+// Cumulative traffic of one channel, measured where the operations execute: payload bytes and
+// seconds spent executing them (waiting for peers included).
+struct ChannelStats {
+  double bytes = 0;
+  double busy_s = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int channels() const = 0;
+  virtual ChannelStats channelStats(int channel) const = 0;
 
   // In place: t becomes the elementwise reduction of every rank's t. float32/float64 (sum) or
   // uint8/int32/int64 (sum, bitwise or).

@@ -14,6 +14,7 @@
 #include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
 #include "comm/store.h"
+#include "comm/throttled_transport.h"
 
 namespace aiacc::comm {
 namespace {
@@ -99,6 +100,19 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
+// Copies parameter values (rank threads must not draw initial weights from the global generator:
+// it is shared between threads, so concurrent construction interleaves its draws).
+std::vector<at::Tensor> snapshot(torch::nn::Module& m) {
+  std::vector<at::Tensor> out;
+  for (auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+void restore(torch::nn::Module& m, const std::vector<at::Tensor>& values) {
+  at::NoGradGuard no_grad;
+  auto params = m.parameters();
+  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
+}
+
 at::Tensor inputs(int n, uint64_t seed) {
   return at::randn({n, 3, 12, 12}, at::detail::createCPUGenerator(seed), at::kFloat);
 }
@@ -121,16 +135,12 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
   const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
   torch::manual_seed(7);
   Net ref;
+  const auto init = snapshot(*ref);
   torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
   std::vector<std::vector<at::Tensor>> grads(W);
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
-    torch::manual_seed(100 + r);  // different init: DataParallel must broadcast rank 0's... 
-    Net net;
-    if (r == 0) {  // ...which is the reference's
-      at::NoGradGuard g;
-      auto src = ref->parameters(), dst = net->parameters();
-      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-    }
+    Net net;  // arbitrary init on ranks > 0: DataParallel must broadcast rank 0's...
+    if (r == 0) restore(*net, init);  // ...which is the reference's
     DataParallelOptions o;
     o.first_bucket_mb = GetParam().first_mb;
     o.bucket_mb = GetParam().mb;
@@ -168,6 +178,7 @@ TEST(DataParallel, TwentyStepsMatchSingleProcess) {
   const int W = 2, b = 3, steps = 20;
   torch::manual_seed(3);
   Net ref;
+  const auto init = snapshot(*ref);
   torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   for (int s = 0; s < steps; ++s) {
     ref_opt.zero_grad();
@@ -176,8 +187,8 @@ TEST(DataParallel, TwentyStepsMatchSingleProcess) {
   }
   std::vector<std::vector<at::Tensor>> finals(W);
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
-    torch::manual_seed(3);
     Net net;
+    restore(*net, init);
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W});
     for (int s = 0; s < steps; ++s) {
@@ -211,7 +222,6 @@ TEST(DataParallel, ModelMismatchIsNamedNotHung) {
 TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
   std::vector<at::Tensor> unused_grad(2);
   expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
-    torch::manual_seed(1);
     Net net;
     DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
     for (int s = 0; s < 3; ++s) {
@@ -231,7 +241,6 @@ TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
 TEST(DataParallel, DetectUnusedLeavesNeverUsedParametersWithoutGradient) {
   std::vector<bool> defined(2);
   expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
-    torch::manual_seed(1);
     Net net;
     DataParallelOptions o;
     o.detect_unused = true;
@@ -267,6 +276,7 @@ TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
   const at::Tensor x = inputs(W * b * micro, 5), y = targets(W * b * micro, 6);
   torch::manual_seed(9);
   Net ref;
+  const auto init = snapshot(*ref);
   // Mean over micro-batches of per-micro-batch means == mean over the whole batch (equal sizes).
   for (int m = 0; m < micro; ++m) {
     for (int r = 0; r < W; ++r) {
@@ -277,8 +287,8 @@ TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
   }
   std::vector<std::vector<at::Tensor>> grads(W);
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
-    torch::manual_seed(9);
     Net net;
+    restore(*net, init);
     DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W});
     for (int m = 0; m < micro; ++m) {
       dp.setSync(m == micro - 1);  // communicate only on the last micro-batch
@@ -299,7 +309,6 @@ TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
 TEST(DataParallel, DeadRankFailsTheOthersWithinTheTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
-    torch::manual_seed(1);
     Net net;
     DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
     if (r == 1) throw std::runtime_error("rank 1 dies before its first step");
@@ -309,6 +318,50 @@ TEST(DataParallel, DeadRankFailsTheOthersWithinTheTimeout) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(errors[0].find("collective failed on rank 0"), std::string::npos) << errors[0];
   EXPECT_LT(s, 30.0) << "no hang";
+}
+
+// A net with one large fused bucket, so buckets are split across channels.
+struct WideImpl : torch::nn::Module {
+  WideImpl() { fc = register_module("fc", torch::nn::Linear(512, 1024)); }
+  torch::Tensor forward(const torch::Tensor& x) { return fc(x); }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(Wide);
+
+// With channel 1 slowed, the split converges to give it less, identically on every rank, and the
+// gradients stay exact.
+TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
+  const int W = 2;
+  std::vector<std::vector<double>> weights(W);
+  std::vector<at::Tensor> grads(W);
+  torch::manual_seed(4);
+  Wide ref;
+  const auto init = snapshot(*ref);
+  const at::Tensor x = at::randn({2 * W, 512}, at::detail::createCPUGenerator(8), at::kFloat);
+  ref->forward(x).pow(2).mean().backward();
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> gloo) {
+    auto slow = std::make_shared<ThrottledTransport>(gloo, std::vector<double>{0.0, 0.05});
+    Wide net;
+    restore(*net, init);
+    DataParallelOptions o;
+    o.first_bucket_mb = 100;  // one bucket of 2 MiB
+    DataParallel dp(net.ptr(), slow, WorldInfo{r, W, r, W}, o);
+    for (int step = 0; step < 6; ++step) {
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      net->forward(x.narrow(0, r * 2, 2)).pow(2).mean().backward();
+      dp.finishBackward();
+    }
+    weights[r] = dp.channelWeights();
+    grads[r] = net->fc->weight.grad().clone();
+  }, /*channels=*/2));
+  ASSERT_EQ(weights[0].size(), 2u);
+  EXPECT_EQ(weights[0], weights[1]) << "every rank splits identically";
+  EXPECT_LT(weights[0][1], 0.3) << "the slowed channel carries less (started at 0.5)";
+  for (int r = 0; r < W; ++r) {
+    // Each rank's loss is the mean over its own half: the average of the two equals the full-batch
+    // gradient of the mean over all rows.
+    EXPECT_TRUE(at::allclose(grads[r], ref->fc->weight.grad(), 1e-5, 1e-7)) << "rank " << r;
+  }
 }
 
 TEST(Store, PortInUseIsAClearError) {

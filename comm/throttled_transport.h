@@ -1,0 +1,50 @@
+// ThrottledTransport: wraps a Transport and slows chosen channels by a fixed number of seconds
+// per megabyte, as a congested link or a slower NIC would. For tests and benchmarks of
+// speed-weighted channel balancing; everything else passes through unchanged.
+//
+// Each channel gets its own thread here: an operation runs on the inner transport, is waited
+// for, then the channel sleeps bytes * delay. Operations of one channel stay in order.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/transport.h"
+
+namespace aiacc::comm {
+
+class ThrottledTransport : public Transport {
+ public:
+  // delay_s_per_mb[c]: extra seconds per MiB on channel c (0: full speed).
+  ThrottledTransport(std::shared_ptr<Transport> inner, std::vector<double> delay_s_per_mb);
+  ~ThrottledTransport() override;
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int channels() const override { return inner_->channels(); }
+  ChannelStats channelStats(int channel) const override;
+
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int channel) override;
+  std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel) override;
+  std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel) override;
+  std::shared_ptr<Work> reduceScatter(at::Tensor in, at::Tensor out, int channel) override;
+
+ private:
+  std::shared_ptr<Work> run(int channel, size_t bytes, std::function<std::shared_ptr<Work>()> op);
+  void loop(int channel);
+
+  std::shared_ptr<Transport> inner_;
+  std::vector<double> delay_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::vector<std::deque<std::function<void()>>> queues_;
+  std::vector<ChannelStats> stats_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace aiacc::comm
