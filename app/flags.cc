@@ -59,6 +59,8 @@ DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store
 DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else this host's name");
 DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
+DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (scaled, F16C "
+              "conversion; a non-finite reduce skips the step on every rank and halves the scale)");
 DEFINE_int32(streams, 1, "parallel communication channels (Gloo contexts); a large bucket is split "
              "across them by measured speed");
 DEFINE_string(bn_sync, "broadcast", "BatchNorm running stats across ranks: broadcast (rank 0's) | "
@@ -101,6 +103,9 @@ DistSpec distSpecFromFlags() {
   d.timeout_s = FLAGS_comm_timeout;
   AIACC_CHECK_INPUT(FLAGS_streams >= 1 && FLAGS_streams <= 16, "--streams must be 1..16");
   d.streams = FLAGS_streams;
+  AIACC_CHECK_INPUT(FLAGS_allreduce_dtype == "fp32" || FLAGS_allreduce_dtype == "fp16",
+                    "--allreduce-dtype must be fp32 or fp16 (got '", FLAGS_allreduce_dtype, "')");
+  d.fp16 = FLAGS_allreduce_dtype == "fp16";
   AIACC_CHECK_INPUT(FLAGS_bn_sync == "broadcast" || FLAGS_bn_sync == "average" || FLAGS_bn_sync == "none",
                     "--bn-sync must be broadcast, average or none (got '", FLAGS_bn_sync, "')");
   d.bn_sync = FLAGS_bn_sync;

@@ -30,6 +30,7 @@ struct DistSpec {
   std::string bind_host;
   double bucket_mb = 25;
   int streams = 1;
+  bool fp16 = false;  // --allreduce-dtype fp16
   double timeout_s = 120;
   std::string bn_sync = "broadcast";
   bool find_unused = false;

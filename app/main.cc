@@ -57,6 +57,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
                  : dist.bn_sync == "none"  ? aiacc::comm::BufferSync::kNone
                                            : aiacc::comm::BufferSync::kBroadcast;
     dp.detect_unused = dist.find_unused;
+    dp.transfer = dist.fp16 ? aiacc::comm::TransferDtype::kFloat16 : aiacc::comm::TransferDtype::kFloat32;
     dp.negotiation = dist.central ? aiacc::comm::Negotiation::kCentral : aiacc::comm::Negotiation::kDecentralized;
     return std::make_unique<aiacc::comm::DataParallel>(model, transport, world, dp);
   };

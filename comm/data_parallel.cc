@@ -1,5 +1,7 @@
 #include "comm/data_parallel.h"
 
+#include "comm/half.h"
+
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -48,6 +50,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
   AIACC_CHECK_INPUT(!params_.empty(), "DataParallel: the module has no trainable parameters");
   channels_ = opt_.channels > 0 ? std::min(opt_.channels, transport_->channels()) : transport_->channels();
   weights_.assign(static_cast<size_t>(channels_), 1.0 / channels_);
+  scale_ = opt_.transfer == TransferDtype::kFloat16 ? opt_.grad_scale : 1.0;
   for (int c = 0; c < channels_; ++c) last_stats_.push_back(transport_->channelStats(c));
   const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
   plan_ = planBuckets(infos_, reverseOrder(infos_.size()), mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
@@ -143,6 +146,7 @@ void DataParallel::broadcastState(bool parameters, bool buffers) {
 
 void DataParallel::buildBuckets(const BucketPlan& plan) {
   buffers_.clear();
+  wire_.clear();
   bucket_of_.assign(params_.size(), 0);
   offset_of_.assign(params_.size(), 0);
   pending_.assign(plan.buckets.size(), 0);
@@ -154,6 +158,10 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
       numel += params_[i].numel();
     }
     buffers_.push_back(at::zeros({numel}, params_[plan.buckets[b].front()].options()));
+    if (opt_.transfer == TransferDtype::kFloat16) {
+      AIACC_CHECK(buffers_.back().scalar_type() == at::kFloat, "fp16 transfer needs fp32 parameters");
+      wire_.push_back(at::empty({numel}, at::kHalf));
+    }
     pending_[b] = static_cast<int>(plan.buckets[b].size());
   }
   next_launch_ = 0;
@@ -207,11 +215,18 @@ void DataParallel::launch(size_t b) {
       slot.zero_();
     }
   }
-  buf.div_(world_.world);
-  const int64_t n = buf.numel();
-  if (channels_ == 1 || static_cast<int64_t>(buf.nbytes()) < opt_.min_split_bytes) {
+  at::Tensor wire = buf;
+  if (opt_.transfer == TransferDtype::kFloat16) {
+    wire = wire_[b];
+    floatToHalf(buf.data_ptr<float>(), reinterpret_cast<uint16_t*>(wire.data_ptr<at::Half>()),
+                static_cast<size_t>(buf.numel()), static_cast<float>(scale_ / world_.world));
+  } else {
+    buf.div_(world_.world);
+  }
+  const int64_t n = wire.numel();
+  if (channels_ == 1 || static_cast<int64_t>(wire.nbytes()) < opt_.min_split_bytes) {
     const int c = channels_ == 1 ? opt_.channel : static_cast<int>(b % static_cast<size_t>(channels_));
-    works_.push_back(transport_->allreduce(buf, ReduceOp::kSum, c));
+    works_.push_back(transport_->allreduce(wire, ReduceOp::kSum, c));
     return;
   }
   // Split in proportion to the channel weights; the last channel takes the rounding remainder.
@@ -219,7 +234,7 @@ void DataParallel::launch(size_t b) {
   for (int c = 0; c < channels_; ++c) {
     const int64_t len = c == channels_ - 1 ? n - off
                                            : static_cast<int64_t>(static_cast<double>(n) * weights_[static_cast<size_t>(c)]);
-    if (len > 0) works_.push_back(transport_->allreduce(buf.narrow(0, off, len), ReduceOp::kSum, c));
+    if (len > 0) works_.push_back(transport_->allreduce(wire.narrow(0, off, len), ReduceOp::kSum, c));
     off += len;
   }
 }
@@ -278,6 +293,7 @@ bool DataParallel::finishBackward() {
   for (auto& w : works_) w->wait();
   exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   works_.clear();
+  if (opt_.transfer == TransferDtype::kFloat16 && !unscale()) return false;
   // Which parameters got a gradient anywhere: one bitwise-or allreduce, no coordinator.
   at::Tensor anywhere = decided;
   if (opt_.detect_unused && !anywhere.defined()) {
@@ -300,10 +316,7 @@ bool DataParallel::finishBackward() {
   if (rebuild) {
     rebuildFromArrivalOrder();
   } else {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = static_cast<int>(plan_.buckets[b].size());
-    std::fill(ready_.begin(), ready_.end(), 0);
-    next_launch_ = 0;
+    resetStep();
   }
   return true;
 }
@@ -329,6 +342,37 @@ void DataParallel::rebuildFromArrivalOrder() {
   plan_ = planBuckets(infos_, agreed, mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
   buildBuckets(plan_);
   std::fill(ready_.begin(), ready_.end(), 0);
+  arrival_.clear();
+}
+
+// fp16 transfer: back to fp32 and unscaled. Every rank holds the same reduced values, so every
+// rank reaches the same verdict on overflow without exchanging a word.
+bool DataParallel::unscale() {
+  bool finite = true;
+  for (size_t b = 0; b < buffers_.size(); ++b) {
+    finite &= halfToFloat(reinterpret_cast<const uint16_t*>(wire_[b].data_ptr<at::Half>()),
+                          buffers_[b].data_ptr<float>(), static_cast<size_t>(buffers_[b].numel()),
+                          static_cast<float>(1.0 / scale_));
+  }
+  if (!finite) {
+    scale_ /= 2;
+    clean_steps_ = 0;
+    ++skipped_;
+    resetStep();
+    return false;
+  }
+  if (++clean_steps_ >= opt_.scale_growth_steps) {
+    scale_ *= 2;
+    clean_steps_ = 0;
+  }
+  return true;
+}
+
+void DataParallel::resetStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = static_cast<int>(plan_.buckets[b].size());
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_launch_ = 0;
   arrival_.clear();
 }
 

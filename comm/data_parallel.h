@@ -49,6 +49,8 @@ enum class Negotiation {
                    // every rank's readiness and broadcasts what to reduce; nothing overlaps
 };
 
+enum class TransferDtype { kFloat32, kFloat16 };
+
 struct DataParallelOptions {
   double bucket_mb = 25;        // cap of a fused bucket
   double first_bucket_mb = 1;   // small first bucket: communication starts early in backward
@@ -66,6 +68,15 @@ struct DataParallelOptions {
   bool balance_channels = true;
   double balance_alpha = 0.5;  // weight of the newest measurement in the moving average
   int64_t min_split_bytes = 256 * 1024;
+  // fp16 transfer: a bucket is divided by world size and multiplied by the gradient scale, cast
+  // to fp16, reduced (pairwise sums in fp32, F16C), cast back and unscaled. A non-finite value
+  // after the reduce is seen identically by every rank: all skip the step (finishBackward returns
+  // false) and halve the scale; after scale_growth_steps clean steps the scale doubles.
+  // Gradients stay fp32 in the model. Under GPU mixed precision the loss scaler unscales the
+  // gradients before they reach DataParallel, so the two scales never compound.
+  TransferDtype transfer = TransferDtype::kFloat32;
+  double grad_scale = 1024;
+  int scale_growth_steps = 200;
   bool rebuild_after_first_step = true;
   int channel = 0;
 };
@@ -91,6 +102,8 @@ class DataParallel : public GradientSync {
   const BucketPlan& plan() const { return plan_; }
   // Current share of a split bucket per channel (sums to 1); identical on every rank.
   const std::vector<double>& channelWeights() const { return weights_; }
+  double gradScale() const { return scale_; }
+  int64_t skippedSteps() const { return skipped_; }
   const std::vector<ParamInfo>& params() const { return infos_; }
 
  private:
@@ -103,6 +116,8 @@ class DataParallel : public GradientSync {
   void rebuildFromArrivalOrder();
   at::Tensor centralReadiness();
   void rebalanceChannels();
+  bool unscale();
+  void resetStep();
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Transport> transport_;
@@ -116,6 +131,7 @@ class DataParallel : public GradientSync {
 
   BucketPlan plan_;
   std::vector<at::Tensor> buffers_;          // one flat buffer per bucket
+  std::vector<at::Tensor> wire_;             // fp16 transfer: the bucket's fp16 copy
   std::vector<size_t> bucket_of_;            // param -> bucket
   std::vector<int64_t> offset_of_;           // param -> offset in its bucket buffer
 
@@ -132,6 +148,9 @@ class DataParallel : public GradientSync {
   int channels_ = 1;
   std::vector<double> weights_;              // per channel, sums to 1
   std::vector<ChannelStats> last_stats_;     // per channel, at the previous rebalance
+  double scale_ = 1;
+  int clean_steps_ = 0;
+  int64_t skipped_ = 0;
   double exposed_s_ = 0;
 };
 

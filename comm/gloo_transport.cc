@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/half.h"
 #include "comm/store.h"
 
 namespace aiacc::comm {
@@ -206,6 +207,11 @@ std::shared_ptr<Work> GlooTransport::allreduce(at::Tensor t, ReduceOp op, int c)
         AIACC_CHECK(op == ReduceOp::kSum, "double allreduce supports sum only");
         o.setOutput(t.data_ptr<double>(), n);
         o.setReduceFunction(static_cast<Fn>(&gloo::sum<double>));
+        break;
+      case at::kHalf:
+        AIACC_CHECK(op == ReduceOp::kSum, "half allreduce supports sum only");
+        o.setOutput(reinterpret_cast<gloo::float16*>(t.data_ptr<at::Half>()), n);
+        o.setReduceFunction(static_cast<Fn>(&sumHalf));  // F16C, fp32 arithmetic per step
         break;
       case at::kLong:
         o.setOutput(t.data_ptr<int64_t>(), n);

@@ -50,7 +50,7 @@ class Transport {
   virtual int channels() const = 0;
   virtual ChannelStats channelStats(int channel) const = 0;
 
-  // In place: t becomes the elementwise reduction of every rank's t. float32/float64 (sum) or
+  // In place: t becomes the elementwise reduction of every rank's t. float16/float32/float64 (sum) or
   // uint8/int32/int64 (sum, bitwise or).
   virtual std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op = ReduceOp::kSum,
                                           int channel = 0) = 0;

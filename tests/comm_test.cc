@@ -8,11 +8,14 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <thread>
 
 #include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
+#include "comm/half.h"
 #include "comm/store.h"
 #include "comm/throttled_transport.h"
 
@@ -361,6 +364,80 @@ TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
     // Each rank's loss is the mean over its own half: the average of the two equals the full-batch
     // gradient of the mean over all rows.
     EXPECT_TRUE(at::allclose(grads[r], ref->fc->weight.grad(), 1e-5, 1e-7)) << "rank " << r;
+  }
+}
+
+TEST(Half, ConversionAndSumMatchScalarReference) {
+  const at::Tensor x = at::randn({1003}, at::detail::createCPUGenerator(2), at::kFloat) * 100;
+  at::Tensor h = at::empty({1003}, at::kHalf), back = at::empty({1003}, at::kFloat);
+  floatToHalf(x.data_ptr<float>(), reinterpret_cast<uint16_t*>(h.data_ptr<at::Half>()), 1003, 0.5f);
+  EXPECT_TRUE(h.equal((x * 0.5f).to(at::kHalf))) << "round to nearest, as ATen's cast";
+  EXPECT_TRUE(halfToFloat(reinterpret_cast<uint16_t*>(h.data_ptr<at::Half>()), back.data_ptr<float>(), 1003, 2.0f));
+  EXPECT_TRUE(back.equal(h.to(at::kFloat) * 2));
+  at::Tensor sum = at::empty({1003}, at::kHalf);
+  sumHalf(sum.data_ptr(), h.data_ptr(), h.data_ptr(), 1003);
+  EXPECT_TRUE(sum.equal((h.to(at::kFloat) * 2).to(at::kHalf)));
+  h[1001] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(halfToFloat(reinterpret_cast<uint16_t*>(h.data_ptr<at::Half>()), back.data_ptr<float>(), 1003, 1.0f));
+  h[1001] = 0;
+  h[3] = std::nanf("");  // inside the vectorized part
+  EXPECT_FALSE(halfToFloat(reinterpret_cast<uint16_t*>(h.data_ptr<at::Half>()), back.data_ptr<float>(), 1003, 1.0f));
+}
+
+// fp16 transfer stays within fp16's precision of the fp32 result on realistic gradients.
+TEST(DataParallel, Fp16TransferIsCloseToFp32) {
+  const int W = 3, b = 4;
+  const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
+  torch::manual_seed(7);
+  Net ref;
+  const auto init = snapshot(*ref);
+  torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
+  std::vector<std::vector<at::Tensor>> grads(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    Net net;
+    restore(*net, init);
+    DataParallelOptions o;
+    o.transfer = TransferDtype::kFloat16;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
+    torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
+    ASSERT_TRUE(dp.finishBackward());
+    for (auto& p : net->parameters()) grads[r].push_back(p.grad().clone());
+  }));
+  auto rp = ref->parameters();
+  for (size_t i = 0; i + 2 < rp.size(); ++i) {  // the last two: the unused layer (zeros)
+    const at::Tensor& want = rp[i].grad();
+    // fp16 keeps 11 significant bits: relative error per value ~5e-4, summed over 3 ranks; values
+    // far below the scale's reach flush toward zero, hence the absolute term.
+    const double bound = 3e-3 * want.abs().max().item<double>() + 1e-6;
+    EXPECT_LE((grads[0][i] - want).abs().max().item<double>(), bound) << "param " << i;
+    EXPECT_TRUE(grads[0][i].equal(grads[W - 1][i])) << "identical on every rank";
+  }
+}
+
+// A planted inf is caught on every rank: all skip the same step and halve the scale; training
+// continues with the next step.
+TEST(DataParallel, Fp16OverflowSkipsTheStepEverywhere) {
+  const int W = 2;
+  std::vector<std::vector<bool>> stepped(W);
+  std::vector<double> scales(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    Net net;
+    DataParallelOptions o;
+    o.transfer = TransferDtype::kFloat16;
+    o.grad_scale = 256;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
+    for (int s = 0; s < 3; ++s) {
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      at::Tensor in = inputs(2, 10 + s);
+      if (s == 1 && r == 1) in[0][0][0][0] = std::numeric_limits<float>::infinity();  // only rank 1
+      torch::nn::functional::cross_entropy(net->forward(in), targets(2, s)).backward();
+      stepped[r].push_back(dp.finishBackward());
+    }
+    scales[r] = dp.gradScale();
+  }));
+  for (int r = 0; r < W; ++r) {
+    EXPECT_EQ(stepped[r], (std::vector<bool>{true, false, true})) << "rank " << r;
+    EXPECT_DOUBLE_EQ(scales[r], 128.0);
   }
 }
 

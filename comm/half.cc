@@ -1,0 +1,99 @@
+#include "comm/half.h"
+
+#include <immintrin.h>
+
+#include <c10/util/Half.h>
+#include <cmath>
+
+namespace aiacc::comm {
+namespace {
+
+bool hasF16c() {
+  static const bool ok = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+__attribute__((target("avx,f16c"))) void floatToHalfF16c(const float* in, uint16_t* out, size_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(in + i), s);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = c10::Half(in[i] * scale).x;
+}
+
+__attribute__((target("avx,f16c"))) bool halfToFloatF16c(const uint16_t* in, float* out, size_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  // x - x is 0 for finite x and nan for inf/nan: accumulate it, test once at the end.
+  __m256 probe = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    probe = _mm256_add_ps(probe, _mm256_sub_ps(v, v));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(v, s));
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, probe);
+  bool finite = true;
+  for (float l : lanes) finite = finite && l == 0.0f;
+  for (; i < n; ++i) {
+    c10::Half h;
+    h.x = in[i];
+    const float v = static_cast<float>(h);
+    finite = finite && std::isfinite(v);
+    out[i] = v * scale;
+  }
+  return finite;
+}
+
+__attribute__((target("avx,f16c"))) void sumHalfF16c(uint16_t* c, const uint16_t* a, const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(c + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) {
+    c10::Half x, y;
+    x.x = a[i];
+    y.x = b[i];
+    c[i] = c10::Half(static_cast<float>(x) + static_cast<float>(y)).x;
+  }
+}
+
+}  // namespace
+
+void floatToHalf(const float* in, uint16_t* out, size_t n, float scale) {
+  if (hasF16c()) return floatToHalfF16c(in, out, n, scale);
+  for (size_t i = 0; i < n; ++i) out[i] = c10::Half(in[i] * scale).x;
+}
+
+bool halfToFloat(const uint16_t* in, float* out, size_t n, float scale) {
+  if (hasF16c()) return halfToFloatF16c(in, out, n, scale);
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) {
+    c10::Half h;
+    h.x = in[i];
+    const float v = static_cast<float>(h);
+    finite = finite && std::isfinite(v);
+    out[i] = v * scale;
+  }
+  return finite;
+}
+
+void sumHalf(void* c, const void* a, const void* b, size_t n) {
+  auto* cc = static_cast<uint16_t*>(c);
+  const auto* aa = static_cast<const uint16_t*>(a);
+  const auto* bb = static_cast<const uint16_t*>(b);
+  if (hasF16c()) return sumHalfF16c(cc, aa, bb, n);
+  for (size_t i = 0; i < n; ++i) {
+    c10::Half x, y;
+    x.x = aa[i];
+    y.x = bb[i];
+    cc[i] = c10::Half(static_cast<float>(x) + static_cast<float>(y)).x;
+  }
+}
+
+}  // namespace aiacc::comm
