@@ -8,6 +8,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -164,6 +166,10 @@ class GlooTransport::Channel {
 
 GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options)
     : opt_(options), store_(store) {
+  // A peer that dies closes its sockets; writing to them raises SIGPIPE, whose default action
+  // kills this process before Gloo can report the error. Ignore it (as Python does), so a dead
+  // peer becomes a CommError naming the failed collective.
+  ::signal(SIGPIPE, SIG_IGN);
   AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank,
               " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");

@@ -1,5 +1,7 @@
 // GlooTransport: CPU collectives over TCP with Gloo, one Gloo context and one worker thread per
 // channel. Contexts meet through a c10d store (rendezvous), each under its own key prefix.
+// Constructing one sets SIGPIPE to ignored for the process: a dead peer must surface as a
+// CommError, not kill the survivors.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>

@@ -32,7 +32,8 @@ ddp() {  # nproc [fp16]
 
 echo "$ARCH batch $BATCH @ $SIZE px, synthetic, $THREADS thread(s) per rank, $STEPS timed steps"
 a1=$(aiacc 1); d1=$(ddp 1)
-aN=$(aiacc "$N"); aC=$(aiacc "$N" --negotiation central); dN=$(ddp "$N"); dH=$(ddp "$N" fp16)
+aN=$(aiacc "$N"); aC=$(aiacc "$N" --negotiation central); aH=$(aiacc "$N" --allreduce-dtype fp16)
+aS=$(aiacc "$N" --streams 2); dN=$(ddp "$N"); dH=$(ddp "$N" fp16)
 row() { printf "%-40s %10s %8s\n" "$1" "$2" "$3"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 eff() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.0f%%", 100 * a / (n * b) }'; }
@@ -43,5 +44,7 @@ row "PyTorch DDP fp32, $N processes" "$dN" "1.00x"
 row "PyTorch DDP fp16 hook, $N processes" "$dH" "$(ratio "$dH" "$dN")"
 row "aiacc, $N processes" "$aN" "$(ratio "$aN" "$dN")"
 row "aiacc --negotiation central, $N proc" "$aC" "$(ratio "$aC" "$dN")"
+row "aiacc --allreduce-dtype fp16, $N proc" "$aH" "$(ratio "$aH" "$dN")   ($(ratio "$aH" "$dH") DDP fp16)"
+row "aiacc --streams 2, $N proc" "$aS" "$(ratio "$aS" "$dN")"
 echo "scaling efficiency: aiacc $(eff "$aN" "$a1" "$N"), PyTorch DDP $(eff "$dN" "$d1" "$N")"
 echo "headline: aiacc $N-process $(ratio "$aN" "$dN") PyTorch DDP (fp32) on loopback"

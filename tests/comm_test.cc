@@ -51,6 +51,28 @@ void expectNoErrors(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+TEST(BucketPlan, PureFunctionOfTheParameterList) {
+  std::vector<ParamInfo> params;
+  for (int i = 0; i < 6; ++i) {
+    ParamInfo p;
+    p.name = "p" + std::to_string(i);
+    p.numel = i == 2 ? 1000 : 100;  // 400 bytes each, p2: 4000 bytes
+    p.shape = {p.numel};
+    p.dtype = i == 0 ? 1 : 0;       // p0: another dtype
+    params.push_back(p);
+  }
+  const BucketPlan plan = planBuckets(params, reverseOrder(6), /*first=*/400, /*cap=*/1000);
+  // Reverse order; the first bucket is capped at 400 bytes, later ones at 1000; p2 exceeds the
+  // cap and stands alone; p0's dtype cannot join p1.
+  const std::vector<std::vector<size_t>> want = {{5}, {4, 3}, {2}, {1}, {0}};
+  EXPECT_EQ(plan.buckets, want);
+  EXPECT_EQ(planFingerprint(params, plan), planFingerprint(params, planBuckets(params, reverseOrder(6), 400, 1000)));
+  EXPECT_NE(planFingerprint(params, plan), planFingerprint(params, planBuckets(params, reverseOrder(6), 400, 5000)));
+  ParamInfo renamed = params[3];
+  renamed.name = "other";
+  EXPECT_NE(paramFingerprint(renamed), paramFingerprint(params[3]));
+}
+
 TEST(Gloo, CollectivesMatchClosedForm) {
   const int W = 3;
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
