@@ -75,6 +75,8 @@ DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (ato
 DEFINE_string(resume, "", "checkpoint file to continue from (same LR position)");
 DEFINE_string(metrics_file, "", "JSON lines: per step (loss, lr, img/s) and per eval (top1, top5)");
 DEFINE_string(report_file, "", "final report as JSON");
+DEFINE_string(timeline, "", "Chrome-trace JSON of rank 0's steps: compute spans and one row per "
+              "communication channel (open in Perfetto or chrome://tracing)");
 DEFINE_string(dawnbench_dir, "", "write a DAWNBench-format submission (JSON + TSV) here");
 DEFINE_double(cost_per_hour, 0, "USD per hour of the machine, for the DAWNBench JSON");
 DEFINE_string(author, "aiacc", "author field of the DAWNBench JSON");
@@ -103,6 +105,7 @@ DistSpec distSpecFromFlags() {
   d.timeout_s = FLAGS_comm_timeout;
   AIACC_CHECK_INPUT(FLAGS_streams >= 1 && FLAGS_streams <= 16, "--streams must be 1..16");
   d.streams = FLAGS_streams;
+  d.timeline = FLAGS_timeline;
   AIACC_CHECK_INPUT(FLAGS_allreduce_dtype == "fp32" || FLAGS_allreduce_dtype == "fp16",
                     "--allreduce-dtype must be fp32 or fp16 (got '", FLAGS_allreduce_dtype, "')");
   d.fp16 = FLAGS_allreduce_dtype == "fp16";

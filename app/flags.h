@@ -31,6 +31,7 @@ struct DistSpec {
   double bucket_mb = 25;
   int streams = 1;
   bool fp16 = false;  // --allreduce-dtype fp16
+  std::string timeline;  // --timeline FILE (rank 0)
   double timeout_s = 120;
   std::string bn_sync = "broadcast";
   bool find_unused = false;

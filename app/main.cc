@@ -25,9 +25,10 @@ namespace {
 // World size 1: LocalSync. Otherwise: rendezvous through rank 0's TCPStore, a Gloo transport,
 // and DataParallel around the model.
 aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
-                                        const aiacc::app::DistSpec& dist) {
+                                        const aiacc::app::DistSpec& dist,
+                                        std::shared_ptr<aiacc::comm::Timeline> timeline) {
   if (world.world == 1) return aiacc::app::localSync();
-  return [world, dist](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<aiacc::comm::GradientSync> {
+  return [world, dist, timeline](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<aiacc::comm::GradientSync> {
     const char* env_master = std::getenv("AIACC_MASTER");
     const auto [host, port] = aiacc::app::parseHostPort(env_master ? env_master : dist.launch.master);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
@@ -43,6 +44,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     go.world = world.world;
     go.timeout = timeout;
     go.channels = dist.streams;
+    go.timeline = timeline;
     if (!dist.bind_host.empty()) {
       go.bind_host = dist.bind_host;
     } else if (host != "127.0.0.1" && host != "localhost") {
@@ -99,8 +101,12 @@ int main(int argc, char** argv) {
       world = aiacc::comm::WorldInfo{};
     }
     aiacc::app::Config config = aiacc::app::configFromFlags();
-    aiacc::app::Trainer trainer(config, *world, makeSyncFactory(*world, dist), start);
+    std::shared_ptr<aiacc::comm::Timeline> timeline;
+    if (!dist.timeline.empty() && world->rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
+    aiacc::app::Trainer trainer(config, *world, makeSyncFactory(*world, dist, timeline), start);
+    trainer.setTimeline(timeline);
     aiacc::app::Report report = trainer.run();
+    if (timeline) timeline->flush();
     if (world->rank == 0) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {

@@ -41,6 +41,7 @@ struct Trainer::State {
   std::unique_ptr<torch::optim::SGD> optimizer;
 
   TrainPosition pos;
+  std::shared_ptr<comm::Timeline> timeline;
   std::ofstream metrics;
   Report report;
 
@@ -66,6 +67,11 @@ struct Trainer::State {
 Trainer::Trainer(Config config, comm::WorldInfo world, SyncFactory make_sync, Clock::time_point start)
     : s_(std::make_unique<State>(std::move(config), world, std::move(make_sync), start)) {}
 Trainer::~Trainer() = default;
+
+void Trainer::setTimeline(std::shared_ptr<comm::Timeline> timeline) {
+  s_->timeline = std::move(timeline);
+  if (s_->timeline) s_->timeline->nameRow(0, "compute");
+}
 
 void Trainer::State::setupData() {
   rank = world_info.rank;
@@ -298,10 +304,21 @@ Report Trainer::run() {
         s.sync().beforeForward();
         const torch::Tensor logits = s.model->forward(batch->images);
         const torch::Tensor loss = F::cross_entropy(logits, batch->labels, loss_opts);
+        const auto t_fwd = Clock::now();
         s.optimizer->zero_grad();
         loss.backward();
-        if (s.sync().finishBackward()) s.optimizer->step();
+        const auto t_bwd = Clock::now();
+        const bool step_ok = s.sync().finishBackward();
+        const auto t_sync = Clock::now();
+        if (step_ok) s.optimizer->step();
         loss_value = loss.item<double>();
+        if (s.timeline) {
+          const auto t_end = Clock::now();
+          s.timeline->span("forward", 0, t0, t_fwd);
+          s.timeline->span("backward", 0, t_fwd, t_bwd);
+          s.timeline->span(step_ok ? "gradient sync wait" : "gradient sync wait (step skipped)", 0, t_bwd, t_sync);
+          s.timeline->span("optimizer", 0, t_sync, t_end);
+        }
       }
       const auto t1 = Clock::now();
       const double step_s = std::chrono::duration<double>(t1 - t0).count();

@@ -13,6 +13,7 @@
 #include "app/config.h"
 #include "app/report.h"
 #include "comm/gradient_sync.h"
+#include "comm/timeline.h"
 
 namespace torch::nn {
 class Module;
@@ -34,6 +35,8 @@ class Trainer {
   // start: when the process started, so time to target includes initialization.
   Trainer(Config config, comm::WorldInfo world, SyncFactory make_sync, Clock::time_point start);
   ~Trainer();
+  // Records forward / backward / gradient sync / optimizer spans of every step (row 0).
+  void setTimeline(std::shared_ptr<comm::Timeline> timeline);
   Report run();
 
  private:

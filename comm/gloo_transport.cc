@@ -84,7 +84,9 @@ void bitwiseOr(void* c, const void* a, const void* b, size_t n) {
 // One Gloo context and the thread that runs its collectives, in submission order.
 class GlooTransport::Channel {
  public:
-  Channel(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& o, int index) {
+  Channel(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& o, int index)
+      : index_(index), timeline_(o.timeline) {
+    if (timeline_) timeline_->nameRow(1 + index, "channel " + std::to_string(index));
     gloo::transport::tcp::attr attr;
     attr.hostname = o.bind_host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -114,13 +116,15 @@ class GlooTransport::Channel {
     return stats_;
   }
 
-  std::shared_ptr<Work> submit(std::function<void(const std::shared_ptr<gloo::Context>&)> fn,
+  std::shared_ptr<Work> submit(const char* what, std::function<void(const std::shared_ptr<gloo::Context>&)> fn,
                                size_t bytes = 0) {
-    auto task = std::make_shared<std::packaged_task<void()>>([this, bytes, fn = std::move(fn)] {
+    auto task = std::make_shared<std::packaged_task<void()>>([this, what, bytes, fn = std::move(fn)] {
       try {
         const auto t0 = std::chrono::steady_clock::now();
         fn(context_);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const auto t1 = std::chrono::steady_clock::now();
+        const double s = std::chrono::duration<double>(t1 - t0).count();
+        if (timeline_) timeline_->span(what, 1 + index_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
         std::lock_guard<std::mutex> lock(mu_);
         stats_.bytes += static_cast<double>(bytes);
         stats_.busy_s += s;
@@ -155,6 +159,8 @@ class GlooTransport::Channel {
     }
   }
 
+  int index_;
+  std::shared_ptr<Timeline> timeline_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   mutable std::mutex mu_;
   ChannelStats stats_;
@@ -199,7 +205,7 @@ void checkContiguousCpu(const at::Tensor& t, const char* what) {
 
 std::shared_ptr<Work> GlooTransport::allreduce(at::Tensor t, ReduceOp op, int c) {
   checkContiguousCpu(t, "allreduce");
-  return channel(c).submit([t, op](const std::shared_ptr<gloo::Context>& ctx) {
+  return channel(c).submit("allreduce", [t, op](const std::shared_ptr<gloo::Context>& ctx) {
     gloo::AllreduceOptions o(ctx);
     const size_t n = static_cast<size_t>(t.numel());
     using Fn = void (*)(void*, const void*, const void*, size_t);
@@ -238,7 +244,7 @@ std::shared_ptr<Work> GlooTransport::allreduce(at::Tensor t, ReduceOp op, int c)
 
 std::shared_ptr<Work> GlooTransport::broadcast(at::Tensor t, int root, int c) {
   checkContiguousCpu(t, "broadcast");
-  return channel(c).submit([t, root](const std::shared_ptr<gloo::Context>& ctx) {
+  return channel(c).submit("broadcast", [t, root](const std::shared_ptr<gloo::Context>& ctx) {
     gloo::BroadcastOptions o(ctx);
     o.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
     o.setRoot(root);
@@ -251,7 +257,7 @@ std::shared_ptr<Work> GlooTransport::allgather(at::Tensor in, at::Tensor out, in
   checkContiguousCpu(out, "allgather");
   AIACC_CHECK(out.nbytes() == in.nbytes() * static_cast<size_t>(size()), "allgather: out must hold ",
               size(), " x in");
-  return channel(c).submit([in, out](const std::shared_ptr<gloo::Context>& ctx) {
+  return channel(c).submit("allgather", [in, out](const std::shared_ptr<gloo::Context>& ctx) {
     gloo::AllgatherOptions o(ctx);
     o.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
     o.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
@@ -267,7 +273,7 @@ std::shared_ptr<Work> GlooTransport::reduceScatter(at::Tensor in, at::Tensor out
   at::Tensor tmp = in.clone();
   auto reduced = allreduce(tmp, ReduceOp::kSum, c);
   const int r = rank();
-  return channel(c).submit([reduced, tmp, out, r](const std::shared_ptr<gloo::Context>&) mutable {
+  return channel(c).submit("reduce-scatter", [reduced, tmp, out, r](const std::shared_ptr<gloo::Context>&) mutable {
     reduced->wait();
     out.copy_(tmp.view(-1).narrow(0, r * out.numel(), out.numel()).view_as(out));
   });

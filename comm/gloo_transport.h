@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/timeline.h"
 #include "comm/transport.h"
 
 namespace aiacc::comm {
@@ -22,6 +23,7 @@ struct GlooOptions {
   std::string bind_host = "127.0.0.1";  // address this rank listens on (reachable by peers)
   std::chrono::milliseconds timeout{60000};  // every collective and the connection phase
   std::string name = "gloo";  // key prefix in the store: distinct communicators, distinct names
+  std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + channel
 };
 
 class GlooTransport : public Transport {

@@ -171,6 +171,24 @@ TEST(Launcher, TwoProcessesTrainTogether) {
   EXPECT_NE(json.find("\"images_seen\": 64"), std::string::npos) << json;  // 4 steps x 8 x 2 ranks
 }
 
+// --timeline: compute spans on row 0 and one row per communication channel.
+TEST(Launcher, TimelineHasComputeAndChannelRows) {
+  test::TempDir d;
+  auto [rc, out] = runTrain("--nproc 2 --master 127.0.0.1:29645 --data synthetic --arch resnet18 "
+                            "--synthetic-classes 4 --synthetic-images 128 --batch-size 8 --image-size 32 "
+                            "--epochs 1 --warmup-epochs 0 --max-steps 3 --threads 1 --streams 2 --timeline " +
+                            d.path() + "/t.json");
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream f(d / "t.json");
+  std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(json.rfind("[", 0), 0u) << "a JSON array";
+  EXPECT_NE(json.find("\"name\": \"backward\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0"), std::string::npos);
+  EXPECT_NE(json.find("\"name\": \"allreduce\", \"ph\": \"X\", \"pid\": 0, \"tid\": 1"), std::string::npos);
+  EXPECT_NE(json.find("\"name\": \"channel 1\""), std::string::npos);
+  EXPECT_EQ(json.find("}\n{"), std::string::npos) << "events separated by commas";
+  EXPECT_NE(json.find("}\n]"), std::string::npos);
+}
+
 // A worker killed mid-run ends the job: the launcher names the rank and the signal, stops the
 // other worker and exits non-zero; nothing is left running.
 TEST(Launcher, KilledWorkerEndsTheJobWithoutOrphans) {
