@@ -13,6 +13,31 @@ bool hasF16c() {
   return ok;
 }
 
+float toFloat(uint16_t bits) {
+  c10::Half h;
+  h.x = bits;
+  return static_cast<float>(h);
+}
+
+// Scalar versions: the fallback without F16C, and the tails of the vector loops.
+void floatToHalfScalar(const float* in, uint16_t* out, size_t n, float scale) {
+  for (size_t i = 0; i < n; ++i) out[i] = c10::Half(in[i] * scale).x;
+}
+
+bool halfToFloatScalar(const uint16_t* in, float* out, size_t n, float scale) {
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = toFloat(in[i]);
+    finite = finite && std::isfinite(v);
+    out[i] = v * scale;
+  }
+  return finite;
+}
+
+void sumHalfScalar(uint16_t* c, const uint16_t* a, const uint16_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) c[i] = c10::Half(toFloat(a[i]) + toFloat(b[i])).x;
+}
+
 __attribute__((target("avx,f16c"))) void floatToHalfF16c(const float* in, uint16_t* out, size_t n, float scale) {
   const __m256 s = _mm256_set1_ps(scale);
   size_t i = 0;
@@ -20,7 +45,7 @@ __attribute__((target("avx,f16c"))) void floatToHalfF16c(const float* in, uint16
     const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(in + i), s);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) out[i] = c10::Half(in[i] * scale).x;
+  floatToHalfScalar(in + i, out + i, n - i, scale);
 }
 
 __attribute__((target("avx,f16c"))) bool halfToFloatF16c(const uint16_t* in, float* out, size_t n, float scale) {
@@ -37,14 +62,7 @@ __attribute__((target("avx,f16c"))) bool halfToFloatF16c(const uint16_t* in, flo
   _mm256_storeu_ps(lanes, probe);
   bool finite = true;
   for (float l : lanes) finite = finite && l == 0.0f;
-  for (; i < n; ++i) {
-    c10::Half h;
-    h.x = in[i];
-    const float v = static_cast<float>(h);
-    finite = finite && std::isfinite(v);
-    out[i] = v * scale;
-  }
-  return finite;
+  return halfToFloatScalar(in + i, out + i, n - i, scale) && finite;
 }
 
 __attribute__((target("avx,f16c"))) void sumHalfF16c(uint16_t* c, const uint16_t* a, const uint16_t* b, size_t n) {
@@ -55,32 +73,19 @@ __attribute__((target("avx,f16c"))) void sumHalfF16c(uint16_t* c, const uint16_t
     _mm_storeu_si128(reinterpret_cast<__m128i*>(c + i),
                      _mm256_cvtps_ph(_mm256_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT));
   }
-  for (; i < n; ++i) {
-    c10::Half x, y;
-    x.x = a[i];
-    y.x = b[i];
-    c[i] = c10::Half(static_cast<float>(x) + static_cast<float>(y)).x;
-  }
+  sumHalfScalar(c + i, a + i, b + i, n - i);
 }
 
 }  // namespace
 
 void floatToHalf(const float* in, uint16_t* out, size_t n, float scale) {
   if (hasF16c()) return floatToHalfF16c(in, out, n, scale);
-  for (size_t i = 0; i < n; ++i) out[i] = c10::Half(in[i] * scale).x;
+  floatToHalfScalar(in, out, n, scale);
 }
 
 bool halfToFloat(const uint16_t* in, float* out, size_t n, float scale) {
   if (hasF16c()) return halfToFloatF16c(in, out, n, scale);
-  bool finite = true;
-  for (size_t i = 0; i < n; ++i) {
-    c10::Half h;
-    h.x = in[i];
-    const float v = static_cast<float>(h);
-    finite = finite && std::isfinite(v);
-    out[i] = v * scale;
-  }
-  return finite;
+  return halfToFloatScalar(in, out, n, scale);
 }
 
 void sumHalf(void* c, const void* a, const void* b, size_t n) {
@@ -88,12 +93,7 @@ void sumHalf(void* c, const void* a, const void* b, size_t n) {
   const auto* aa = static_cast<const uint16_t*>(a);
   const auto* bb = static_cast<const uint16_t*>(b);
   if (hasF16c()) return sumHalfF16c(cc, aa, bb, n);
-  for (size_t i = 0; i < n; ++i) {
-    c10::Half x, y;
-    x.x = aa[i];
-    y.x = bb[i];
-    cc[i] = c10::Half(static_cast<float>(x) + static_cast<float>(y)).x;
-  }
+  sumHalfScalar(cc, aa, bb, n);
 }
 
 }  // namespace aiacc::comm
