@@ -6,9 +6,11 @@
 #include <sstream>
 #include <string>
 
+#include "common/json_escape.h"
+
 namespace aiacc::app {
 
-std::string jsonEscape(const std::string& s);
+using ::aiacc::jsonEscape;
 
 class JsonObject {
  public:

@@ -5,19 +5,9 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/json_escape.h"
 
 namespace aiacc::comm {
-namespace {
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-}  // namespace
-
 Timeline::Timeline(std::string path) : path_(std::move(path)), origin_(Clock::now()) {}
 
 Timeline::~Timeline() {
@@ -36,7 +26,7 @@ void Timeline::span(const std::string& name, int row, Clock::time_point begin, C
   char buf[160];
   std::snprintf(buf, sizeof(buf), "\"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, \"dur\": %.1f", row,
                 micros(begin), micros(end) - micros(begin));
-  std::string e = "{\"name\": \"" + escape(name) + "\", " + buf;
+  std::string e = "{\"name\": \"" + jsonEscape(name) + "\", " + buf;
   if (!args_json.empty()) e += ", \"args\": " + args_json;
   e += "}";
   std::lock_guard<std::mutex> lock(mu_);
@@ -47,7 +37,7 @@ void Timeline::instant(const std::string& name, int row, const std::string& args
   char buf[128];
   std::snprintf(buf, sizeof(buf), "\"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f", row,
                 micros(Clock::now()));
-  std::string e = "{\"name\": \"" + escape(name) + "\", " + buf;
+  std::string e = "{\"name\": \"" + jsonEscape(name) + "\", " + buf;
   if (!args_json.empty()) e += ", \"args\": " + args_json;
   e += "}";
   std::lock_guard<std::mutex> lock(mu_);
@@ -57,7 +47,7 @@ void Timeline::instant(const std::string& name, int row, const std::string& args
 void Timeline::nameRow(int row, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   events_.push_back("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " + std::to_string(row) +
-                    ", \"args\": {\"name\": \"" + escape(name) + "\"}}");
+                    ", \"args\": {\"name\": \"" + jsonEscape(name) + "\"}}");
 }
 
 size_t Timeline::events() const {

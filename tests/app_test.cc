@@ -203,9 +203,7 @@ TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
   torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(0.1));
   test::writeText(mnt + "/last.ckpt", "previous checkpoint");
   EXPECT_THROW(saveCheckpoint(mnt + "/last.ckpt", *m, opt, TrainPosition{}), IoError);
-  std::ifstream f(mnt + "/last.ckpt");
-  std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(content, "previous checkpoint");
+  EXPECT_EQ(test::readText(mnt + "/last.ckpt"), "previous checkpoint");
   int leftovers = 0;
   for (auto& e : std::filesystem::directory_iterator(mnt)) leftovers += e.path().filename() != "last.ckpt";
   EXPECT_EQ(leftovers, 0) << "temporary file removed";
@@ -230,8 +228,7 @@ TEST(Report, DawnbenchFilesHaveTheFields) {
   EXPECT_EQ(header, "epoch\thours\ttop1Accuracy\ttop5Accuracy");
   EXPECT_EQ(row1, "1\t0.1\t50.5\t75.25");
   EXPECT_EQ(row2, "2\t0.2\t60\t93.5");
-  std::ifstream js(d / "db/aiacc_resnet50_8proc.json");
-  std::string json((std::istreambuf_iterator<char>(js)), std::istreambuf_iterator<char>());
+  const std::string json = test::readText(d / "db/aiacc_resnet50_8proc.json");
   for (const char* key : {"\"version\"", "\"author\"", "\"framework\"", "\"model\"", "\"hardware\"",
                           "\"costPerHour\": 24.48", "\"timestamp\"", "\"misc\"", "epochs = 21\\n"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key;

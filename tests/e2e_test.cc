@@ -114,9 +114,8 @@ TEST_F(TrainE2E, ResumeContinuesExactlyWhereItStopped) {
   EXPECT_DOUBLE_EQ(rest.final_top1, full.final_top1);
 }
 
-// Runs aiacc_train with arguments; returns exit code and stderr+stdout.
-std::pair<int, std::string> runTrain(const std::string& args) {
-  const std::string cmd = std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1";
+// Runs a shell command; returns its exit code and stdout.
+std::pair<int, std::string> runCommand(const std::string& cmd) {
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -124,6 +123,11 @@ std::pair<int, std::string> runTrain(const std::string& args) {
   while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   const int status = ::pclose(p);
   return {WEXITSTATUS(status), out};
+}
+
+// Runs aiacc_train with arguments; returns exit code and stderr+stdout.
+std::pair<int, std::string> runTrain(const std::string& args) {
+  return runCommand(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
 }
 
 TEST(Cli, HelpExplainsEveryFlag) {
@@ -165,8 +169,7 @@ TEST(Launcher, TwoProcessesTrainTogether) {
                             d.path() + "/r.json");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("(2 processes)"), std::string::npos) << out;
-  std::ifstream f(d / "r.json");
-  std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string json = test::readText(d / "r.json");
   EXPECT_NE(json.find("\"world_size\": 2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"images_seen\": 64"), std::string::npos) << json;  // 4 steps x 8 x 2 ranks
 }
@@ -179,8 +182,7 @@ TEST(Launcher, TimelineHasComputeAndChannelRows) {
                             "--epochs 1 --warmup-epochs 0 --max-steps 3 --threads 1 --streams 2 --timeline " +
                             d.path() + "/t.json");
   ASSERT_EQ(rc, 0) << out;
-  std::ifstream f(d / "t.json");
-  std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string json = test::readText(d / "t.json");
   ASSERT_EQ(json.rfind("[", 0), 0u) << "a JSON array";
   EXPECT_NE(json.find("\"name\": \"backward\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0"), std::string::npos);
   EXPECT_NE(json.find("\"name\": \"allreduce\", \"ph\": \"X\", \"pid\": 0, \"tid\": 1"), std::string::npos);
@@ -203,12 +205,7 @@ TEST(Launcher, KilledWorkerEndsTheJobWithoutOrphans) {
       "C=$(pgrep -P $L | head -1); kill -9 $C; wait $L; echo rc=$?; sleep 1; "
       "pgrep -f -- '" + marker + "' >/dev/null && echo orphans || echo clean; cat " + d.path() + "/log";
   test::writeText(d / "kill.sh", script + "\n");
-  FILE* p = ::popen(("bash " + d.path() + "/kill.sh").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  ::pclose(p);
+  const std::string out = runCommand("bash " + d.path() + "/kill.sh").second;
   EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
   EXPECT_NE(out.find("clean"), std::string::npos) << out;
   EXPECT_NE(out.find("was killed by signal 9"), std::string::npos) << out;

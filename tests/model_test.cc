@@ -79,9 +79,7 @@ TEST_P(Golden, OutputMatchesTorchvision) {
                           arch + " 10 " + d.path() + " 2> " + d.path() + "/err.txt";
   const int rc = std::system(cmd.c_str());
   if (WEXITSTATUS(rc) == 3) {
-    std::ifstream e(d / "err.txt");
-    std::string why((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
-    GTEST_SKIP() << "golden test skipped: " << why;
+    GTEST_SKIP() << "golden test skipped: " << test::readText(d / "err.txt");
   }
   ASSERT_EQ(rc, 0) << "golden_resnet.py failed";
   ResNet m = make(arch, 10);

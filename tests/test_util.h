@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ inline void writeFile(const std::string& path, const std::vector<uint8_t>& bytes
 
 inline void writeText(const std::string& path, const std::string& text) {
   writeFile(path, std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+inline std::string readText(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
 // Folder of the test sources (for scripts the tests call).
