@@ -17,6 +17,8 @@
 #include "app/cli.h"
 #include "app/launcher.h"
 #include "comm/gloo_transport.h"
+#include "comm/half.h"
+#include "comm/hierarchical.h"
 #include "comm/store.h"
 #include "common/error.h"
 #include "data/image_folder.h"
@@ -33,6 +35,13 @@ DEFINE_int32(nproc, 2, "allreduce: ranks (processes) on this machine");
 DEFINE_int32(streams, 2, "allreduce: channels the aiacc mode splits each buffer across");
 DEFINE_double(max_mb, 256, "allreduce: largest buffer, MiB");
 DEFINE_string(master, "127.0.0.1:29591", "allreduce: host:port of the rendezvous store");
+DEFINE_int32(nnodes, 1, "allreduce: nodes in the job (run aiacc_bench on each with its --node-rank)");
+DEFINE_int32(node_rank, 0, "allreduce: this node's index");
+DEFINE_string(allreduce_dtype, "both", "allreduce: aiacc modes to time: fp32 | fp16 | both");
+DEFINE_string(hierarchical, "off", "allreduce: on adds two-level modes (reduce-scatter in the node, "
+              "allreduce between nodes, allgather in the node)");
+DEFINE_int32(ranks_per_node, 0, "allreduce: ranks per node for two-level modes; 0: the launcher's local size");
+DEFINE_string(bind_host, "127.0.0.1", "allreduce: address this rank's Gloo transport listens on");
 
 namespace {
 
@@ -71,8 +80,13 @@ int benchData() {
   return 0;
 }
 
-// One rank of the allreduce benchmark.
+// One rank of the allreduce benchmark: for each size, Gloo's own ring allreduce on one context
+// (the baseline), then each aiacc mode on the same buffer. Every figure is fp32 payload: an
+// fp16 mode moves half the bytes but delivers the same fp32 result, and is credited for that.
 int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
+  using aiacc::comm::ReduceOp;
+  using aiacc::comm::Transport;
+  using aiacc::comm::Work;
   const auto [host, port] = aiacc::app::parseHostPort(FLAGS_master);
   aiacc::comm::StoreOptions so;
   so.host = host;
@@ -80,27 +94,54 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
   so.rank = w.rank;
   so.world = w.world;
   auto store = aiacc::comm::makeTcpStore(so);
+  const int K = FLAGS_streams;
   aiacc::comm::GlooOptions go;
   go.rank = w.rank;
   go.world = w.world;
-  go.channels = FLAGS_streams;
-  aiacc::comm::GlooTransport t(store, go);
-  const int K = FLAGS_streams;
+  go.channels = K;
+  go.bind_host = FLAGS_bind_host;
+  auto flat = std::make_shared<aiacc::comm::GlooTransport>(store, go);
+  const int per_node = FLAGS_ranks_per_node > 0 ? FLAGS_ranks_per_node : w.local_size;
+  std::shared_ptr<Transport> two_level;
+  if (FLAGS_hierarchical == "on") {
+    go.name = "two-level";
+    two_level = aiacc::comm::makeGlooHierarchical(store, go, per_node);
+  }
   auto barrier = [&] {
     at::Tensor z = at::zeros({1}, at::kFloat);
-    t.allreduce(z, aiacc::comm::ReduceOp::kSum, 0)->wait();
+    flat->allreduce(z, ReduceOp::kSum, 0)->wait();
   };
-  // Split across K channels, equal shares (identical channels on one machine).
-  auto split = [&](at::Tensor& buf) {
-    std::vector<std::shared_ptr<aiacc::comm::Work>> works;
-    const int64_t n = buf.numel(), part = (n + K - 1) / K;
+  // Equal shares over the K channels (identical channels on one machine; DataParallel weighs
+  // them by measured speed).
+  auto split = [K](Transport& t, at::Tensor buf) {
+    std::vector<std::shared_ptr<Work>> works;
+    const int64_t n = buf.numel();
     for (int c = 0; c < K; ++c) {
-      const int64_t off = c * part, len = std::min(part, n - off);
-      if (len > 0) works.push_back(t.allreduce(buf.narrow(0, off, len), aiacc::comm::ReduceOp::kSum, c));
+      const aiacc::comm::Shard s = aiacc::comm::shardOf(n, K, c);
+      if (s.count > 0) works.push_back(t.allreduce(buf.narrow(0, s.offset, s.count), ReduceOp::kSum, c));
     }
     for (auto& wk : works) wk->wait();
   };
-  auto whole = [&](at::Tensor& buf) { t.allreduce(buf, aiacc::comm::ReduceOp::kSum, 0)->wait(); };
+  // fp16 on the wire: scaled cast, reduce, cast back and unscale, as DataParallel does.
+  at::Tensor wire;
+  auto fp16 = [&, W = w.world](Transport& t, at::Tensor& buf) {
+    if (wire.numel() != buf.numel()) wire = at::empty({buf.numel()}, at::kHalf);
+    auto* h = reinterpret_cast<uint16_t*>(wire.data_ptr<at::Half>());
+    aiacc::comm::floatToHalf(buf.data_ptr<float>(), h, static_cast<size_t>(buf.numel()), 1.0f / W);
+    split(t, wire);
+    aiacc::comm::halfToFloat(h, buf.data_ptr<float>(), static_cast<size_t>(buf.numel()), 1.0f);
+  };
+  struct Mode {
+    std::string name;
+    std::function<void(at::Tensor&)> op;
+  };
+  std::vector<Mode> modes;
+  const std::string ks = std::to_string(K);
+  const bool want32 = FLAGS_allreduce_dtype != "fp16", want16 = FLAGS_allreduce_dtype != "fp32";
+  if (want32) modes.push_back({"fp32 x" + ks, [&](at::Tensor& b) { split(*flat, b); }});
+  if (want16) modes.push_back({"fp16 x" + ks, [&](at::Tensor& b) { fp16(*flat, b); }});
+  if (two_level && want32) modes.push_back({"2lvl fp32 x" + ks, [&](at::Tensor& b) { split(*two_level, b); }});
+  if (two_level && want16) modes.push_back({"2lvl fp16 x" + ks, [&](at::Tensor& b) { fp16(*two_level, b); }});
   auto timeIt = [&](const std::function<void(at::Tensor&)>& op, at::Tensor& buf, int iters) {
     op(buf);  // warm-up
     barrier();
@@ -110,31 +151,33 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
   };
   const double bus = 2.0 * (w.world - 1) / w.world;
   if (w.rank == 0) {
-    std::printf("allreduce, %d ranks, fp32; baseline: Gloo ring on one context; aiacc: split over %d channels\n",
-                w.world, K);
-    std::printf("%10s %12s %10s %10s %12s %10s %10s %7s\n", "bytes", "gloo us", "algbw GB/s",
-                "busbw GB/s", "aiacc us", "algbw GB/s", "busbw GB/s", "ratio");
+    std::printf("allreduce, %d ranks%s; busbw = fp32 payload bytes x 2(n-1)/n / time, GB/s; baseline: "
+                "Gloo ring allreduce on one context\n", w.world,
+                two_level ? (", two-level with " + std::to_string(per_node) + " ranks per node").c_str() : "");
+    std::printf("%10s %10s %9s", "bytes", "gloo us", "busbw");
+    for (const auto& m : modes) std::printf(" | %-13s %9s %6s", m.name.c_str(), "busbw", "ratio");
+    std::printf("\n");
   }
-  double sum_ratio = 0, big_ratio = 0;
-  int rows = 0;
+  std::vector<double> last_ratio(modes.size(), 0);
+  double last_busbw = 0;
   for (int64_t bytes = 4096; bytes <= static_cast<int64_t>(FLAGS_max_mb * (1 << 20)); bytes *= 4) {
     at::Tensor buf = at::ones({bytes / 4}, at::kFloat);
     const int iters = static_cast<int>(std::clamp<int64_t>((64ll << 20) / bytes, 3, 50));
-    const double tb = timeIt(whole, buf, iters);
-    const double ta = timeIt(split, buf, iters);
-    const double ratio = tb / ta;
-    sum_ratio += ratio;
-    big_ratio = ratio;
-    ++rows;
-    if (w.rank == 0) {
-      const double gb = static_cast<double>(bytes) / 1e9;
-      std::printf("%10lld %12.1f %10.3f %10.3f %12.1f %10.3f %10.3f %6.2fx\n", static_cast<long long>(bytes),
-                  tb * 1e6, gb / tb, gb / tb * bus, ta * 1e6, gb / ta, gb / ta * bus, ratio);
+    const double tb = timeIt([&](at::Tensor& b) { flat->allreduce(b, ReduceOp::kSum, 0)->wait(); }, buf, iters);
+    const double gb = static_cast<double>(bytes) / 1e9;
+    if (w.rank == 0) std::printf("%10lld %10.1f %9.3f", static_cast<long long>(bytes), tb * 1e6, gb / tb * bus);
+    for (size_t m = 0; m < modes.size(); ++m) {
+      const double ta = timeIt(modes[m].op, buf, iters);
+      last_ratio[m] = tb / ta;
+      if (m == 0) last_busbw = gb / ta * bus;
+      if (w.rank == 0) std::printf(" | %-13s %9.3f %5.2fx", "", gb / ta * bus, tb / ta);
     }
+    if (w.rank == 0) std::printf("\n");
   }
   if (w.rank == 0) {
-    std::printf("headline: aiacc %d-channel split %.2fx Gloo's single-context allreduce at the largest size "
-                "(mean over sizes %.2fx)\n", K, big_ratio, sum_ratio / rows);
+    std::printf("headline at the largest size:");
+    for (size_t m = 0; m < modes.size(); ++m) std::printf(" %s %.2fx;", modes[m].name.c_str(), last_ratio[m]);
+    std::printf(" %s busbw %.3f GB/s (vs Gloo's single context)\n", modes.empty() ? "" : modes[0].name.c_str(), last_busbw);
   }
   barrier();
   return 0;
@@ -148,7 +191,8 @@ int main(int argc, char** argv) {
   const std::string mode = rest.size() >= 2 ? rest[1] : "";
   if (mode != "data" && mode != "allreduce") {
     std::cerr << "usage: aiacc_bench data --data DIR [--image-size S] [--workers T] [--images N]\n"
-                 "       aiacc_bench allreduce [--nproc N] [--streams K] [--max-mb M] [--master host:port]\n";
+                 "       aiacc_bench allreduce [--nproc N] [--streams K] [--allreduce-dtype fp32|fp16|both]\n"
+                 "                 [--hierarchical on --ranks-per-node R] [--max-mb M] [--master host:port]\n";
     return 2;
   }
   try {
@@ -157,6 +201,8 @@ int main(int argc, char** argv) {
       aiacc::app::LaunchSpec spec;
       spec.nproc = FLAGS_nproc;
       spec.master = FLAGS_master;
+      spec.nnodes = FLAGS_nnodes;
+      spec.node_rank = FLAGS_node_rank;
       return aiacc::app::launchWorkers(spec, std::vector<std::string>(argv, argv + argc));
     }
     return benchData();

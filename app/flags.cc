@@ -63,6 +63,11 @@ DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (sc
               "conversion; a non-finite reduce skips the step on every rank and halves the scale)");
 DEFINE_int32(streams, 1, "parallel communication channels (Gloo contexts); a large bucket is split "
              "across them by measured speed");
+DEFINE_string(hierarchical, "auto", "two-level reduction: on | off | auto (on when there are "
+              "several nodes with several ranks each): reduce-scatter inside the node, allreduce of "
+              "each rank's shard between nodes, allgather inside the node");
+DEFINE_int32(ranks_per_node, 0, "ranks per node for two-level reduction; 0: the launcher's local "
+             "size (consecutive ranks form a node); set it to let one machine act as several nodes");
 DEFINE_string(bn_sync, "broadcast", "BatchNorm running stats across ranks: broadcast (rank 0's) | "
               "average | none");
 DEFINE_bool(find_unused, false, "agree each step (one bitmask allreduce) which parameters got no "
@@ -113,12 +118,24 @@ DistSpec distSpecFromFlags() {
                     "--bn-sync must be broadcast, average or none (got '", FLAGS_bn_sync, "')");
   d.bn_sync = FLAGS_bn_sync;
   d.find_unused = FLAGS_find_unused;
+  AIACC_CHECK_INPUT(FLAGS_hierarchical == "on" || FLAGS_hierarchical == "off" || FLAGS_hierarchical == "auto",
+                    "--hierarchical must be on, off or auto (got '", FLAGS_hierarchical, "')");
+  d.hierarchical = FLAGS_hierarchical;
+  AIACC_CHECK_INPUT(FLAGS_ranks_per_node >= 0, "--ranks-per-node must be >= 0");
+  d.ranks_per_node = FLAGS_ranks_per_node;
   AIACC_CHECK_INPUT(FLAGS_negotiation == "decentralized" || FLAGS_negotiation == "central",
                     "--negotiation must be decentralized or central");
   d.central = FLAGS_negotiation == "central";
   AIACC_CHECK_INPUT(d.bucket_mb > 0, "--bucket-mb must be positive");
   AIACC_CHECK_INPUT(d.timeout_s > 0, "--comm-timeout must be positive");
   return d;
+}
+
+bool DistSpec::useHierarchical(int world, int local_size) const {
+  const int per_node = ranksPerNode(local_size);
+  if (hierarchical == "off" || per_node < 1) return false;
+  if (hierarchical == "on") return true;
+  return per_node > 1 && world > per_node && world % per_node == 0;
 }
 
 data::SampleSpec sampleSpecFromFlags() {

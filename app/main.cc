@@ -16,6 +16,7 @@
 #include "app/trainer.h"
 #include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
+#include "comm/hierarchical.h"
 #include "comm/store.h"
 #include "common/error.h"
 #include "data/sample_gen.h"
@@ -52,7 +53,12 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
       ::gethostname(name, sizeof(name) - 1);
       go.bind_host = name;
     }
-    auto transport = std::make_shared<aiacc::comm::GlooTransport>(store, go);
+    std::shared_ptr<aiacc::comm::Transport> transport;
+    if (dist.useHierarchical(world.world, world.local_size)) {
+      transport = aiacc::comm::makeGlooHierarchical(store, go, dist.ranksPerNode(world.local_size));
+    } else {
+      transport = std::make_shared<aiacc::comm::GlooTransport>(store, go);
+    }
     aiacc::comm::DataParallelOptions dp;
     dp.bucket_mb = dist.bucket_mb;
     dp.buffers = dist.bn_sync == "average" ? aiacc::comm::BufferSync::kAverage

@@ -119,6 +119,7 @@ std::string reportJson(const Report& r, const Config& c) {
       .add("ignored_files", r.ignored_files)
       .add("checkpoint_failures", r.checkpoint_failures)
       .add("exposed_comm_s", r.exposed_comm_s)
+      .add("comm", r.comm)
       .add("images_per_s_per_process", r.mean_images_per_s / std::max(1, r.world))
       .add("recipe", c.recipe)
       .raw("evals", evalsJson(r.evals))
@@ -130,6 +131,7 @@ void printReport(const Report& r, std::ostream& os) {
   os << "==== aiacc report ====\n"
      << "model            " << r.arch << " on " << r.data << " (" << r.world << " process"
      << (r.world > 1 ? "es" : "") << ")\n";
+  if (!r.comm.empty()) os << "communication    " << r.comm << "\n";
   if (r.target_top1 > 0 || r.target_top5 > 0) {
     os << "target           ";
     if (r.target_top1 > 0) os << "top-1 " << r.target_top1 << "% ";

@@ -45,6 +45,7 @@ struct Report {
   int64_t ignored_files = 0;     // files without an image extension
   int checkpoint_failures = 0;
   double exposed_comm_s = 0;
+  std::string comm;  // communication set-up (GradientSync::describe)
   std::vector<EvalPoint> evals;
   MachineInfo machine;
 };

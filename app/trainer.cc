@@ -376,6 +376,7 @@ Report Trainer::run() {
   r.skipped_files = s.skips->count();
   r.ignored_files = s.ignored_files;
   r.exposed_comm_s = s.sync().exposedCommSeconds();
+  r.comm = s.sync().describe();
   return r;
 }
 

@@ -376,6 +376,12 @@ void DataParallel::resetStep() {
   arrival_.clear();
 }
 
+std::string DataParallel::describe() const {
+  return strCat(transport_->describe(), "; ", opt_.transfer == TransferDtype::kFloat16 ? "fp16" : "fp32",
+                " transfer; ", plan_.buckets.size(), " buckets (cap ", opt_.bucket_mb, " MiB) over ",
+                channels_, channels_ == 1 ? " channel" : " channels");
+}
+
 void DataParallel::allreduceSum(at::Tensor& t) {
   at::Tensor c = t.contiguous();
   transport_->allreduce(c, ReduceOp::kSum, opt_.channel)->wait();

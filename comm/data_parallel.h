@@ -94,6 +94,7 @@ class DataParallel : public GradientSync {
   bool finishBackward() override;
   void allreduceSum(at::Tensor& t) override;
   double exposedCommSeconds() const override { return exposed_s_; }
+  std::string describe() const override;
 
   // Gradient accumulation: while sync is off, backward only accumulates into .grad locally
   // (no communication); the first backward with sync on reduces the accumulated sum.

@@ -85,8 +85,8 @@ void bitwiseOr(void* c, const void* a, const void* b, size_t n) {
 class GlooTransport::Channel {
  public:
   Channel(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& o, int index)
-      : index_(index), timeline_(o.timeline) {
-    if (timeline_) timeline_->nameRow(1 + index, "channel " + std::to_string(index));
+      : index_(index), row_base_(o.row_base), timeline_(o.timeline) {
+    if (timeline_) timeline_->nameRow(row(), o.row_label + " " + std::to_string(index));
     gloo::transport::tcp::attr attr;
     attr.hostname = o.bind_host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -124,7 +124,7 @@ class GlooTransport::Channel {
         fn(context_);
         const auto t1 = std::chrono::steady_clock::now();
         const double s = std::chrono::duration<double>(t1 - t0).count();
-        if (timeline_) timeline_->span(what, 1 + index_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
+        if (timeline_) timeline_->span(what, row(), t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
         std::lock_guard<std::mutex> lock(mu_);
         stats_.bytes += static_cast<double>(bytes);
         stats_.busy_s += s;
@@ -159,7 +159,9 @@ class GlooTransport::Channel {
     }
   }
 
+  int row() const { return 1 + row_base_ + index_; }
   int index_;
+  int row_base_;
   std::shared_ptr<Timeline> timeline_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   mutable std::mutex mu_;
@@ -187,6 +189,10 @@ GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOp
 
 GlooTransport::~GlooTransport() = default;
 
+std::string GlooTransport::describe() const {
+  return strCat("gloo, ", opt_.world, " ranks, ", channels(), channels() == 1 ? " channel" : " channels");
+}
+
 ChannelStats GlooTransport::channelStats(int c) const {
   AIACC_CHECK(c >= 0 && c < channels(), "channel ", c, " of ", channels());
   return channels_[static_cast<size_t>(c)]->stats();
@@ -203,41 +209,108 @@ void checkContiguousCpu(const at::Tensor& t, const char* what) {
 }
 }  // namespace
 
+namespace {
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+// The elementwise reduction Gloo applies at each step, for a dtype and an op.
+ReduceFn reduceFunction(at::ScalarType type, ReduceOp op) {
+  const bool sum = op == ReduceOp::kSum;
+  switch (type) {
+    case at::kFloat:
+      AIACC_CHECK(sum, "float reductions support sum only");
+      return &gloo::sum<float>;
+    case at::kDouble:
+      AIACC_CHECK(sum, "double reductions support sum only");
+      return &gloo::sum<double>;
+    case at::kHalf:
+      AIACC_CHECK(sum, "half reductions support sum only");
+      return &sumHalf;  // F16C, fp32 arithmetic per step
+    case at::kLong:
+      return sum ? static_cast<ReduceFn>(&gloo::sum<int64_t>) : static_cast<ReduceFn>(&bitwiseOr<int64_t>);
+    case at::kInt:
+      return sum ? static_cast<ReduceFn>(&gloo::sum<int32_t>) : static_cast<ReduceFn>(&bitwiseOr<int32_t>);
+    case at::kByte:
+      return sum ? static_cast<ReduceFn>(&gloo::sum<uint8_t>) : static_cast<ReduceFn>(&bitwiseOr<uint8_t>);
+    default:
+      AIACC_THROW(Error, "reduction: unsupported dtype ", type);
+  }
+}
+
+void waitSend(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
+  if (!b.waitSend(timeout)) AIACC_THROW(CommError, "send aborted");
+}
+void waitRecv(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
+  if (!b.waitRecv(timeout)) AIACC_THROW(CommError, "receive aborted");
+}
+
+// Ring reduce-scatter in place over uneven shards: P-1 steps; at step s this rank sends shard
+// (r-s-1) to its right neighbour and adds shard (r-s-2), received from its left, into its own
+// copy. The shard it receives last is its own, then complete. Each rank sends (P-1)/P of the
+// buffer: bandwidth-optimal.
+void ringReduceScatter(const std::shared_ptr<gloo::Context>& ctx, at::Tensor t, ReduceFn fn) {
+  const int P = ctx->size, r = ctx->rank;
+  if (P == 1) return;
+  const int64_t n = t.numel(), es = static_cast<int64_t>(t.element_size());
+  const auto mod = [P](int i) { return ((i % P) + P) % P; };
+  int64_t max_count = 0;
+  for (int i = 0; i < P; ++i) max_count = std::max(max_count, shardOf(n, P, i).count);
+  at::Tensor tmp = at::empty({std::max<int64_t>(1, max_count)}, t.options());
+  auto* base = static_cast<char*>(t.data_ptr());
+  auto out = ctx->createUnboundBuffer(base, t.nbytes());
+  auto in = ctx->createUnboundBuffer(tmp.data_ptr(), tmp.nbytes());
+  const uint64_t slot = ctx->nextSlot();
+  const int right = mod(r + 1), left = mod(r - 1);
+  const auto timeout = ctx->getTimeout();
+  for (int s = 0; s < P - 1; ++s) {
+    const Shard send = shardOf(n, P, mod(r - s - 1)), recv = shardOf(n, P, mod(r - s - 2));
+    if (send.count > 0) out->send(right, slot, static_cast<size_t>(send.offset * es), static_cast<size_t>(send.count * es));
+    if (recv.count > 0) in->recv(left, slot, 0, static_cast<size_t>(recv.count * es));
+    if (recv.count > 0) {
+      waitRecv(*in, timeout);
+      char* dst = base + recv.offset * es;
+      fn(dst, dst, tmp.data_ptr(), static_cast<size_t>(recv.count));
+    }
+    if (send.count > 0) waitSend(*out, timeout);
+  }
+}
+
+// Ring allgather in place over uneven shards: at step s this rank forwards shard (r-s) to its
+// right and receives shard (r-s-1) from its left, straight into place.
+void ringAllgatherShards(const std::shared_ptr<gloo::Context>& ctx, at::Tensor t) {
+  const int P = ctx->size, r = ctx->rank;
+  if (P == 1) return;
+  const int64_t n = t.numel(), es = static_cast<int64_t>(t.element_size());
+  const auto mod = [P](int i) { return ((i % P) + P) % P; };
+  auto buf = ctx->createUnboundBuffer(t.data_ptr(), t.nbytes());
+  const uint64_t slot = ctx->nextSlot();
+  const int right = mod(r + 1), left = mod(r - 1);
+  const auto timeout = ctx->getTimeout();
+  for (int s = 0; s < P - 1; ++s) {
+    const Shard send = shardOf(n, P, mod(r - s)), recv = shardOf(n, P, mod(r - s - 1));
+    if (send.count > 0) buf->send(right, slot, static_cast<size_t>(send.offset * es), static_cast<size_t>(send.count * es));
+    if (recv.count > 0) buf->recv(left, slot, static_cast<size_t>(recv.offset * es), static_cast<size_t>(recv.count * es));
+    if (recv.count > 0) waitRecv(*buf, timeout);
+    if (send.count > 0) waitSend(*buf, timeout);
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Work> GlooTransport::allreduce(at::Tensor t, ReduceOp op, int c) {
   checkContiguousCpu(t, "allreduce");
-  return channel(c).submit("allreduce", [t, op](const std::shared_ptr<gloo::Context>& ctx) {
+  const ReduceFn fn = reduceFunction(t.scalar_type(), op);
+  return channel(c).submit("allreduce", [t, fn](const std::shared_ptr<gloo::Context>& ctx) {
     gloo::AllreduceOptions o(ctx);
     const size_t n = static_cast<size_t>(t.numel());
-    using Fn = void (*)(void*, const void*, const void*, size_t);
-    switch (t.scalar_type()) {
-      case at::kFloat:
-        AIACC_CHECK(op == ReduceOp::kSum, "float allreduce supports sum only");
-        o.setOutput(t.data_ptr<float>(), n);
-        o.setReduceFunction(static_cast<Fn>(&gloo::sum<float>));
-        break;
-      case at::kDouble:
-        AIACC_CHECK(op == ReduceOp::kSum, "double allreduce supports sum only");
-        o.setOutput(t.data_ptr<double>(), n);
-        o.setReduceFunction(static_cast<Fn>(&gloo::sum<double>));
-        break;
-      case at::kHalf:
-        AIACC_CHECK(op == ReduceOp::kSum, "half allreduce supports sum only");
-        o.setOutput(reinterpret_cast<gloo::float16*>(t.data_ptr<at::Half>()), n);
-        o.setReduceFunction(static_cast<Fn>(&sumHalf));  // F16C, fp32 arithmetic per step
-        break;
-      case at::kLong:
-        o.setOutput(t.data_ptr<int64_t>(), n);
-        o.setReduceFunction(op == ReduceOp::kSum ? static_cast<Fn>(&gloo::sum<int64_t>)
-                                                 : static_cast<Fn>(&bitwiseOr<int64_t>));
-        break;
-      case at::kByte:
-        o.setOutput(t.data_ptr<uint8_t>(), n);
-        o.setReduceFunction(op == ReduceOp::kSum ? static_cast<Fn>(&gloo::sum<uint8_t>)
-                                                 : static_cast<Fn>(&bitwiseOr<uint8_t>));
-        break;
-      default:
-        AIACC_THROW(Error, "allreduce: unsupported dtype ", t.scalar_type());
+    // Gloo sizes its chunks by element type; fn gives the arithmetic meaning.
+    switch (t.element_size()) {
+      case 1: o.setOutput(static_cast<uint8_t*>(t.data_ptr()), n); break;
+      case 2: o.setOutput(static_cast<uint16_t*>(t.data_ptr()), n); break;
+      case 4: o.setOutput(static_cast<uint32_t*>(t.data_ptr()), n); break;
+      default: o.setOutput(static_cast<uint64_t*>(t.data_ptr()), n); break;
     }
+    o.setReduceFunction(fn);
     gloo::allreduce(o);
   }, t.nbytes());
 }
@@ -265,18 +338,19 @@ std::shared_ptr<Work> GlooTransport::allgather(at::Tensor in, at::Tensor out, in
   }, out.nbytes());
 }
 
-// Reduce-scatter as allreduce of a copy, then this rank's slice: correct for any size, but moves
-// the whole buffer; a bandwidth-optimal ring reduce-scatter belongs with two-level reduction.
-std::shared_ptr<Work> GlooTransport::reduceScatter(at::Tensor in, at::Tensor out, int c) {
-  checkContiguousCpu(in, "reduceScatter");
-  AIACC_CHECK(in.numel() == out.numel() * size(), "reduceScatter: in must hold ", size(), " x out");
-  at::Tensor tmp = in.clone();
-  auto reduced = allreduce(tmp, ReduceOp::kSum, c);
-  const int r = rank();
-  return channel(c).submit("reduce-scatter", [reduced, tmp, out, r](const std::shared_ptr<gloo::Context>&) mutable {
-    reduced->wait();
-    out.copy_(tmp.view(-1).narrow(0, r * out.numel(), out.numel()).view_as(out));
-  });
+std::shared_ptr<Work> GlooTransport::reduceScatter(at::Tensor t, int c) {
+  checkContiguousCpu(t, "reduceScatter");
+  const ReduceFn fn = reduceFunction(t.scalar_type(), ReduceOp::kSum);
+  return channel(c).submit("reduce-scatter", [t, fn](const std::shared_ptr<gloo::Context>& ctx) {
+    ringReduceScatter(ctx, t, fn);
+  }, t.nbytes());
+}
+
+std::shared_ptr<Work> GlooTransport::allgatherShards(at::Tensor t, int c) {
+  checkContiguousCpu(t, "allgatherShards");
+  return channel(c).submit("allgather", [t](const std::shared_ptr<gloo::Context>& ctx) {
+    ringAllgatherShards(ctx, t);
+  }, t.nbytes());
 }
 
 }  // namespace aiacc::comm

@@ -23,7 +23,9 @@ struct GlooOptions {
   std::string bind_host = "127.0.0.1";  // address this rank listens on (reachable by peers)
   std::chrono::milliseconds timeout{60000};  // every collective and the connection phase
   std::string name = "gloo";  // key prefix in the store: distinct communicators, distinct names
-  std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + channel
+  std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + row_base + channel
+  int row_base = 0;                    // timeline rows of this transport's channels start here
+  std::string row_label = "channel";   // timeline row names: "<row_label> <channel>"
 };
 
 class GlooTransport : public Transport {
@@ -36,11 +38,13 @@ class GlooTransport : public Transport {
   int size() const override { return opt_.world; }
   int channels() const override { return static_cast<int>(channels_.size()); }
   ChannelStats channelStats(int channel) const override;
+  std::string describe() const override;
 
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int channel) override;
   std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel) override;
   std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel) override;
-  std::shared_ptr<Work> reduceScatter(at::Tensor in, at::Tensor out, int channel) override;
+  std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel) override;
+  std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
 
  private:
   class Channel;

@@ -10,6 +10,8 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+
 namespace aiacc::comm {
 
 struct WorldInfo {
@@ -32,6 +34,8 @@ class GradientSync {
   virtual void allreduceSum(at::Tensor& t) = 0;
   // Seconds spent waiting for gradient communication after backward ended, since construction.
   virtual double exposedCommSeconds() const = 0;
+  // The communication set-up in one line (empty for a single process).
+  virtual std::string describe() const { return ""; }
 };
 
 // World size 1: gradients are already the average over the (one) rank's batch.

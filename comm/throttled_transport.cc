@@ -84,8 +84,11 @@ std::shared_ptr<Work> ThrottledTransport::broadcast(at::Tensor t, int root, int 
 std::shared_ptr<Work> ThrottledTransport::allgather(at::Tensor in, at::Tensor out, int c) {
   return run(c, out.nbytes(), [=] { return inner_->allgather(in, out, c); });
 }
-std::shared_ptr<Work> ThrottledTransport::reduceScatter(at::Tensor in, at::Tensor out, int c) {
-  return run(c, in.nbytes(), [=] { return inner_->reduceScatter(in, out, c); });
+std::shared_ptr<Work> ThrottledTransport::reduceScatter(at::Tensor t, int c) {
+  return run(c, t.nbytes(), [=] { return inner_->reduceScatter(t, c); });
+}
+std::shared_ptr<Work> ThrottledTransport::allgatherShards(at::Tensor t, int c) {
+  return run(c, t.nbytes(), [=] { return inner_->allgatherShards(t, c); });
 }
 
 }  // namespace aiacc::comm

@@ -27,11 +27,13 @@ class ThrottledTransport : public Transport {
   int size() const override { return inner_->size(); }
   int channels() const override { return inner_->channels(); }
   ChannelStats channelStats(int channel) const override;
+  std::string describe() const override { return "throttled " + inner_->describe(); }
 
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int channel) override;
   std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel) override;
   std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel) override;
-  std::shared_ptr<Work> reduceScatter(at::Tensor in, at::Tensor out, int channel) override;
+  std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel) override;
+  std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
 
  private:
   std::shared_ptr<Work> run(int channel, size_t bytes, std::function<std::shared_ptr<Work>()> op);

@@ -7,12 +7,14 @@
 // A channel is one independent communicator (a Gloo context with its own thread, or an NCCL
 // communicator with its own CUDA stream); channels run concurrently.
 //
-// Implementations: GlooTransport (CPU, TCP; gloo_transport.h). NcclTransport (GPU) is added
-// with the GPU path; makeTransport() picks one.
+// Implementations: GlooTransport (CPU, TCP; gloo_transport.h); HierarchicalTransport
+// (hierarchical.h), two-level reduction composed of an intra-node and an inter-node transport;
+// ThrottledTransport (a slowed wrapper for tests). NcclTransport (GPU) comes with the GPU path.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -37,6 +39,17 @@ enum class ReduceOp { kSum, kBitwiseOr };
 
 // Cumulative traffic of one channel, measured where the operations execute: payload bytes and
 // seconds spent executing them (waiting for peers included).
+// Shards of an n-element buffer split into `parts`: the first n % parts shards hold one element
+// more. Reduce-scatter leaves rank r's sum in shard r; allgatherShards spreads every shard.
+struct Shard {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+inline Shard shardOf(int64_t n, int parts, int index) {
+  const int64_t base = n / parts, rem = n % parts;
+  return {index * base + std::min<int64_t>(index, rem), base + (index < rem ? 1 : 0)};
+}
+
 struct ChannelStats {
   double bytes = 0;
   double busy_s = 0;
@@ -49,6 +62,8 @@ class Transport {
   virtual int size() const = 0;
   virtual int channels() const = 0;
   virtual ChannelStats channelStats(int channel) const = 0;
+  // One line for reports and logs, e.g. "gloo, 2 channels".
+  virtual std::string describe() const = 0;
 
   // In place: t becomes the elementwise reduction of every rank's t. float16/float32/float64 (sum) or
   // uint8/int32/int64 (sum, bitwise or).
@@ -58,8 +73,11 @@ class Transport {
   virtual std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel = 0) = 0;
   // out (size() * in.numel() elements) receives every rank's in, in rank order.
   virtual std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel = 0) = 0;
-  // out (in.numel() / size() elements) receives this rank's shard of the sum of every rank's in.
-  virtual std::shared_ptr<Work> reduceScatter(at::Tensor in, at::Tensor out, int channel = 0) = 0;
+  // In place, float16/float32/float64 sum: afterwards t's shard shardOf(t.numel(), size(), rank())
+  // holds the sum of every rank's t over that shard; the rest of t is unspecified. Any size.
+  virtual std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel = 0) = 0;
+  // In place: every rank's shard shardOf(t.numel(), size(), r) of t, from rank r, to every rank.
+  virtual std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel = 0) = 0;
 };
 
 }  // namespace aiacc::comm

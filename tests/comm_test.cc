@@ -15,6 +15,7 @@
 
 #include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
+#include "comm/hierarchical.h"
 #include "comm/half.h"
 #include "comm/store.h"
 #include "comm/throttled_transport.h"
@@ -23,8 +24,11 @@ namespace aiacc::comm {
 namespace {
 
 // Runs fn(rank, transport) on `world` threads; returns each rank's error message ("" if none).
+// ranks_per_node > 0: a HierarchicalTransport over that many ranks per node (every shard size
+// takes the three-stage path).
 std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
-                                  int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+                                  int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                  int ranks_per_node = 0) {
   auto store = makeHashStore();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -36,7 +40,12 @@ std::vector<std::string> runRanks(int world, const std::function<void(int, std::
         o.world = world;
         o.channels = channels;
         o.timeout = timeout;
-        auto t = std::make_shared<GlooTransport>(store, o);
+        std::shared_ptr<Transport> t;
+        if (ranks_per_node > 0) {
+          t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1);
+        } else {
+          t = std::make_shared<GlooTransport>(store, o);
+        }
         fn(r, t);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -98,12 +107,96 @@ TEST(Gloo, CollectivesMatchClosedForm) {
     at::Tensor in = at::full({2}, static_cast<int64_t>(10 * r), at::kLong), out = at::empty({2 * W}, at::kLong);
     t->allgather(in, out, 1)->wait();
     ASSERT_TRUE(out.equal(at::tensor({0, 0, 10, 10, 20, 20}, at::kLong)));
-    // reduce-scatter: each rank gets its third of the sum.
-    at::Tensor rs_in = at::arange(0, 9, at::kFloat), rs_out = at::empty({3}, at::kFloat);
-    t->reduceScatter(rs_in, rs_out, 0)->wait();
-    ASSERT_TRUE(rs_out.equal(at::arange(3 * r, 3 * r + 3, at::kFloat) * W));
+    // reduce-scatter over uneven shards (10 = 4 + 3 + 3): each rank holds its shard of the sum.
+    at::Tensor rs = at::arange(0, 10, at::kFloat) * (r + 1);
+    t->reduceScatter(rs, 0)->wait();
+    const Shard sh = shardOf(10, W, r);
+    ASSERT_EQ(sh.count, r == 0 ? 4 : 3);
+    ASSERT_TRUE(rs.narrow(0, sh.offset, sh.count).equal(at::arange(sh.offset, sh.offset + sh.count, at::kFloat) * 6));
+    // allgather of shards, in place: rank r fills its shard with r.
+    at::Tensor ag = at::full({11}, -1.0, at::kDouble);
+    const Shard mine = shardOf(11, W, r);
+    ag.narrow(0, mine.offset, mine.count).fill_(r);
+    t->allgatherShards(ag, 1)->wait();
+    ASSERT_TRUE(ag.equal(at::tensor({0., 0., 0., 0., 1., 1., 1., 1., 2., 2., 2.}, at::kDouble)));
   }, /*channels=*/2));
 }
+
+struct Layout {
+  int nodes, per_node;
+};
+
+class TwoLevel : public ::testing::TestWithParam<Layout> {};
+
+// Two-level reduction gives what the flat ring gives: exactly for integer-valued data, within
+// rounding otherwise; for every size (empty shards, remainders), dtype and collective. Several
+// operations are in flight at once on two channels, so the stages of one overlap the next's.
+TEST_P(TwoLevel, MatchesFlatAllreduce) {
+  const int N = GetParam().nodes, R = GetParam().per_node, W = N * R;
+  auto store = makeHashStore();
+  std::vector<std::string> errors(W);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < W; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        GlooOptions o;
+        o.rank = r;
+        o.world = W;
+        o.channels = 2;
+        o.timeout = std::chrono::seconds(30);
+        o.name = "flat";
+        GlooTransport flat(store, o);
+        o.name = "two-level";
+        auto h = makeGlooHierarchical(store, o, R, /*min_shard_bytes=*/1);
+        ASSERT_EQ(h->rank(), r);
+        ASSERT_EQ(h->size(), W);
+        auto gen = at::detail::createCPUGenerator(100 + r);
+        std::vector<at::Tensor> a, b;
+        std::vector<std::shared_ptr<Work>> works;
+        for (int64_t n : {1, 3, 7, 1000, 10007}) {  // sizes below, at and far above the ranks per node
+          a.push_back(at::randint(-1000, 1000, {n}, gen, at::kFloat));
+          a.push_back(at::randint(-8, 8, {n}, gen, at::kHalf));
+          a.push_back(at::randn({n}, gen, at::kDouble));
+        }
+        for (size_t i = 0; i < a.size(); ++i) {
+          b.push_back(a[i].clone());
+          works.push_back(h->allreduce(a[i], ReduceOp::kSum, static_cast<int>(i % 2)));
+          flat.allreduce(b[i], ReduceOp::kSum, static_cast<int>(i % 2))->wait();
+        }
+        for (auto& w : works) w->wait();
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (a[i].scalar_type() == at::kDouble) {
+            ASSERT_TRUE(at::allclose(a[i], b[i], 1e-12, 1e-12)) << "tensor " << i;
+          } else {
+            ASSERT_TRUE(a[i].equal(b[i])) << "tensor " << i << " (" << a[i].scalar_type() << ", " << a[i].numel() << ")";
+          }
+        }
+        // bitwise or of one-hot masks (two-stage path).
+        at::Tensor m = at::zeros({W}, at::kByte);
+        m[r] = 1;
+        h->allreduce(m, ReduceOp::kBitwiseOr, 1)->wait();
+        ASSERT_EQ(m.sum().item<int64_t>(), W);
+        // broadcast from the last rank; allgather in rank order.
+        at::Tensor c = at::full({9}, static_cast<double>(r), at::kFloat);
+        h->broadcast(c, W - 1, 0)->wait();
+        ASSERT_TRUE(c.equal(at::full({9}, static_cast<double>(W - 1), at::kFloat)));
+        at::Tensor in = at::full({2}, static_cast<int64_t>(r), at::kLong), out = at::empty({2 * W}, at::kLong);
+        h->allgather(in, out, 1)->wait();
+        ASSERT_TRUE(out.equal(at::arange(0, W, at::kLong).repeat_interleave(2)));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  expectNoErrors(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TwoLevel,
+                         ::testing::Values(Layout{1, 4}, Layout{2, 2}, Layout{4, 1}, Layout{3, 2}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.nodes) + "x" + std::to_string(info.param.per_node);
+                         });
 
 // A small convolutional net without BatchNorm: per-rank batch statistics would make the
 // N-rank gradient differ from the single-process one by design.
@@ -149,6 +242,7 @@ struct Caps {
   double first_mb, mb;
   const char* name;
   Negotiation negotiation = Negotiation::kDecentralized;
+  int ranks_per_node = 0;  // > 0: two-level reduction
 };
 
 class Equivalence : public ::testing::TestWithParam<Caps> {};
@@ -174,7 +268,7 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
     torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
     dp.finishBackward();
     for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-  }));
+  }, 1, std::chrono::seconds(30), GetParam().ranks_per_node));
   auto rp = ref->named_parameters();
   for (int r = 0; r < W; ++r) {
     ASSERT_EQ(grads[r].size(), rp.size());
@@ -194,7 +288,9 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
 INSTANTIATE_TEST_SUITE_P(BucketCaps, Equivalence,
                          ::testing::Values(Caps{1e-9, 1e-9, "one_param_per_bucket"},
                                            Caps{1, 25, "default"}, Caps{1000, 1000, "one_bucket"},
-                                           Caps{1, 25, "central_negotiation", Negotiation::kCentral}),
+                                           Caps{1, 25, "central_negotiation", Negotiation::kCentral},
+                                           Caps{1, 25, "hierarchical_1x3", Negotiation::kDecentralized, 3},
+                                           Caps{1e-9, 1e-9, "hierarchical_3x1_per_param", Negotiation::kDecentralized, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // 20 SGD steps on N ranks leave identical parameters everywhere, equal to a single-process run

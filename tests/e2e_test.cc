@@ -174,6 +174,20 @@ TEST(Launcher, TwoProcessesTrainTogether) {
   EXPECT_NE(json.find("\"images_seen\": 64"), std::string::npos) << json;  // 4 steps x 8 x 2 ranks
 }
 
+// --hierarchical on with one rank per node: two "nodes" on this machine, two-level reduction.
+TEST(Launcher, TwoLevelReductionAcrossEmulatedNodes) {
+  auto [rc, out] = runTrain("--nproc 2 --master 127.0.0.1:29647 --data synthetic --arch resnet18 "
+                            "--synthetic-classes 4 --synthetic-images 64 --batch-size 8 --image-size 32 "
+                            "--epochs 1 --warmup-epochs 0 --max-steps 2 --threads 1 --hierarchical on "
+                            "--ranks-per-node 1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("communication    two-level, 2 nodes x 1 ranks"), std::string::npos) << out;
+  std::tie(rc, out) = runTrain("--nproc 2 --master 127.0.0.1:29647 --data synthetic --hierarchical on "
+                               "--ranks-per-node 3 --max-steps 1");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("not a multiple of 3 ranks per node"), std::string::npos) << out;
+}
+
 // --timeline: compute spans on row 0 and one row per communication channel.
 TEST(Launcher, TimelineHasComputeAndChannelRows) {
   test::TempDir d;
