@@ -41,7 +41,8 @@ DEFINE_string(allreduce_dtype, "both", "allreduce: aiacc modes to time: fp32 | f
 DEFINE_string(hierarchical, "off", "allreduce: on adds two-level modes (reduce-scatter in the node, "
               "allreduce between nodes, allgather in the node)");
 DEFINE_int32(ranks_per_node, 0, "allreduce: ranks per node for two-level modes; 0: the launcher's local size");
-DEFINE_string(bind_host, "127.0.0.1", "allreduce: address this rank's Gloo transport listens on");
+DEFINE_string(bind_host, "", "allreduce: address this rank's Gloo transport listens on; default: "
+              "the local address that routes to the --master host");
 
 namespace {
 
@@ -99,7 +100,7 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
   go.rank = w.rank;
   go.world = w.world;
   go.channels = K;
-  go.bind_host = FLAGS_bind_host;
+  go.bind_host = FLAGS_bind_host.empty() ? aiacc::app::localAddressToward(host) : FLAGS_bind_host;
   auto flat = std::make_shared<aiacc::comm::GlooTransport>(store, go);
   const int per_node = FLAGS_ranks_per_node > 0 ? FLAGS_ranks_per_node : w.local_size;
   std::shared_ptr<Transport> two_level;

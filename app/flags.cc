@@ -57,7 +57,7 @@ DEFINE_int32(nnodes, 1, "nodes in the job (run aiacc_train on each with its --no
 DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1");
 DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store");
 DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; default: "
-              "127.0.0.1 for a local job, else this host's name");
+              "127.0.0.1 for a local job, else the local address that routes to the --master host");
 DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
 DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (scaled, F16C "
               "conversion; a non-finite reduce skips the step on every rank and halves the scale)");

@@ -1,6 +1,10 @@
 #include "app/launcher.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -135,6 +139,31 @@ int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args) 
     }
   }
   return exit_code;
+}
+
+std::string localAddressToward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) {
+    AIACC_THROW(InputError, "cannot resolve master host '", host, "'");
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  std::string out;
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    char buf[INET_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) {
+      out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  AIACC_CHECK_INPUT(!out.empty(), "no route to master host '", host, "' (check --master, or set --bind-host)");
+  return out;
 }
 
 }  // namespace aiacc::app

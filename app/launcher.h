@@ -35,4 +35,10 @@ std::optional<comm::WorldInfo> worldFromEnvironment();
 // AIACC_MASTER (host:port) split; throws InputError when malformed.
 std::pair<std::string, int> parseHostPort(const std::string& s);
 
+// The address this machine (or network namespace) uses to reach `host`: the source address the
+// routing table picks for it (a UDP connect, nothing sent). The address Gloo should listen on
+// so that peers on the master's network reach it. Throws CommError-free InputError when the
+// host cannot be resolved or reached.
+std::string localAddressToward(const std::string& host);
+
 }  // namespace aiacc::app

@@ -49,9 +49,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     if (!dist.bind_host.empty()) {
       go.bind_host = dist.bind_host;
     } else if (host != "127.0.0.1" && host != "localhost") {
-      char name[256] = {0};
-      ::gethostname(name, sizeof(name) - 1);
-      go.bind_host = name;
+      go.bind_host = aiacc::app::localAddressToward(host);  // the interface that reaches the master
     }
     std::shared_ptr<aiacc::comm::Transport> transport;
     if (dist.useHierarchical(world.world, world.local_size)) {

@@ -1,6 +1,7 @@
 // End to end: the trainer learns the generated sample, reports, checkpoints and resumes; the
 // aiacc_train binary fails cleanly on bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -223,6 +224,48 @@ TEST(Launcher, KilledWorkerEndsTheJobWithoutOrphans) {
   EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
   EXPECT_NE(out.find("clean"), std::string::npos) << out;
   EXPECT_NE(out.find("was killed by signal 9"), std::string::npos) << out;
+}
+
+// The emulated cluster: two namespaces joined by 1 Gbit/s links, aiacc_train across them with
+// two ranks per node and two-level reduction; then everything the lab made is gone. Needs root
+// (CI runs as root); without it, the script's refusal is what is checked.
+TEST(NetLab, TwoNodesTrainAcrossRateLimitedLinks) {
+  const std::string script = test::sourceDir() + "/scripts/netlab.sh";
+  const std::string env = "env AIACC_NETLAB_PREFIX=aiacc-test AIACC_NETLAB_SUBNET=10.232.0 ";
+  const std::string lab = env + "bash " + script;
+  if (::geteuid() != 0) {
+    auto [rc, out] = runCommand(lab + " up --nodes 2 --bw 1gbit 2>&1");
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(out.find("must run as root"), std::string::npos) << out;
+    GTEST_SKIP() << "not root: the lab itself needs network namespaces";
+  }
+  // As nobody (the script arrives on stdin: its folder may not be readable by nobody).
+  auto [rc, out] = runCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " + env + "bash -s up --nodes 2 "
+                              "--bw 1gbit < " + script + " 2>&1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("must run as root"), std::string::npos) << out;
+  struct Down {  // whatever happens below, the lab goes
+    std::string cmd;
+    ~Down() { runCommand(cmd); }
+  } down{lab + " down > /dev/null 2>&1"};
+  std::tie(rc, out) = runCommand(lab + " up --nodes 2 --bw 1gbit 2>&1 && " + lab + " status 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("aiacc-test-n1: 10.232.0.2/24"), std::string::npos) << out;
+  EXPECT_NE(out.find("rate 1Gbit"), std::string::npos) << out;
+  std::tie(rc, out) = runCommand(lab + " run 7 -- true 2>&1");
+  EXPECT_NE(out.find("node 7 does not exist"), std::string::npos) << out;
+  const std::string train = std::string(AIACC_TRAIN_BIN) +
+                            " --nproc 2 --nnodes 2 --master 10.232.0.1:29649 --data synthetic --arch resnet18 "
+                            "--synthetic-classes 4 --synthetic-images 64 --batch-size 4 --image-size 32 --epochs 1 "
+                            "--warmup-epochs 0 --max-steps 2 --threads 1 --comm-timeout 60";
+  std::tie(rc, out) = runCommand("(" + lab + " run 1 -- " + train + " --node-rank 1 > /dev/null 2>&1 &); " + lab +
+                                 " run 0 -- " + train + " --node-rank 0 2>&1");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("(4 processes)"), std::string::npos) << out;
+  EXPECT_NE(out.find("two-level, 2 nodes x 2 ranks"), std::string::npos) << out;
+  std::tie(rc, out) = runCommand(lab + " down 2>&1; ip netns list | grep -c aiacc-test");
+  EXPECT_EQ(out.find("aiacc-test-"), std::string::npos) << out;
+  EXPECT_NE(out.find("0"), std::string::npos) << out;
 }
 
 }  // namespace
