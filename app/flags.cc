@@ -3,6 +3,7 @@
 #include <gflags/gflags.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -61,8 +62,12 @@ DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; d
 DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
 DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (scaled, F16C "
               "conversion; a non-finite reduce skips the step on every rank and halves the scale)");
-DEFINE_int32(streams, 1, "parallel communication channels (Gloo contexts); a large bucket is split "
-             "across them by measured speed");
+DEFINE_string(streams, "auto", "parallel communication channels (Gloo contexts), 1..16, or auto "
+              "(the tuner tries 1, 2, 4; without --autotune: 2); a large bucket is split across them "
+              "in proportion to each channel's measured speed");
+DEFINE_bool(autotune, true, "during the first ~20 steps try fusion sizes (and channel counts with "
+            "--streams auto, two-level reduction with --hierarchical auto between nodes), a few steps "
+            "each, from step times averaged over ranks; freeze and log the fastest");
 DEFINE_string(hierarchical, "auto", "two-level reduction: on | off | auto (on when there are "
               "several nodes with several ranks each): reduce-scatter inside the node, allreduce of "
               "each rank's shard between nodes, allgather inside the node");
@@ -108,8 +113,16 @@ DistSpec distSpecFromFlags() {
   d.bind_host = FLAGS_bind_host;
   d.bucket_mb = FLAGS_bucket_mb;
   d.timeout_s = FLAGS_comm_timeout;
-  AIACC_CHECK_INPUT(FLAGS_streams >= 1 && FLAGS_streams <= 16, "--streams must be 1..16");
-  d.streams = FLAGS_streams;
+  if (FLAGS_streams == "auto") {
+    d.streams = 0;
+  } else {
+    char* end = nullptr;
+    const long k = std::strtol(FLAGS_streams.c_str(), &end, 10);
+    AIACC_CHECK_INPUT(end && *end == '\0' && k >= 1 && k <= 16, "--streams must be 1..16 or auto (got '",
+                      FLAGS_streams, "')");
+    d.streams = static_cast<int>(k);
+  }
+  d.autotune = FLAGS_autotune;
   d.timeline = FLAGS_timeline;
   AIACC_CHECK_INPUT(FLAGS_allreduce_dtype == "fp32" || FLAGS_allreduce_dtype == "fp16",
                     "--allreduce-dtype must be fp32 or fp16 (got '", FLAGS_allreduce_dtype, "')");

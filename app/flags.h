@@ -29,7 +29,8 @@ struct DistSpec {
   int gpus = 0;
   std::string bind_host;
   double bucket_mb = 25;
-  int streams = 1;
+  int streams = 0;  // 0: auto
+  bool autotune = true;
   bool fp16 = false;  // --allreduce-dtype fp16
   std::string timeline;  // --timeline FILE (rank 0)
   double timeout_s = 120;

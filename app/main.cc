@@ -44,18 +44,30 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     go.rank = world.rank;
     go.world = world.world;
     go.timeout = timeout;
-    go.channels = dist.streams;
+    // --streams auto: the tuner picks among 1, 2, 4 channels (2 without it).
+    go.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 4 : 2);
     go.timeline = timeline;
     if (!dist.bind_host.empty()) {
       go.bind_host = dist.bind_host;
     } else if (host != "127.0.0.1" && host != "localhost") {
       go.bind_host = aiacc::app::localAddressToward(host);  // the interface that reaches the master
     }
-    std::shared_ptr<aiacc::comm::Transport> transport;
-    if (dist.useHierarchical(world.world, world.local_size)) {
-      transport = aiacc::comm::makeGlooHierarchical(store, go, dist.ranksPerNode(world.local_size));
+    // Two-level reduction: on/off as asked; auto between nodes lets the tuner choose (or turns
+    // it on when the tuner is off).
+    const int per_node = dist.ranksPerNode(world.local_size);
+    const bool two_level = dist.useHierarchical(world.world, world.local_size);
+    const bool tune_two_level = two_level && dist.hierarchical == "auto" && dist.autotune;
+    std::shared_ptr<aiacc::comm::Transport> transport, alternative;
+    if (two_level && !tune_two_level) {
+      transport = aiacc::comm::makeGlooHierarchical(store, go, per_node);
     } else {
       transport = std::make_shared<aiacc::comm::GlooTransport>(store, go);
+      if (tune_two_level) {
+        aiacc::comm::GlooOptions g2 = go;
+        g2.name = "gloo2";
+        g2.row_base = go.channels;
+        alternative = aiacc::comm::makeGlooHierarchical(store, g2, per_node);
+      }
     }
     aiacc::comm::DataParallelOptions dp;
     dp.bucket_mb = dist.bucket_mb;
@@ -65,6 +77,13 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     dp.detect_unused = dist.find_unused;
     dp.transfer = dist.fp16 ? aiacc::comm::TransferDtype::kFloat16 : aiacc::comm::TransferDtype::kFloat32;
     dp.negotiation = dist.central ? aiacc::comm::Negotiation::kCentral : aiacc::comm::Negotiation::kDecentralized;
+    dp.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 1 : 2);  // the tuner starts from 1
+    dp.autotune = dist.autotune;
+    dp.tune_space.bucket_mb = {2, 8, 64};
+    if (dist.streams == 0) dp.tune_space.channels = {2, 4};
+    dp.tune_space.try_two_level = tune_two_level;
+    dp.two_level = alternative;
+    dp.timeline = timeline;
     return std::make_unique<aiacc::comm::DataParallel>(model, transport, world, dp);
   };
 }

@@ -113,6 +113,7 @@ std::string reportJson(const Report& r, const Config& c) {
       .add("steps", r.steps)
       .add("images_seen", r.images_seen)
       .add("mean_images_per_s", r.mean_images_per_s)
+      .add("steady_images_per_s", r.steady_images_per_s)
       .add("final_top1", r.final_top1)
       .add("final_top5", r.final_top5)
       .add("skipped_files", r.skipped_files)
@@ -148,7 +149,8 @@ void printReport(const Report& r, std::ostream& os) {
      << "%  top-5 " << r.final_top5 << "%\n"
      << "trained          " << r.epochs << " epochs, " << r.steps << " steps, " << r.images_seen
      << " images\n"
-     << std::setprecision(1) << "throughput       " << r.mean_images_per_s << " images/s (training)";
+     << std::setprecision(1) << "throughput       " << r.mean_images_per_s << " images/s (training; "
+     << r.steady_images_per_s << " after warm-up and tuning)";
   if (r.world > 1) {
     os << ", " << r.mean_images_per_s / r.world << " per process; exposed communication "
        << r.exposed_comm_s << " s on rank 0 (" << 100.0 * r.exposed_comm_s / std::max(1e-9, r.train_s)

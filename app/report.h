@@ -40,6 +40,7 @@ struct Report {
   int64_t steps = 0;
   int64_t images_seen = 0;       // training images, all ranks
   double mean_images_per_s = 0;  // images_seen / train_s
+  double steady_images_per_s = 0;  // after warm-up (3 steps) and communication tuning
   double final_top1 = 0, final_top5 = 0;
   int64_t skipped_files = 0;     // undecodable files skipped (unique)
   int64_t ignored_files = 0;     // files without an image extension

@@ -265,6 +265,9 @@ Report Trainer::run() {
   int64_t steps_this_run = 0;
   double run_train_s = 0;
   int64_t run_images = 0;
+  // Steady state: after 3 warm-up steps and once the communication tuner has frozen.
+  double steady_s = 0;
+  int64_t steady_images = 0;
   bool stop = false;
   auto last_progress = Clock::now();
   double epoch_pos = static_cast<double>(s.pos.epochs_done);
@@ -328,6 +331,10 @@ Report Trainer::run() {
       s.pos.train_s += wall_s;
       const int64_t imgs = batch->labels.numel() * s.world;
       run_images += imgs;
+      if (steps_this_run >= 3 && !s.sync().tuning()) {
+        steady_s += wall_s;
+        steady_images += imgs;
+      }
       ++s.pos.step;
       ++steps_this_run;
       ++step_in_epoch;
@@ -372,6 +379,7 @@ Report Trainer::run() {
   r.epochs = epoch_pos;
   r.train_s = s.pos.train_s;
   r.mean_images_per_s = static_cast<double>(run_images) / std::max(1e-9, run_train_s);
+  r.steady_images_per_s = steady_images > 0 ? static_cast<double>(steady_images) / steady_s : r.mean_images_per_s;
   r.total_s = s.now();
   r.skipped_files = s.skips->count();
   r.ignored_files = s.ignored_files;

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
+#include <iostream>
 #include <map>
 
 namespace aiacc::comm {
@@ -32,7 +33,7 @@ void coalesced(const std::vector<at::Tensor>& list, const std::function<void(at:
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
                            std::shared_ptr<Transport> transport, const WorldInfo& world,
                            const DataParallelOptions& options)
-    : module_(std::move(module)), transport_(std::move(transport)), world_(world), opt_(options) {
+    : module_(std::move(module)), transport_(std::move(transport)), flat_(transport_), world_(world), opt_(options) {
   AIACC_CHECK(transport_->size() == world_.world && transport_->rank() == world_.rank,
               "transport is rank ", transport_->rank(), "/", transport_->size(), ", world says ",
               world_.rank, "/", world_.world);
@@ -53,7 +54,8 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
   scale_ = opt_.transfer == TransferDtype::kFloat16 ? opt_.grad_scale : 1.0;
   for (int c = 0; c < channels_; ++c) last_stats_.push_back(transport_->channelStats(c));
   const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
-  plan_ = planBuckets(infos_, reverseOrder(infos_.size()), mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
+  order_ = reverseOrder(infos_.size());
+  plan_ = planBuckets(infos_, order_, mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
   verifyFingerprints();
   broadcastState(/*parameters=*/true, /*buffers=*/true);
   buildBuckets(plan_);
@@ -64,6 +66,16 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { onGradReady(i); })));
     accumulators_.push_back(std::move(acc));
   }
+  if (opt_.autotune && world_.world > 1) {
+    AIACC_CHECK(!opt_.two_level || (opt_.two_level->size() == world_.world && opt_.two_level->rank() == world_.rank),
+                "DataParallel: the two-level transport spans other ranks");
+    TuneSpace space = opt_.tune_space;
+    space.try_two_level = space.try_two_level && opt_.two_level != nullptr;
+    for (int& k : space.channels) k = std::min(k, transport_->channels());
+    tuner_ = std::make_unique<Autotuner>(TuneConfig{opt_.bucket_mb, channels_, false}, space);
+    apply(tuner_->current());
+  }
+  last_finish_ = std::chrono::steady_clock::now();
 }
 
 DataParallel::~DataParallel() {
@@ -291,9 +303,13 @@ bool DataParallel::finishBackward() {
   }
   const auto t0 = std::chrono::steady_clock::now();
   for (auto& w : works_) w->wait();
-  exposed_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double exposed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  exposed_s_ += exposed;
   works_.clear();
-  if (opt_.transfer == TransferDtype::kFloat16 && !unscale()) return false;
+  if (opt_.transfer == TransferDtype::kFloat16 && !unscale()) {
+    last_finish_ = std::chrono::steady_clock::now();
+    return false;
+  }
   // Which parameters got a gradient anywhere: one bitwise-or allreduce, no coordinator.
   at::Tensor anywhere = decided;
   if (opt_.detect_unused && !anywhere.defined()) {
@@ -318,7 +334,48 @@ bool DataParallel::finishBackward() {
   } else {
     resetStep();
   }
+  if (tuner_ && !tuner_->frozen() && steps_ >= 2) tune(exposed);  // step 1 paid for the rebuild
+  last_finish_ = std::chrono::steady_clock::now();
   return true;
+}
+
+// The step's time (end of the previous finishBackward to now) and exposed wait, averaged over
+// ranks with one allreduce: every rank feeds the tuner the same numbers.
+void DataParallel::tune(double exposed_this_step) {
+  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_finish_).count();
+  at::Tensor m = at::tensor({step_s, exposed_this_step}, at::kDouble);
+  transport_->allreduce(m, ReduceOp::kSum, opt_.channel)->wait();
+  const double* v = m.data_ptr<double>();
+  const TuneConfig before = tuner_->current();
+  const bool changed = tuner_->record(v[0] / world_.world, v[1] / world_.world);
+  if (changed) apply(tuner_->current());
+  if (opt_.timeline && (changed || tuner_->frozen())) {
+    opt_.timeline->instant(strCat("autotune: ", tuner_->frozen() ? "chose " : "try ",
+                                  tuner_->current().str(opt_.two_level != nullptr)), 0);
+  }
+  if (tuner_->frozen() && world_.rank == 0) std::cerr << "autotune: " << tuner_->summary() << "\n";
+  (void)before;
+}
+
+// Switches fusion cap, channel count and transport; every rank does the same between steps.
+void DataParallel::apply(const TuneConfig& c) {
+  std::shared_ptr<Transport> want = c.two_level && opt_.two_level ? opt_.two_level : flat_;
+  const bool new_transport = want != transport_;
+  transport_ = want;
+  const int k = std::max(1, std::min(c.channels, transport_->channels()));
+  if (new_transport || k != channels_) {
+    channels_ = k;
+    weights_.assign(static_cast<size_t>(channels_), 1.0 / channels_);
+    last_stats_.clear();
+    for (int ch = 0; ch < channels_; ++ch) last_stats_.push_back(transport_->channelStats(ch));
+  }
+  if (c.bucket_mb != opt_.bucket_mb) {
+    opt_.bucket_mb = c.bucket_mb;
+    const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
+    std::lock_guard<std::mutex> lock(mu_);
+    plan_ = planBuckets(infos_, order_, mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
+    buildBuckets(plan_);
+  }
 }
 
 // Rank 0's arrival order (parameters that never arrived go last, in reverse registration order)
@@ -338,6 +395,7 @@ void DataParallel::rebuildFromArrivalOrder() {
   transport_->broadcast(t, 0, opt_.channel)->wait();
   std::vector<size_t> agreed(params_.size());
   for (size_t k = 0; k < agreed.size(); ++k) agreed[k] = static_cast<size_t>(t[static_cast<int64_t>(k)].item<int64_t>());
+  order_ = agreed;
   const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
   plan_ = planBuckets(infos_, agreed, mb(opt_.first_bucket_mb), mb(opt_.bucket_mb));
   buildBuckets(plan_);
@@ -377,9 +435,10 @@ void DataParallel::resetStep() {
 }
 
 std::string DataParallel::describe() const {
+  const std::string tuned = tuner_ ? strCat("; autotune ", tuner_->summary()) : std::string();
   return strCat(transport_->describe(), "; ", opt_.transfer == TransferDtype::kFloat16 ? "fp16" : "fp32",
                 " transfer; ", plan_.buckets.size(), " buckets (cap ", opt_.bucket_mb, " MiB) over ",
-                channels_, channels_ == 1 ? " channel" : " channels");
+                channels_, channels_ == 1 ? " channel" : " channels", tuned);
 }
 
 void DataParallel::allreduceSum(at::Tensor& t) {

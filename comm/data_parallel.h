@@ -23,12 +23,15 @@
 #include <torch/nn/module.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "comm/autotune.h"
 #include "comm/bucket_plan.h"
 #include "comm/gradient_sync.h"
+#include "comm/timeline.h"
 #include "comm/transport.h"
 
 namespace torch::autograd {
@@ -79,6 +82,15 @@ struct DataParallelOptions {
   int scale_growth_steps = 200;
   bool rebuild_after_first_step = true;
   int channel = 0;
+  // Autotune: from the second step on, try fusion caps, channel counts and (when two_level is
+  // given) two-level reduction, a few steps each, and freeze the fastest (comm/autotune.h).
+  // Every rank averages its step times with one allreduce, so all decide alike.
+  bool autotune = false;
+  TuneSpace tune_space;
+  // A second transport over the same ranks (two-level reduction) the tuner may switch to.
+  std::shared_ptr<Transport> two_level;
+  // Tuner decisions as instant events (rank 0).
+  std::shared_ptr<Timeline> timeline;
 };
 
 class DataParallel : public GradientSync {
@@ -95,6 +107,8 @@ class DataParallel : public GradientSync {
   void allreduceSum(at::Tensor& t) override;
   double exposedCommSeconds() const override { return exposed_s_; }
   std::string describe() const override;
+  bool tuning() const override { return tuner_ && !tuner_->frozen(); }
+  const Autotuner* tuner() const { return tuner_.get(); }
 
   // Gradient accumulation: while sync is off, backward only accumulates into .grad locally
   // (no communication); the first backward with sync on reduces the accumulated sum.
@@ -119,9 +133,15 @@ class DataParallel : public GradientSync {
   void rebalanceChannels();
   bool unscale();
   void resetStep();
+  void tune(double exposed_this_step);
+  void apply(const TuneConfig& c);
 
   std::shared_ptr<torch::nn::Module> module_;
-  std::shared_ptr<Transport> transport_;
+  std::shared_ptr<Transport> transport_;     // the one in use
+  std::shared_ptr<Transport> flat_;          // as given
+  std::vector<size_t> order_;                // agreed gradient arrival order (bucket planning)
+  std::unique_ptr<Autotuner> tuner_;
+  std::chrono::steady_clock::time_point last_finish_;
   WorldInfo world_;
   DataParallelOptions opt_;
 

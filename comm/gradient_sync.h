@@ -36,6 +36,8 @@ class GradientSync {
   virtual double exposedCommSeconds() const = 0;
   // The communication set-up in one line (empty for a single process).
   virtual std::string describe() const { return ""; }
+  // True while the communication set-up is still being tuned (steps not representative).
+  virtual bool tuning() const { return false; }
 };
 
 // World size 1: gradients are already the average over the (one) rank's batch.

@@ -257,7 +257,7 @@ TEST(NetLab, TwoNodesTrainAcrossRateLimitedLinks) {
   const std::string train = std::string(AIACC_TRAIN_BIN) +
                             " --nproc 2 --nnodes 2 --master 10.232.0.1:29649 --data synthetic --arch resnet18 "
                             "--synthetic-classes 4 --synthetic-images 64 --batch-size 4 --image-size 32 --epochs 1 "
-                            "--warmup-epochs 0 --max-steps 2 --threads 1 --comm-timeout 60";
+                            "--warmup-epochs 0 --max-steps 2 --threads 1 --comm-timeout 60 --noautotune";
   std::tie(rc, out) = runCommand("(" + lab + " run 1 -- " + train + " --node-rank 1 > /dev/null 2>&1 &); " + lab +
                                  " run 0 -- " + train + " --node-rank 0 2>&1");
   EXPECT_EQ(rc, 0) << out;

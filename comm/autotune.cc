@@ -1,0 +1,109 @@
+#include "comm/autotune.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace aiacc::comm {
+
+std::string TuneConfig::str(bool show_two_level) const {
+  std::ostringstream os;
+  os << "bucket " << bucket_mb << " MiB, " << channels << (channels == 1 ? " channel" : " channels");
+  if (show_two_level) os << ", " << (two_level ? "two-level" : "flat");
+  return os.str();
+}
+
+Autotuner::Autotuner(TuneConfig start, TuneSpace space) : space_(std::move(space)), best_(start), current_(start) {
+  AIACC_CHECK(space_.steps_per_trial >= 2, "autotune: a trial needs at least 2 steps (the first is discarded)");
+  nextDimension();
+}
+
+double Autotuner::score(const TuneConfig& c) const {
+  const auto it = trials_.find(c);
+  return it == trials_.end() || it->second.counted == 0 ? 0.0 : it->second.sum_s / it->second.counted;
+}
+
+// Candidates of the next dimension that has any not measured yet: the best configuration so far
+// with that dimension's value replaced. The best itself comes first when it still needs a score.
+void Autotuner::nextDimension() {
+  queue_.clear();
+  while (queue_.empty() && dimension_ < 3) {
+    ++dimension_;
+    std::vector<TuneConfig> cands{best_};
+    if (dimension_ == 0 && space_.try_two_level) {
+      TuneConfig c = best_;
+      c.two_level = !c.two_level;
+      cands.push_back(c);
+    } else if (dimension_ == 1) {
+      for (double mb : space_.bucket_mb) {
+        TuneConfig c = best_;
+        c.bucket_mb = mb;
+        cands.push_back(c);
+      }
+    } else if (dimension_ == 2) {
+      for (int k : space_.channels) {
+        TuneConfig c = best_;
+        c.channels = k;
+        cands.push_back(c);
+      }
+    }
+    if (cands.size() == 1 && trials_.count(best_)) continue;  // nothing to compare in this dimension
+    for (const auto& c : cands) {
+      if (!trials_.count(c) && std::find(queue_.begin(), queue_.end(), c) == queue_.end()) queue_.push_back(c);
+    }
+  }
+  if (queue_.empty()) {
+    frozen_ = true;
+    current_ = best_;
+    return;
+  }
+  current_ = queue_.front();
+  in_trial_ = 0;
+}
+
+bool Autotuner::record(double step_s, double exposed_s) {
+  if (frozen_) return false;
+  ++steps_;
+  if (++in_trial_ > 1) {  // the first step of a trial pays for the switch
+    Trial& t = trials_[current_];
+    t.sum_s += step_s;
+    t.sum_exposed += exposed_s;
+    ++t.counted;
+  }
+  if (in_trial_ < space_.steps_per_trial) return false;
+  const TuneConfig before = current_;
+  queue_.erase(queue_.begin());
+  if (!queue_.empty()) {
+    current_ = queue_.front();
+    in_trial_ = 0;
+    return current_ != before;
+  }
+  // Dimension done: the fastest candidate wins if it beats the best so far by more than noise.
+  TuneConfig fastest = best_;
+  for (const auto& [c, t] : trials_) {
+    if (t.counted > 0 && score(c) < score(fastest)) fastest = c;
+  }
+  if (fastest != best_ && score(fastest) < score(best_) * (1 - space_.min_gain)) best_ = fastest;
+  nextDimension();
+  return current_ != before;
+}
+
+std::string Autotuner::summary() const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  const bool two = space_.try_two_level;
+  os << (frozen_ ? "chose " : "so far ") << best_.str(two) << " after " << steps_ << " steps";
+  bool first = true;
+  for (const auto& [c, t] : trials_) {
+    if (t.counted == 0) continue;
+    os << (first ? " (" : "; ") << c.str(two) << ": " << 1e3 * t.sum_s / t.counted << " ms/step, "
+       << 1e3 * t.sum_exposed / t.counted << " ms exposed";
+    first = false;
+  }
+  if (!first) os << ")";
+  return os.str();
+}
+
+}  // namespace aiacc::comm

@@ -1,0 +1,81 @@
+// Autotuner: picks fusion size, channel count and two-level reduction during the first steps of
+// training, from step times that every rank measured and averaged with one allreduce (so every
+// rank holds the same numbers and reaches the same decision; no coordinator).
+//
+// Search: one dimension at a time (two-level first: it matters most between nodes; then fusion
+// size; then channels), each candidate tried for `steps_per_trial` steps, the first of which is
+// discarded (it pays for the switch: new buffers, a cold plan). A candidate replaces the current
+// value only when it is faster by more than `min_gain` (noise), so the tuner never settles on a
+// configuration slower than the default by more than noise. A configuration measured once is
+// not measured again. With the defaults (2 x 4 x 3 candidates, 3 steps each) it is frozen after
+// at most 21 steps.
+//
+// Pure logic: DataParallel feeds it measurements and applies what it returns.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace aiacc::comm {
+
+struct TuneConfig {
+  double bucket_mb = 25;
+  int channels = 1;
+  bool two_level = false;
+  bool operator==(const TuneConfig& o) const {
+    return bucket_mb == o.bucket_mb && channels == o.channels && two_level == o.two_level;
+  }
+  bool operator!=(const TuneConfig& o) const { return !(*this == o); }
+  bool operator<(const TuneConfig& o) const {
+    return std::tie(bucket_mb, channels, two_level) < std::tie(o.bucket_mb, o.channels, o.two_level);
+  }
+  // show_two_level: name the two-level setting (only meaningful when it is being tuned).
+  std::string str(bool show_two_level = true) const;
+};
+
+struct TuneSpace {
+  std::vector<double> bucket_mb;   // fusion caps to try (empty: keep the start's)
+  std::vector<int> channels;       // channel counts to try (empty: keep)
+  bool try_two_level = false;      // also try the other two-level setting
+  int steps_per_trial = 3;
+  double min_gain = 0.03;
+};
+
+class Autotuner {
+ public:
+  Autotuner(TuneConfig start, TuneSpace space);
+
+  // The configuration to run now.
+  const TuneConfig& current() const { return current_; }
+  bool frozen() const { return frozen_; }
+  int stepsRecorded() const { return steps_; }
+  // Records the step just run under current() (rank-averaged seconds: whole step, and
+  // communication exposed after backward). Returns true when current() changed.
+  bool record(double step_s, double exposed_s);
+  // What was measured and decided, one line.
+  std::string summary() const;
+  // Mean step time measured for a configuration (0 when never measured).
+  double score(const TuneConfig& c) const;
+
+ private:
+  struct Trial {
+    double sum_s = 0, sum_exposed = 0;
+    int counted = 0;
+  };
+  void nextDimension();
+  void startTrial();
+
+  TuneSpace space_;
+  TuneConfig best_;        // best so far (the reference a candidate must beat)
+  TuneConfig current_;
+  std::vector<TuneConfig> queue_;  // candidates of the current dimension still to measure
+  int dimension_ = -1;     // 0: two-level, 1: fusion, 2: channels, 3: done
+  int in_trial_ = 0;       // steps run of the current trial
+  std::map<TuneConfig, Trial> trials_;
+  bool frozen_ = false;
+  int steps_ = 0;
+};
+
+}  // namespace aiacc::comm
