@@ -227,6 +227,9 @@ void DataParallel::launch(size_t b) {
       slot.zero_();
     }
   }
+  if (opt_.timeline) {  // when each bucket's gradients were complete: the scaling model's input
+    opt_.timeline->instant("bucket ready", 0, strCat("{\"bucket\": ", b, ", \"bytes\": ", buf.nbytes(), "}"));
+  }
   at::Tensor wire = buf;
   if (opt_.transfer == TransferDtype::kFloat16) {
     wire = wire_[b];

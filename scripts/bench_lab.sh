@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# bench_lab.sh: aiacc against PyTorch DDP on the emulated cluster (scripts/netlab.sh), measured
+# in one run. For each layout (nodes x ranks per node), link rate and model it runs:
+#   aiacc with everything on (fp16 transfer, two-level, streams, overlap, autotune), then with
+#   each optimization off in turn; PyTorch DDP fp32; PyTorch DDP with its fp16 compression hook;
+# and one rank of each alone (no network) for scaling efficiency. Same model, batch, resolution,
+# synthetic data and threads per rank everywhere. Prints a table of images/s with ratios to both
+# DDP modes and ends with one headline line.
+#
+#   sudo scripts/bench_lab.sh [--layouts "2x2 4x1"] [--bw "1gbit 5gbit"]
+#                             [--models "resnet18:64:16 resnet50:128:8"] [--steps N]
+#   scripts/bench_lab.sh --quick        # 2x2 at 1gbit, resnet18@64 only (the headline case)
+#   --save DIR: keep each lab run of aiacc (rank 0's report JSON, timeline, and a .meta line with
+#   layout, link rate and model) for scripts/simulate.py validate DIR.
+#
+# aiacc's figure is its steady rate (after 3 warm-up steps and the tuner's ~20); DDP's is over
+# the steps after its 3 warm-up steps. Needs root (namespaces). Leaves nothing behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=12; SAVE=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --layouts) LAYOUTS=$2; shift 2 ;;
+    --bw) BWS=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --quick) LAYOUTS="2x2"; BWS="1gbit"; MODELS="resnet18:64:16"; shift ;;
+    --save) SAVE=$(realpath -m "$2"); mkdir -p "$SAVE"; shift 2 ;;
+    *) echo "bench_lab: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "bench_lab: must run as root (it builds a network-namespace lab)" >&2; exit 1; }
+BIN=$PWD/${AIACC_BUILD_DIR:-build}/app/aiacc_train
+[ -x "$BIN" ] || scripts/build.sh
+LAB=scripts/netlab.sh
+PY=/usr/bin/python3
+tmp=$(mktemp -d)
+trap '$LAB down >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+echo 29800 > "$tmp/port"
+next_port() { local p; p=$(( $(cat "$tmp/port") + 1 )); echo "$p" > "$tmp/port"; echo "$p"; }  # survives $(...)
+TUNE_STEPS=22  # the tuner's trials (<= 21 steps) plus the rebuild step
+
+# aiacc NODES PER ARCH BATCH SIZE THREADS extra-flags...: steady images/s of one job on the lab
+# (or on the host when NODES is 0: one process, no network).
+aiacc() {
+  local nodes=$1 per=$2 arch=$3 batch=$4 size=$5 threads=$6; shift 6
+  local world=$(( nodes > 0 ? nodes * per : 1 )) steps=$((3 + TUNE_STEPS + STEPS)) PORT
+  PORT=$(next_port)
+  local common=(--data synthetic --arch "$arch" --batch-size "$batch" --image-size "$size" --epochs 1
+                --warmup-epochs 0 --max-steps "$steps" --threads "$threads" --comm-timeout 300
+                --synthetic-images $((batch * world * (steps + 2))) --progress-seconds 1000)
+  if [ "$nodes" -eq 0 ]; then
+    "$BIN" "${common[@]}" --report-file "$tmp/r.json" "$@" > "$tmp/log" 2>&1
+  else
+    local i save=()
+    if [ -n "$SAVE" ]; then
+      local id; id=$(printf "run%03d" "$PORT")
+      save=(--timeline "$SAVE/$id.timeline.json")
+      echo "nodes=$nodes per_node=$per bw=$CUR_BW arch=$arch batch=$batch size=$size flags=$*" > "$SAVE/$id.meta"
+    fi
+    for i in $(seq 1 $((nodes - 1))); do
+      $LAB run "$i" -- "$BIN" --nproc "$per" --nnodes "$nodes" --node-rank "$i" --master "$($LAB addr 0):$PORT" \
+        "${common[@]}" "$@" > "$tmp/log$i" 2>&1 &
+    done
+    $LAB run 0 -- "$BIN" --nproc "$per" --nnodes "$nodes" --node-rank 0 --master "$($LAB addr 0):$PORT" \
+      "${common[@]}" --report-file "$tmp/r.json" "${save[@]}" "$@" > "$tmp/log" 2>&1 || { cat "$tmp/log" >&2; wait; return 1; }
+    wait
+    [ -z "$SAVE" ] || cp "$tmp/r.json" "$SAVE/$(printf "run%03d" "$PORT").report.json"
+  fi
+  sed -n 's/.*"steady_images_per_s": \([0-9.]*\).*/\1/p' "$tmp/r.json" | awk '{ printf "%.1f", $1 }'
+  grep -o 'autotune: chose[^(]*' "$tmp/log" | head -1 > "$tmp/tuned" || true
+}
+
+# ddp NODES PER ARCH BATCH SIZE THREADS [fp16]: PyTorch DDP (gloo) images/s, same launch shape.
+ddp() {
+  local nodes=$1 per=$2 arch=$3 batch=$4 size=$5 threads=$6 PORT; shift 6
+  PORT=$(next_port)
+  if [ "$nodes" -eq 0 ]; then
+    RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT GLOO_SOCKET_IFNAME=lo \
+      $PY scripts/ddp_peer.py "$arch" "$batch" "$size" "$STEPS" "$threads" "$@" > "$tmp/ddp0" 2>&1
+  else
+    local pids=() i l
+    for i in $(seq 0 $((nodes - 1))); do
+      for l in $(seq 0 $((per - 1))); do
+        $LAB run "$i" -- env RANK=$((i * per + l)) WORLD_SIZE=$((nodes * per)) MASTER_ADDR="$($LAB addr 0)" \
+          MASTER_PORT=$PORT GLOO_SOCKET_IFNAME=eth0 \
+          $PY scripts/ddp_peer.py "$arch" "$batch" "$size" "$STEPS" "$threads" "$@" > "$tmp/ddp$((i * per + l))" 2>&1 &
+        pids+=($!)
+      done
+    done
+    wait "${pids[@]}" || { cat "$tmp/ddp0" >&2; return 1; }
+  fi
+  sed -n 's/ddp: \([0-9.]*\) images\/s/\1/p' "$tmp/ddp0"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
+eff() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / (n * b); else print "-" }'; }
+row() { printf "%-44s %10s %12s %12s\n" "$1" "$2" "$3" "$4"; }
+
+CORES=$(nproc)
+HEADLINE=""
+echo "bench_lab: $CORES cores; layouts: $LAYOUTS; links: $BWS; models: $MODELS; $STEPS timed steps"
+for layout in $LAYOUTS; do
+  nodes=${layout%x*}; per=${layout#*x}; world=$((nodes * per))
+  threads=$(( CORES / world )); [ "$threads" -ge 1 ] || threads=1
+  for bw in $BWS; do
+    $LAB up --nodes "$nodes" --bw "$bw" > /dev/null
+    CUR_BW=$bw
+    for m in $MODELS; do
+      IFS=: read -r arch size batch <<< "$m"
+      echo
+      echo "== $layout ($nodes nodes x $per ranks) at $bw: $arch batch $batch/rank @ $size px, $threads thread(s)/rank =="
+      a1=$(aiacc 0 1 "$arch" "$batch" "$size" "$threads" --noautotune)
+      d1=$(ddp 0 1 "$arch" "$batch" "$size" "$threads")
+      dF=$(ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads")
+      dH=$(ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads" fp16)
+      aA=$(aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" --allreduce-dtype fp16)
+      tuned=$(cat "$tmp/tuned")
+      row "configuration" "images/s" "vs DDP fp32" "vs DDP fp16"
+      row "PyTorch DDP fp32" "$dF" "1.00x" "$(ratio "$dF" "$dH")"
+      row "PyTorch DDP fp16 compression hook" "$dH" "$(ratio "$dH" "$dF")" "1.00x"
+      row "aiacc, all on + autotune" "$aA" "$(ratio "$aA" "$dF")" "$(ratio "$aA" "$dH")"
+      for off in "fp16 transfer off:--allreduce-dtype fp32" "two-level off:--allreduce-dtype fp16 --hierarchical off" \
+                 "multi-stream off:--allreduce-dtype fp16 --streams 1" "autotune off:--allreduce-dtype fp16 --noautotune" \
+                 "overlap off (central):--allreduce-dtype fp16 --negotiation central"; do
+        name=${off%%:*}; flags=${off#*:}
+        # shellcheck disable=SC2086
+        v=$(aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $flags)
+        row "aiacc, $name" "$v" "$(ratio "$v" "$dF")" "$(ratio "$v" "$dH")"
+      done
+      echo "tuner: ${tuned:-n/a}"
+      echo "1 rank alone: aiacc $a1, DDP $d1 images/s; scaling efficiency ($world ranks): aiacc $(eff "$aA" "$a1" "$world"), DDP fp32 $(eff "$dF" "$d1" "$world"), DDP fp16 $(eff "$dH" "$d1" "$world")"
+      if [ -z "$HEADLINE" ] || { [ "$layout" = 2x2 ] && [ "$bw" = 1gbit ] && [ "${HEADLINE%%|*}" != "2x2 1gbit" ]; }; then
+        HEADLINE="$layout $bw|$layout at $bw, $arch@$size: aiacc $(ratio "$aA" "$dF") PyTorch DDP fp32, $(ratio "$aA" "$dH") DDP fp16 (targets 1.5x, 1.2x)"
+      fi
+    done
+    $LAB down > /dev/null
+  done
+done
+echo
+echo "headline: ${HEADLINE#*|}"
