@@ -60,8 +60,9 @@ DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store
 DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else the local address that routes to the --master host");
 DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
-DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (scaled, F16C "
-              "conversion; a non-finite reduce skips the step on every rank and halves the scale)");
+DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (scaled by a dynamic "
+              "gradient scale, F16C conversion) | bf16 (unscaled); a non-finite reduce skips the step on "
+              "every rank (fp16: and halves the scale). Gradients stay fp32 in the model");
 DEFINE_string(streams, "auto", "parallel communication channels (Gloo contexts), 1..16, or auto "
               "(the tuner tries 1, 2, 4; without --autotune: 2); a large bucket is split across them "
               "in proportion to each channel's measured speed");
@@ -124,9 +125,10 @@ DistSpec distSpecFromFlags() {
   }
   d.autotune = FLAGS_autotune;
   d.timeline = FLAGS_timeline;
-  AIACC_CHECK_INPUT(FLAGS_allreduce_dtype == "fp32" || FLAGS_allreduce_dtype == "fp16",
-                    "--allreduce-dtype must be fp32 or fp16 (got '", FLAGS_allreduce_dtype, "')");
-  d.fp16 = FLAGS_allreduce_dtype == "fp16";
+  AIACC_CHECK_INPUT(FLAGS_allreduce_dtype == "fp32" || FLAGS_allreduce_dtype == "fp16" ||
+                    FLAGS_allreduce_dtype == "bf16",
+                    "--allreduce-dtype must be fp32, fp16 or bf16 (got '", FLAGS_allreduce_dtype, "')");
+  d.allreduce_dtype = FLAGS_allreduce_dtype;
   AIACC_CHECK_INPUT(FLAGS_bn_sync == "broadcast" || FLAGS_bn_sync == "average" || FLAGS_bn_sync == "none",
                     "--bn-sync must be broadcast, average or none (got '", FLAGS_bn_sync, "')");
   d.bn_sync = FLAGS_bn_sync;

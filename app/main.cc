@@ -75,7 +75,9 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
                  : dist.bn_sync == "none"  ? aiacc::comm::BufferSync::kNone
                                            : aiacc::comm::BufferSync::kBroadcast;
     dp.detect_unused = dist.find_unused;
-    dp.transfer = dist.fp16 ? aiacc::comm::TransferDtype::kFloat16 : aiacc::comm::TransferDtype::kFloat32;
+    dp.transfer = dist.allreduce_dtype == "fp16"   ? aiacc::comm::TransferDtype::kFloat16
+                  : dist.allreduce_dtype == "bf16" ? aiacc::comm::TransferDtype::kBFloat16
+                                                   : aiacc::comm::TransferDtype::kFloat32;
     dp.negotiation = dist.central ? aiacc::comm::Negotiation::kCentral : aiacc::comm::Negotiation::kDecentralized;
     dp.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 1 : 2);  // the tuner starts from 1
     dp.autotune = dist.autotune;

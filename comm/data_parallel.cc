@@ -51,7 +51,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module,
   AIACC_CHECK_INPUT(!params_.empty(), "DataParallel: the module has no trainable parameters");
   channels_ = opt_.channels > 0 ? std::min(opt_.channels, transport_->channels()) : transport_->channels();
   weights_.assign(static_cast<size_t>(channels_), 1.0 / channels_);
-  scale_ = opt_.transfer == TransferDtype::kFloat16 ? opt_.grad_scale : 1.0;
+  scale_ = opt_.transfer == TransferDtype::kFloat16 ? opt_.grad_scale : 1.0;  // bf16: no scaling
   for (int c = 0; c < channels_; ++c) last_stats_.push_back(transport_->channelStats(c));
   const auto mb = [](double m) { return std::max<int64_t>(1, static_cast<int64_t>(m * 1024 * 1024)); };
   order_ = reverseOrder(infos_.size());
@@ -170,9 +170,9 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
       numel += params_[i].numel();
     }
     buffers_.push_back(at::zeros({numel}, params_[plan.buckets[b].front()].options()));
-    if (opt_.transfer == TransferDtype::kFloat16) {
-      AIACC_CHECK(buffers_.back().scalar_type() == at::kFloat, "fp16 transfer needs fp32 parameters");
-      wire_.push_back(at::empty({numel}, at::kHalf));
+    if (opt_.transfer != TransferDtype::kFloat32) {
+      AIACC_CHECK(buffers_.back().scalar_type() == at::kFloat, "fp16/bf16 transfer needs fp32 parameters");
+      wire_.push_back(at::empty({numel}, opt_.transfer == TransferDtype::kFloat16 ? at::kHalf : at::kBFloat16));
     }
     pending_[b] = static_cast<int>(plan.buckets[b].size());
   }
@@ -231,10 +231,16 @@ void DataParallel::launch(size_t b) {
     opt_.timeline->instant("bucket ready", 0, strCat("{\"bucket\": ", b, ", \"bytes\": ", buf.nbytes(), "}"));
   }
   at::Tensor wire = buf;
-  if (opt_.transfer == TransferDtype::kFloat16) {
+  if (opt_.transfer != TransferDtype::kFloat32) {
     wire = wire_[b];
-    floatToHalf(buf.data_ptr<float>(), reinterpret_cast<uint16_t*>(wire.data_ptr<at::Half>()),
-                static_cast<size_t>(buf.numel()), static_cast<float>(scale_ / world_.world));
+    auto* bits = static_cast<uint16_t*>(wire.data_ptr());
+    const auto n = static_cast<size_t>(buf.numel());
+    const auto s = static_cast<float>(scale_ / world_.world);
+    if (opt_.transfer == TransferDtype::kFloat16) {
+      floatToHalf(buf.data_ptr<float>(), bits, n, s);
+    } else {
+      floatToBf16(buf.data_ptr<float>(), bits, n, s);
+    }
   } else {
     buf.div_(world_.world);
   }
@@ -309,7 +315,7 @@ bool DataParallel::finishBackward() {
   const double exposed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   exposed_s_ += exposed;
   works_.clear();
-  if (opt_.transfer == TransferDtype::kFloat16 && !unscale()) {
+  if (opt_.transfer != TransferDtype::kFloat32 && !unscale()) {
     last_finish_ = std::chrono::steady_clock::now();
     return false;
   }
@@ -406,23 +412,25 @@ void DataParallel::rebuildFromArrivalOrder() {
   arrival_.clear();
 }
 
-// fp16 transfer: back to fp32 and unscaled. Every rank holds the same reduced values, so every
+// fp16/bf16 transfer: back to fp32 and unscaled. Every rank holds the same reduced values, so every
 // rank reaches the same verdict on overflow without exchanging a word.
 bool DataParallel::unscale() {
   bool finite = true;
   for (size_t b = 0; b < buffers_.size(); ++b) {
-    finite &= halfToFloat(reinterpret_cast<const uint16_t*>(wire_[b].data_ptr<at::Half>()),
-                          buffers_[b].data_ptr<float>(), static_cast<size_t>(buffers_[b].numel()),
-                          static_cast<float>(1.0 / scale_));
+    const auto* bits = static_cast<const uint16_t*>(wire_[b].data_ptr());
+    const auto n = static_cast<size_t>(buffers_[b].numel());
+    const auto s = static_cast<float>(1.0 / scale_);
+    finite &= opt_.transfer == TransferDtype::kFloat16 ? halfToFloat(bits, buffers_[b].data_ptr<float>(), n, s)
+                                                       : bf16ToFloat(bits, buffers_[b].data_ptr<float>(), n, s);
   }
   if (!finite) {
-    scale_ /= 2;
+    if (opt_.transfer == TransferDtype::kFloat16) scale_ /= 2;
     clean_steps_ = 0;
     ++skipped_;
     resetStep();
     return false;
   }
-  if (++clean_steps_ >= opt_.scale_growth_steps) {
+  if (opt_.transfer == TransferDtype::kFloat16 && ++clean_steps_ >= opt_.scale_growth_steps) {
     scale_ *= 2;
     clean_steps_ = 0;
   }
@@ -439,7 +447,8 @@ void DataParallel::resetStep() {
 
 std::string DataParallel::describe() const {
   const std::string tuned = tuner_ ? strCat("; autotune ", tuner_->summary()) : std::string();
-  return strCat(transport_->describe(), "; ", opt_.transfer == TransferDtype::kFloat16 ? "fp16" : "fp32",
+  const char* dtype = opt_.transfer == TransferDtype::kFloat16 ? "fp16" : opt_.transfer == TransferDtype::kBFloat16 ? "bf16" : "fp32";
+  return strCat(transport_->describe(), "; ", dtype,
                 " transfer; ", plan_.buckets.size(), " buckets (cap ", opt_.bucket_mb, " MiB) over ",
                 channels_, channels_ == 1 ? " channel" : " channels", tuned);
 }

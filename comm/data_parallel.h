@@ -52,7 +52,7 @@ enum class Negotiation {
                    // every rank's readiness and broadcasts what to reduce; nothing overlaps
 };
 
-enum class TransferDtype { kFloat32, kFloat16 };
+enum class TransferDtype { kFloat32, kFloat16, kBFloat16 };
 
 struct DataParallelOptions {
   double bucket_mb = 25;        // cap of a fused bucket
@@ -77,6 +77,8 @@ struct DataParallelOptions {
   // false) and halve the scale; after scale_growth_steps clean steps the scale doubles.
   // Gradients stay fp32 in the model. Under GPU mixed precision the loss scaler unscales the
   // gradients before they reach DataParallel, so the two scales never compound.
+  // bf16 transfer: the same path without a gradient scale (bf16 has fp32's range; what it lacks
+  // is mantissa, which scaling cannot give), still with the non-finite check and skip.
   TransferDtype transfer = TransferDtype::kFloat32;
   double grad_scale = 1024;
   int scale_growth_steps = 200;

@@ -226,6 +226,9 @@ ReduceFn reduceFunction(at::ScalarType type, ReduceOp op) {
     case at::kHalf:
       AIACC_CHECK(sum, "half reductions support sum only");
       return &sumHalf;  // F16C, fp32 arithmetic per step
+    case at::kBFloat16:
+      AIACC_CHECK(sum, "bfloat16 reductions support sum only");
+      return &sumBf16;
     case at::kLong:
       return sum ? static_cast<ReduceFn>(&gloo::sum<int64_t>) : static_cast<ReduceFn>(&bitwiseOr<int64_t>);
     case at::kInt:

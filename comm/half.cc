@@ -4,6 +4,7 @@
 
 #include <c10/util/Half.h>
 #include <cmath>
+#include <cstring>
 
 namespace aiacc::comm {
 namespace {
@@ -94,6 +95,42 @@ void sumHalf(void* c, const void* a, const void* b, size_t n) {
   const auto* bb = static_cast<const uint16_t*>(b);
   if (hasF16c()) return sumHalfF16c(cc, aa, bb, n);
   sumHalfScalar(cc, aa, bb, n);
+}
+
+namespace {
+inline uint16_t bf16Round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return 0x7fc0;  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16Value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
+void floatToBf16(const float* in, uint16_t* out, size_t n, float scale) {
+  for (size_t i = 0; i < n; ++i) out[i] = bf16Round(in[i] * scale);
+}
+
+bool bf16ToFloat(const uint16_t* in, float* out, size_t n, float scale) {
+  uint16_t all_exp = 0x7f80;
+  for (size_t i = 0; i < n; ++i) {
+    all_exp &= static_cast<uint16_t>(((in[i] & 0x7f80) == 0x7f80) ? 0 : 0x7f80);  // 0 once any inf/nan
+    out[i] = bf16Value(in[i]) * scale;
+  }
+  return all_exp != 0;
+}
+
+void sumBf16(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<uint16_t*>(c);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16Round(bf16Value(x[i]) + bf16Value(y[i]));
 }
 
 }  // namespace aiacc::comm

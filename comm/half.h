@@ -17,4 +17,10 @@ bool halfToFloat(const uint16_t* in, float* out, size_t n, float scale);
 // c[i] = half(float(a[i]) + float(b[i])): the reduce function handed to Gloo (n elements).
 void sumHalf(void* c, const void* a, const void* b, size_t n);
 
+// bfloat16 (fp32's exponent, 8-bit mantissa): the same three, rounding to nearest even. Plain
+// loops the compiler vectorizes (bf16 is the top half of an fp32).
+void floatToBf16(const float* in, uint16_t* out, size_t n, float scale);
+bool bf16ToFloat(const uint16_t* in, float* out, size_t n, float scale);
+void sumBf16(void* c, const void* a, const void* b, size_t n);
+
 }  // namespace aiacc::comm
