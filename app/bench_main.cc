@@ -5,6 +5,8 @@
 //     over DIR/train (or DIR itself when it has class folders), in images/s total and per
 //     worker thread. scripts/bench_data.sh runs it beside torchvision on the same files.
 #include <gflags/gflags.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 #include <glog/logging.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include "app/cli.h"
 #include "app/launcher.h"
+#include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
 #include "comm/half.h"
 #include "comm/hierarchical.h"
@@ -35,6 +38,8 @@ DEFINE_int32(nproc, 2, "allreduce: ranks (processes) on this machine");
 DEFINE_int32(streams, 2, "allreduce: channels the aiacc mode splits each buffer across");
 DEFINE_double(max_mb, 256, "allreduce: largest buffer, MiB");
 DEFINE_string(master, "127.0.0.1:29591", "allreduce: host:port of the rendezvous store");
+DEFINE_int32(max_nproc, 16, "negotiation: largest number of local processes (2, 4, ... up to it)");
+DEFINE_int32(steps, 50, "negotiation: timed steps per mode");
 DEFINE_int32(nnodes, 1, "allreduce: nodes in the job (run aiacc_bench on each with its --node-rank)");
 DEFINE_int32(node_rank, 0, "allreduce: this node's index");
 DEFINE_string(allreduce_dtype, "both", "allreduce: aiacc modes to time: fp32 | fp16 | both");
@@ -184,19 +189,85 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
   return 0;
 }
 
+// One rank of the negotiation benchmark: a model too small to compute or transfer anything of
+// note (30 tiny layers, one never used, so readiness must be agreed), trained for --steps steps
+// three ways. The per-step time above the first is what agreeing costs.
+int benchNegotiationWorker(const aiacc::comm::WorldInfo& w) {
+  using namespace aiacc::comm;
+  const auto [host, port] = aiacc::app::parseHostPort(FLAGS_master);
+  StoreOptions so;
+  so.host = host;
+  so.port = port;
+  so.rank = w.rank;
+  so.world = w.world;
+  auto store = makeTcpStore(so);
+  GlooOptions go;
+  go.rank = w.rank;
+  go.world = w.world;
+  go.bind_host = FLAGS_bind_host.empty() ? aiacc::app::localAddressToward(host) : FLAGS_bind_host;
+  auto transport = std::make_shared<GlooTransport>(store, go);
+  at::set_num_threads(1);
+  auto run = [&](bool detect_unused, Negotiation negotiation) {
+    torch::nn::Sequential net;
+    for (int i = 0; i < 30; ++i) net->push_back(torch::nn::Linear(8, 8));
+    auto unused = torch::nn::Linear(8, 8);
+    net->register_module("unused", unused);
+    DataParallelOptions o;
+    o.detect_unused = detect_unused;
+    o.negotiation = negotiation;
+    DataParallel dp(net.ptr(), transport, w, o);
+    const at::Tensor x = at::ones({2, 8});
+    double total = 0;
+    for (int s = 0; s < FLAGS_steps + 3; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      net->forward(x).sum().backward();
+      dp.finishBackward();
+      if (s >= 3) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    at::Tensor t = at::tensor({total / FLAGS_steps}, at::kDouble);
+    transport->allreduce(t, ReduceOp::kSum, 0)->wait();  // mean over ranks
+    return t.item<double>() / w.world * 1e3;
+  };
+  const double base = run(false, Negotiation::kDecentralized);
+  const double dec = run(true, Negotiation::kDecentralized);
+  const double cen = run(true, Negotiation::kCentral);
+  if (w.rank == 0) {
+    std::printf("%6d %14.2f %16.2f %12.2f %18.2f %14.2f\n", w.world, base, dec, cen, dec - base, cen - base);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> rest = aiacc::app::parseCommandLine(
       argc, argv, "aiacc_bench data --data DIR --image-size S --workers T");
   const std::string mode = rest.size() >= 2 ? rest[1] : "";
-  if (mode != "data" && mode != "allreduce") {
+  if (mode != "data" && mode != "allreduce" && mode != "negotiation") {
     std::cerr << "usage: aiacc_bench data --data DIR [--image-size S] [--workers T] [--images N]\n"
                  "       aiacc_bench allreduce [--nproc N] [--streams K] [--allreduce-dtype fp32|fp16|both]\n"
-                 "                 [--hierarchical on --ranks-per-node R] [--max-mb M] [--master host:port]\n";
+                 "                 [--hierarchical on --ranks-per-node R] [--max-mb M] [--master host:port]\n"
+                 "       aiacc_bench negotiation [--max-nproc 16] [--steps 50]\n";
     return 2;
   }
   try {
+    if (mode == "negotiation") {
+      if (auto w = aiacc::app::worldFromEnvironment()) return benchNegotiationWorker(*w);
+      std::printf("negotiation overhead, ms per step (mean over ranks, %d steps, tiny model with one unused "
+                  "layer so readiness must be agreed)\n%6s %14s %16s %12s %18s %14s\n", FLAGS_steps, "ranks",
+                  "no agreement", "decentralized", "central", "decentralized +", "central +");
+      std::fflush(stdout);
+      for (int n = 2; n <= FLAGS_max_nproc; n *= 2) {
+        aiacc::app::LaunchSpec spec;
+        spec.nproc = n;
+        spec.master = FLAGS_master;
+        const int rc = aiacc::app::launchWorkers(spec, std::vector<std::string>(argv, argv + argc));
+        if (rc != 0) return rc;
+      }
+      return 0;
+    }
     if (mode == "allreduce") {
       if (auto w = aiacc::app::worldFromEnvironment()) return benchAllreduceWorker(*w);
       aiacc::app::LaunchSpec spec;

@@ -121,6 +121,8 @@ std::string reportJson(const Report& r, const Config& c) {
       .add("checkpoint_failures", r.checkpoint_failures)
       .add("exposed_comm_s", r.exposed_comm_s)
       .add("comm", r.comm)
+      .add("peak_rss_mb", r.peak_rss_mb)
+      .add("max_peak_rss_mb_over_ranks", r.max_peak_rss_mb)
       .add("images_per_s_per_process", r.mean_images_per_s / std::max(1, r.world))
       .add("recipe", c.recipe)
       .raw("evals", evalsJson(r.evals))
@@ -156,6 +158,8 @@ void printReport(const Report& r, std::ostream& os) {
        << r.exposed_comm_s << " s on rank 0 (" << 100.0 * r.exposed_comm_s / std::max(1e-9, r.train_s)
        << "% of training time)";
   }
+  os << "\n" << "peak memory      " << r.peak_rss_mb << " MiB resident (rank 0)";
+  if (r.world > 1) os << ", at most " << r.max_peak_rss_mb << " MiB on any rank";
   os << "\n"
      << "wall time        " << r.total_s << " s (" << r.train_s << " s in training steps)\n"
      << "skipped files    " << r.skipped_files << " undecodable, " << r.ignored_files

@@ -47,6 +47,8 @@ struct Report {
   int checkpoint_failures = 0;
   double exposed_comm_s = 0;
   std::string comm;  // communication set-up (GradientSync::describe)
+  double peak_rss_mb = 0;      // this process's peak resident memory, MiB
+  double max_peak_rss_mb = 0;  // the largest over all ranks
   std::vector<EvalPoint> evals;
   MachineInfo machine;
 };

@@ -1,6 +1,7 @@
 #include "app/trainer.h"
 
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
 #include <glog/logging.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/sgd.h>
@@ -381,6 +382,15 @@ Report Trainer::run() {
   r.mean_images_per_s = static_cast<double>(run_images) / std::max(1e-9, run_train_s);
   r.steady_images_per_s = steady_images > 0 ? static_cast<double>(steady_images) / steady_s : r.mean_images_per_s;
   r.total_s = s.now();
+  {  // peak resident memory: this rank's, and the largest over ranks (summing one-hot slots)
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    r.peak_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
+    at::Tensor all = at::zeros({s.world}, at::kDouble);
+    all[s.rank] = r.peak_rss_mb;
+    s.sync().allreduceSum(all);
+    r.max_peak_rss_mb = all.max().item<double>();
+  }
   r.skipped_files = s.skips->count();
   r.ignored_files = s.ignored_files;
   r.exposed_comm_s = s.sync().exposedCommSeconds();

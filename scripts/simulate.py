@@ -27,8 +27,9 @@ The model, per step:
             run side by side). The CPU cost of reductions: every byte a rank sends is also read,
             added and written (--reduce-gbps).
   stragglers every rank waits for the slowest: with per-step compute varying by a coefficient of
-            variation cv between ranks, the slowest of P is later by about cv x sqrt(2 ln P)
-            (the expected maximum of P normal draws), so compute stretches by that factor.
+            variation cv between ranks, the slowest of P is later by cv x E[max of P standard
+            normals] (0.56 for 2, 1.03 for 4, 3.04 for 512), so compute stretches by that
+            factor. A timeline gives cv as the spread of its own steps' compute (ranks are alike).
   step      forward + max(backward, last bucket reduced) + optimizer + the rest of the loop
             (data, bookkeeping) as measured. Without overlap (central negotiation) reduction
             starts when backward ends.
@@ -48,11 +49,13 @@ import sys
 
 class Profile:
     """One representative step: seconds of forward, backward, optimizer, other; buckets as
-    (ready offset into backward in seconds, bytes of fp32 gradients)."""
+    (ready offset into backward in seconds, bytes of fp32 gradients); cv: the coefficient of
+    variation of forward + backward over the steps it was measured on."""
 
-    def __init__(self, fwd, bwd, opt, other, buckets):
+    def __init__(self, fwd, bwd, opt, other, buckets, cv=0.0):
         self.fwd, self.bwd, self.opt, self.other = fwd, bwd, opt, other
         self.buckets = list(buckets)
+        self.cv = cv
 
     def compute(self):
         return self.fwd + self.bwd + self.opt + self.other
@@ -68,7 +71,7 @@ class Profile:
 
     def to_json(self):
         return {"forward_s": self.fwd, "backward_s": self.bwd, "optimizer_s": self.opt,
-                "other_s": self.other, "buckets": [{"ready_s": t, "bytes": b} for t, b in self.buckets]}
+                "other_s": self.other, "compute_cv": self.cv, "buckets": [{"ready_s": t, "bytes": b} for t, b in self.buckets]}
 
 
 def load_events(path):
@@ -77,7 +80,8 @@ def load_events(path):
 
 
 def profile_from_timeline(events, last=None):
-    """Median step of the last `last` steps (all when None) of rank 0's timeline."""
+    """Mean step of the last `last` steps (all when None) of rank 0's timeline (means, as the
+    throughput it is compared with is a mean); bucket offsets are medians."""
     row0 = sorted((e for e in events if e.get("tid") == 0 and e.get("ph") in ("X", "i")),
                   key=lambda e: e["ts"])
     steps, cur = [], None
@@ -108,11 +112,13 @@ def profile_from_timeline(events, last=None):
         steps[0]["other"] = 0.0
     if last:
         steps = steps[-last:]
-    med = statistics.median
-    fwd = med([s["fwd"]["dur"] / 1e6 for s in steps])
-    bwd = med([s["bwd"]["dur"] / 1e6 for s in steps])
-    opt = med([s["opt"]["dur"] / 1e6 for s in steps])
-    other = med([s["other"] for s in steps])
+    med, mean = statistics.median, statistics.fmean
+    fwd = mean([s["fwd"]["dur"] / 1e6 for s in steps])
+    bwd = mean([s["bwd"]["dur"] / 1e6 for s in steps])
+    opt = mean([s["opt"]["dur"] / 1e6 for s in steps])
+    other = mean([s["other"] for s in steps])
+    compute = [(s["fwd"]["dur"] + s["bwd"]["dur"]) / 1e6 for s in steps]
+    cv = statistics.pstdev(compute) / statistics.fmean(compute) if len(compute) > 1 else 0.0
     # Bucket offsets: per bucket position, the median over the steps with the modal bucket count.
     counts = [len(s["buckets"]) for s in steps]
     n = max(set(counts), key=counts.count)
@@ -121,7 +127,20 @@ def profile_from_timeline(events, last=None):
     for k in range(n):
         offs = [min(s["buckets"][k]["ts"] - s["bwd"]["ts"], s["bwd"]["dur"]) / 1e6 for s in same]
         buckets.append((max(0.0, med(offs)), int(same[0]["buckets"][k]["args"]["bytes"])))
-    return Profile(fwd, bwd, opt, other, buckets)
+    return Profile(fwd, bwd, opt, other, buckets, cv)
+
+
+def expected_max_normal(p):
+    """E[max of p independent standard normal draws], by numerical integration."""
+    if p <= 1:
+        return 0.0
+    phi = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    Phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
+    h, total, x = 0.01, 0.0, -8.0
+    while x < 8.0:
+        total += x * p * phi(x) * Phi(x) ** (p - 1) * h
+        x += h
+    return total
 
 
 # ---- Network model ---------------------------------------------------------------------------
@@ -130,23 +149,23 @@ class Net:
     """Bandwidths in Gbit/s, latencies in microseconds per ring step."""
 
     def __init__(self, nodes, per_node, inter_gbit, intra_gbit=100.0, inter_lat_us=50.0,
-                 intra_lat_us=10.0, stream_gbit=0.0, reduce_gbps=0.0, jitter_cv=0.0):
+                 intra_lat_us=10.0, stream_gbit=0.0, reduce_gbps=0.0, jitter_cv=None):
         self.nodes, self.per_node = nodes, per_node
         self.inter = inter_gbit * 1e9 / 8
         self.intra = intra_gbit * 1e9 / 8
         self.inter_lat, self.intra_lat = inter_lat_us * 1e-6, intra_lat_us * 1e-6
         self.stream = stream_gbit * 1e9 / 8 if stream_gbit > 0 else float("inf")
         self.reduce = reduce_gbps * 1e9 if reduce_gbps > 0 else float("inf")
-        self.jitter_cv = jitter_cv
+        self.jitter_cv = jitter_cv  # None: the profile's own
 
     @property
     def ranks(self):
         return self.nodes * self.per_node
 
-    def straggle(self):
+    def straggle(self, profile_cv=0.0):
         """Factor by which the slowest of the ranks' compute exceeds the typical one."""
-        P = self.ranks
-        return 1.0 + self.jitter_cv * math.sqrt(2 * math.log(P)) if P > 1 else 1.0
+        cv = profile_cv if self.jitter_cv is None else self.jitter_cv
+        return 1.0 + cv * expected_max_normal(self.ranks)
 
 
 class Config:
@@ -192,7 +211,7 @@ def stage_times(nbytes, net, cfg):
 
 def step_time(profile, net, cfg):
     """(step seconds, exposed communication seconds)."""
-    k = net.straggle()
+    k = net.straggle(profile.cv)
     if k != 1.0:
         profile = Profile(profile.fwd * k, profile.bwd * k, profile.opt, profile.other,
                           [(t * k, b) for t, b in profile.buckets])
@@ -208,6 +227,10 @@ def step_time(profile, net, cfg):
             free[s] = t
         end = max(end, t)
     exposed = max(0.0, end - profile.bwd)
+    if not cfg.overlap and net.ranks > 1:
+        # The coordinator: rank 0 gathers readiness and broadcasts the decision, two small
+        # collectives (P-1 hops each) before any reduction starts.
+        exposed += 2 * (net.ranks - 1) * (net.inter_lat if net.nodes > 1 else net.intra_lat)
     return profile.fwd + profile.bwd + exposed + profile.opt + profile.other, exposed
 
 
@@ -391,7 +414,8 @@ def main(argv):
     p.add_argument("--intra-lat-us", type=float, default=10.0)
     p.add_argument("--stream-gbit", type=float, default=0.0)
     p.add_argument("--reduce-gbps", type=float, default=0.0)
-    p.add_argument("--jitter-cv", type=float, default=0.0)
+    p.add_argument("--jitter-cv", type=float, default=None,
+                   help="compute spread between ranks (default: the timeline's own)")
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--two-level", action="store_true")
     p.add_argument("--streams", type=int, default=1)

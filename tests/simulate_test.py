@@ -64,11 +64,19 @@ class Model(unittest.TestCase):
         e64 = sim.efficiency(p, net(8, 8, 1e6, jitter_cv=0.02), sim.Config())
         e512 = sim.efficiency(p, net(64, 8, 1e6, jitter_cv=0.02), sim.Config())
         self.assertLess(e512, e64)
-        self.assertAlmostEqual(1 / e512, 1 + 0.02 * (2 * __import__("math").log(512)) ** 0.5, places=4)
+        self.assertAlmostEqual(1 / e512, 1 + 0.02 * sim.expected_max_normal(512), places=4)
+        # E[max] of normals: known values (0.5642 for 2, 1.0294 for 4, 3.0367 for 512).
+        self.assertAlmostEqual(sim.expected_max_normal(2), 1 / 3.14159265 ** 0.5, places=3)
+        self.assertAlmostEqual(sim.expected_max_normal(4), 1.0294, places=3)
+        self.assertAlmostEqual(sim.expected_max_normal(512), 3.0367, delta=0.01)
+        # A timeline's own spread is used when the network gives none.
+        p.cv = 0.1
+        self.assertAlmostEqual(sim.step_time(p, net(2, 2, 1e6), sim.Config())[0],
+                               (0.1 + 0.2) * (1 + 0.1 * 1.0294), places=3)
 
 
 class Timeline(unittest.TestCase):
-    def test_profile_is_the_median_step(self):
+    def test_profile_is_the_mean_step(self):
         ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "rank 0"}}]
         t = 0.0
         for s, (f, b) in enumerate([(10, 20), (12, 22), (11, 30)]):  # milliseconds
@@ -89,9 +97,10 @@ class Timeline(unittest.TestCase):
             json.dump(ev, f)
         p = sim.profile_from_timeline(sim.load_events(f.name))
         os.unlink(f.name)
-        # Two steps have a successor (the last one's loop overhead is unknown): medians of those.
+        # Two steps have a successor (the last one's loop overhead is unknown): means of those.
         self.assertAlmostEqual(p.fwd, 0.011)
         self.assertAlmostEqual(p.bwd, 0.021)
+        self.assertAlmostEqual(p.cv, 2 / 32)  # compute 30 and 34 ms: 32 +- 2
         self.assertAlmostEqual(p.opt, 0.002)
         self.assertAlmostEqual(p.other, 0.003)
         self.assertEqual([b for _, b in p.buckets], [400, 800])
