@@ -22,6 +22,7 @@
 #include "comm/gloo_transport.h"
 #include "comm/half.h"
 #include "comm/hierarchical.h"
+#include "comm/shm_transport.h"
 #include "comm/store.h"
 #include "common/error.h"
 #include "data/image_folder.h"
@@ -46,6 +47,8 @@ DEFINE_string(allreduce_dtype, "both", "allreduce: aiacc modes to time: fp32 | f
 DEFINE_string(hierarchical, "off", "allreduce: on adds two-level modes (reduce-scatter in the node, "
               "allreduce between nodes, allgather in the node)");
 DEFINE_int32(ranks_per_node, 0, "allreduce: ranks per node for two-level modes; 0: the launcher's local size");
+DEFINE_bool(shm, true, "allreduce: add shared-memory modes when every rank is on this host (and "
+            "use shared memory inside the node in two-level modes)");
 DEFINE_string(bind_host, "", "allreduce: address this rank's Gloo transport listens on; default: "
               "the local address that routes to the --master host");
 
@@ -111,7 +114,15 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
   std::shared_ptr<Transport> two_level;
   if (FLAGS_hierarchical == "on") {
     go.name = "two-level";
-    two_level = aiacc::comm::makeGlooHierarchical(store, go, per_node);
+    two_level = aiacc::comm::makeGlooHierarchical(store, go, per_node, 4096, FLAGS_shm);
+  }
+  std::shared_ptr<Transport> shm;
+  if (FLAGS_shm && w.local_size == w.world) {
+    aiacc::comm::ShmOptions so;
+    so.rank = w.rank;
+    so.world = w.world;
+    so.channels = K;
+    shm = std::make_shared<aiacc::comm::ShmTransport>(store, so);
   }
   auto barrier = [&] {
     at::Tensor z = at::zeros({1}, at::kFloat);
@@ -146,6 +157,8 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
   const bool want32 = FLAGS_allreduce_dtype != "fp16", want16 = FLAGS_allreduce_dtype != "fp32";
   if (want32) modes.push_back({"fp32 x" + ks, [&](at::Tensor& b) { split(*flat, b); }});
   if (want16) modes.push_back({"fp16 x" + ks, [&](at::Tensor& b) { fp16(*flat, b); }});
+  if (shm && want32) modes.push_back({"shm fp32 x" + ks, [&](at::Tensor& b) { split(*shm, b); }});
+  if (shm && want16) modes.push_back({"shm fp16 x" + ks, [&](at::Tensor& b) { fp16(*shm, b); }});
   if (two_level && want32) modes.push_back({"2lvl fp32 x" + ks, [&](at::Tensor& b) { split(*two_level, b); }});
   if (two_level && want16) modes.push_back({"2lvl fp16 x" + ks, [&](at::Tensor& b) { fp16(*two_level, b); }});
   auto timeIt = [&](const std::function<void(at::Tensor&)>& op, at::Tensor& buf, int iters) {
@@ -164,8 +177,7 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
     for (const auto& m : modes) std::printf(" | %-13s %9s %6s", m.name.c_str(), "busbw", "ratio");
     std::printf("\n");
   }
-  std::vector<double> last_ratio(modes.size(), 0);
-  double last_busbw = 0;
+  std::vector<double> last_ratio(modes.size(), 0), last_busbw(modes.size(), 0);
   for (int64_t bytes = 4096; bytes <= static_cast<int64_t>(FLAGS_max_mb * (1 << 20)); bytes *= 4) {
     at::Tensor buf = at::ones({bytes / 4}, at::kFloat);
     const int iters = static_cast<int>(std::clamp<int64_t>((64ll << 20) / bytes, 3, 50));
@@ -175,15 +187,17 @@ int benchAllreduceWorker(const aiacc::comm::WorldInfo& w) {
     for (size_t m = 0; m < modes.size(); ++m) {
       const double ta = timeIt(modes[m].op, buf, iters);
       last_ratio[m] = tb / ta;
-      if (m == 0) last_busbw = gb / ta * bus;
+      last_busbw[m] = gb / ta * bus;
       if (w.rank == 0) std::printf(" | %-13s %9.3f %5.2fx", "", gb / ta * bus, tb / ta);
     }
     if (w.rank == 0) std::printf("\n");
   }
   if (w.rank == 0) {
-    std::printf("headline at the largest size:");
-    for (size_t m = 0; m < modes.size(); ++m) std::printf(" %s %.2fx;", modes[m].name.c_str(), last_ratio[m]);
-    std::printf(" %s busbw %.3f GB/s (vs Gloo's single context)\n", modes.empty() ? "" : modes[0].name.c_str(), last_busbw);
+    std::printf("headline at the largest size, vs Gloo's single context:");
+    for (size_t m = 0; m < modes.size(); ++m) {
+      std::printf(" %s %.2fx (%.2f GB/s)%s", modes[m].name.c_str(), last_ratio[m], last_busbw[m],
+                  m + 1 < modes.size() ? ";" : "\n");
+    }
   }
   barrier();
   return 0;

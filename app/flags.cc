@@ -74,6 +74,9 @@ DEFINE_string(hierarchical, "auto", "two-level reduction: on | off | auto (on wh
               "each rank's shard between nodes, allgather inside the node");
 DEFINE_int32(ranks_per_node, 0, "ranks per node for two-level reduction; 0: the launcher's local "
              "size (consecutive ranks form a node); set it to let one machine act as several nodes");
+DEFINE_bool(shm, true, "shared memory between ranks of one host (NCCL-style SHM transport): for "
+            "all collectives in a one-node job, for the intra-node stages of two-level reduction; "
+            "--noshm: Gloo over loopback TCP");
 DEFINE_string(bn_sync, "broadcast", "BatchNorm running stats across ranks: broadcast (rank 0's) | "
               "average | none");
 DEFINE_bool(find_unused, false, "agree each step (one bitmask allreduce) which parameters got no "
@@ -124,6 +127,7 @@ DistSpec distSpecFromFlags() {
     d.streams = static_cast<int>(k);
   }
   d.autotune = FLAGS_autotune;
+  d.shm = FLAGS_shm;
   d.timeline = FLAGS_timeline;
   AIACC_CHECK_INPUT(FLAGS_allreduce_dtype == "fp32" || FLAGS_allreduce_dtype == "fp16" ||
                     FLAGS_allreduce_dtype == "bf16",

@@ -31,6 +31,7 @@ struct DistSpec {
   double bucket_mb = 25;
   int streams = 0;  // 0: auto
   bool autotune = true;
+  bool shm = true;  // shared memory between the ranks of one host
   std::string allreduce_dtype = "fp32";  // --allreduce-dtype fp32|fp16|bf16
   std::string timeline;  // --timeline FILE (rank 0)
   double timeout_s = 120;

@@ -17,6 +17,7 @@
 #include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
 #include "comm/hierarchical.h"
+#include "comm/shm_transport.h"
 #include "comm/store.h"
 #include "common/error.h"
 #include "data/sample_gen.h"
@@ -57,16 +58,27 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     const int per_node = dist.ranksPerNode(world.local_size);
     const bool two_level = dist.useHierarchical(world.world, world.local_size);
     const bool tune_two_level = two_level && dist.hierarchical == "auto" && dist.autotune;
+    // Shared memory between ranks of one host: for everything when the job is one node, and
+    // for the intra-node stages of two-level reduction.
+    const bool one_host = world.local_size == world.world && dist.ranks_per_node == 0;
     std::shared_ptr<aiacc::comm::Transport> transport, alternative;
     if (two_level && !tune_two_level) {
-      transport = aiacc::comm::makeGlooHierarchical(store, go, per_node);
+      transport = aiacc::comm::makeGlooHierarchical(store, go, per_node, 4096, dist.shm);
+    } else if (dist.shm && one_host) {
+      aiacc::comm::ShmOptions so;
+      so.rank = world.rank;
+      so.world = world.world;
+      so.channels = go.channels;
+      so.timeout = timeout;
+      so.timeline = timeline;
+      transport = std::make_shared<aiacc::comm::ShmTransport>(store, so);
     } else {
       transport = std::make_shared<aiacc::comm::GlooTransport>(store, go);
       if (tune_two_level) {
         aiacc::comm::GlooOptions g2 = go;
         g2.name = "gloo2";
         g2.row_base = go.channels;
-        alternative = aiacc::comm::makeGlooHierarchical(store, g2, per_node);
+        alternative = aiacc::comm::makeGlooHierarchical(store, g2, per_node, 4096, dist.shm);
       }
     }
     aiacc::comm::DataParallelOptions dp;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "comm/half.h"
+#include "comm/reduce_ops.h"
 #include "comm/store.h"
 
 namespace aiacc::comm {
@@ -70,14 +71,6 @@ class GlooWork : public Work {
  private:
   std::future<void> f_;
 };
-
-template <typename T>
-void bitwiseOr(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<T*>(c);
-  const auto* x = static_cast<const T*>(a);
-  const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] | y[i];
-}
 
 }  // namespace
 
@@ -210,35 +203,6 @@ void checkContiguousCpu(const at::Tensor& t, const char* what) {
 }  // namespace
 
 namespace {
-
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
-
-// The elementwise reduction Gloo applies at each step, for a dtype and an op.
-ReduceFn reduceFunction(at::ScalarType type, ReduceOp op) {
-  const bool sum = op == ReduceOp::kSum;
-  switch (type) {
-    case at::kFloat:
-      AIACC_CHECK(sum, "float reductions support sum only");
-      return &gloo::sum<float>;
-    case at::kDouble:
-      AIACC_CHECK(sum, "double reductions support sum only");
-      return &gloo::sum<double>;
-    case at::kHalf:
-      AIACC_CHECK(sum, "half reductions support sum only");
-      return &sumHalf;  // F16C, fp32 arithmetic per step
-    case at::kBFloat16:
-      AIACC_CHECK(sum, "bfloat16 reductions support sum only");
-      return &sumBf16;
-    case at::kLong:
-      return sum ? static_cast<ReduceFn>(&gloo::sum<int64_t>) : static_cast<ReduceFn>(&bitwiseOr<int64_t>);
-    case at::kInt:
-      return sum ? static_cast<ReduceFn>(&gloo::sum<int32_t>) : static_cast<ReduceFn>(&bitwiseOr<int32_t>);
-    case at::kByte:
-      return sum ? static_cast<ReduceFn>(&gloo::sum<uint8_t>) : static_cast<ReduceFn>(&bitwiseOr<uint8_t>);
-    default:
-      AIACC_THROW(Error, "reduction: unsupported dtype ", type);
-  }
-}
 
 void waitSend(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
   if (!b.waitSend(timeout)) AIACC_THROW(CommError, "send aborted");

@@ -1,5 +1,7 @@
 #include "comm/hierarchical.h"
 
+#include "comm/shm_transport.h"
+
 namespace aiacc::comm {
 
 // One operation moving through the three stages.
@@ -189,7 +191,7 @@ std::shared_ptr<Work> HierarchicalTransport::allgatherShards(at::Tensor t, int c
 
 std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c10d::Store> store,
                                                             const GlooOptions& base, int ranks_per_node,
-                                                            int64_t min_shard_bytes) {
+                                                            int64_t min_shard_bytes, bool intra_shm) {
   const int R = ranks_per_node;
   AIACC_CHECK_INPUT(R >= 1 && base.world % R == 0, "hierarchical reduction needs the same number of ranks "
                     "on every node: world ", base.world, " is not a multiple of ", R, " ranks per node");
@@ -205,7 +207,21 @@ std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c
   inter.name = base.name + "/local" + std::to_string(local);
   inter.row_base = base.row_base + intra.channels;
   inter.row_label = "inter";
-  auto a = std::make_shared<GlooTransport>(store, intra);
+  std::shared_ptr<Transport> a;
+  if (intra_shm) {
+    ShmOptions so;
+    so.rank = intra.rank;
+    so.world = intra.world;
+    so.channels = intra.channels;
+    so.timeout = intra.timeout;
+    so.name = intra.name;
+    so.timeline = intra.timeline;
+    so.row_base = intra.row_base;
+    so.row_label = "intra (shm)";
+    a = std::make_shared<ShmTransport>(store, so);
+  } else {
+    a = std::make_shared<GlooTransport>(store, intra);
+  }
   auto b = std::make_shared<GlooTransport>(store, inter);
   return std::make_shared<HierarchicalTransport>(std::move(a), std::move(b), min_shard_bytes);
 }

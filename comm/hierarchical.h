@@ -74,10 +74,12 @@ class HierarchicalTransport : public Transport {
   std::vector<std::thread> threads_;
 };
 
-// Both communicators over Gloo, meeting through one store: ranks_per_node consecutive ranks
-// form a node. base's rank and world are global; its name prefixes the sub-communicators.
+// Gloo between nodes, and inside the node shared memory (intra_shm) or Gloo over loopback;
+// meeting through one store: ranks_per_node consecutive ranks form a node. base's rank and world
+// are global; its name prefixes the sub-communicators.
 std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c10d::Store> store,
                                                             const GlooOptions& base, int ranks_per_node,
-                                                            int64_t min_shard_bytes = 4096);
+                                                            int64_t min_shard_bytes = 4096,
+                                                            bool intra_shm = false);
 
 }  // namespace aiacc::comm

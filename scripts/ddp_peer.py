@@ -4,10 +4,12 @@
 Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (set by bench_ddp.sh).
 Usage: ddp_peer.py ARCH BATCH SIZE STEPS THREADS [fp16]
 torchvision ARCH, SGD momentum 0.9 nesterov, label smoothing 0.1, gloo backend, one fixed random
-batch per rank (no I/O). Rank 0 prints "ddp: X images/s" over the steps after 3 warm-up steps.
+batch per rank (no I/O). Rank 0 prints "ddp: X images/s" over the steps after 3 warm-up steps,
+and "ddp-rss: Y MiB", the largest peak resident memory of any rank.
 With "fp16", gradients travel through DDP's fp16 compression hook.
 """
 import os
+import resource
 import sys
 import time
 
@@ -41,8 +43,12 @@ def main():
         opt.step()
     dist.barrier()
     s = time.perf_counter() - t0
+    # Peak resident memory, the largest over ranks (ru_maxrss is in KiB on Linux).
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0], dtype=torch.float64)
+    dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
         print(f"ddp: {steps * batch * world / s:.1f} images/s")
+        print(f"ddp-rss: {rss.item():.0f} MiB")
     dist.destroy_process_group()
 
 

@@ -17,6 +17,7 @@
 #include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
 #include "comm/hierarchical.h"
+#include "comm/shm_transport.h"
 #include "comm/half.h"
 #include "comm/store.h"
 #include "comm/throttled_transport.h"
@@ -29,7 +30,7 @@ namespace {
 // takes the three-stage path).
 std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
                                   int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                                  int ranks_per_node = 0) {
+                                  int ranks_per_node = 0, bool shm = false) {
   auto store = makeHashStore();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
@@ -43,7 +44,15 @@ std::vector<std::string> runRanks(int world, const std::function<void(int, std::
         o.timeout = timeout;
         std::shared_ptr<Transport> t;
         if (ranks_per_node > 0) {
-          t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1);
+          t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1, shm);
+        } else if (shm) {
+          ShmOptions so;
+          so.rank = r;
+          so.world = world;
+          so.channels = channels;
+          so.timeout = timeout;
+          so.chunk_bytes = 4096;  // many rounds even for small tensors
+          t = std::make_shared<ShmTransport>(store, so);
         } else {
           t = std::make_shared<GlooTransport>(store, o);
         }
@@ -121,6 +130,104 @@ TEST(Gloo, CollectivesMatchClosedForm) {
     t->allgatherShards(ag, 1)->wait();
     ASSERT_TRUE(ag.equal(at::tensor({0., 0., 0., 0., 1., 1., 1., 1., 2., 2., 2.}, at::kDouble)));
   }, /*channels=*/2));
+}
+
+// Shared-memory collectives give Gloo's results: bit for bit for sums of integer-valued data and
+// for data movement, any size (many rounds of 4 KiB slots, empty shards), dtype and channel.
+TEST(Shm, CollectivesMatchGloo) {
+  for (int W : {2, 3}) {
+    auto store = makeHashStore();
+    std::vector<std::string> errors(W);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < W; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          GlooOptions o;
+          o.rank = r;
+          o.world = W;
+          o.channels = 2;
+          o.timeout = std::chrono::seconds(30);
+          GlooTransport gloo(store, o);
+          ShmOptions so;
+          so.rank = r;
+          so.world = W;
+          so.channels = 2;
+          so.chunk_bytes = 4096;
+          ShmTransport shm(store, so);
+          auto gen = at::detail::createCPUGenerator(200 + r);
+          std::vector<std::shared_ptr<Work>> works;
+          std::vector<at::Tensor> a, b;
+          for (int64_t n : {1, 2, 5, 1000, 10007}) {
+            a.push_back(at::randint(-1000, 1000, {n}, gen, at::kFloat));
+            a.push_back(at::randint(-8, 8, {n}, gen, at::kHalf));
+            a.push_back(at::randint(-100, 100, {n}, gen, at::kLong));
+          }
+          for (size_t i = 0; i < a.size(); ++i) {
+            b.push_back(a[i].clone());
+            works.push_back(shm.allreduce(a[i], ReduceOp::kSum, static_cast<int>(i % 2)));
+            gloo.allreduce(b[i], ReduceOp::kSum, 0)->wait();
+          }
+          for (auto& w : works) w->wait();
+          for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].equal(b[i])) << "tensor " << i;
+          // reduce-scatter: this rank's shard holds the sum.
+          at::Tensor rs = at::arange(0, 10001, at::kFloat) * (r + 1), want = at::arange(0, 10001, at::kFloat) * (W * (W + 1) / 2);
+          shm.reduceScatter(rs, 1)->wait();
+          const Shard sh = shardOf(10001, W, r);
+          ASSERT_TRUE(rs.narrow(0, sh.offset, sh.count).equal(want.narrow(0, sh.offset, sh.count)));
+          // allgather of shards, broadcast, allgather, bitwise or.
+          at::Tensor ag = at::full({3001}, -1.0, at::kDouble);
+          for (int q = 0; q < W; ++q) {
+            if (q == r) ag.narrow(0, shardOf(3001, W, q).offset, shardOf(3001, W, q).count).fill_(q);
+          }
+          shm.allgatherShards(ag, 0)->wait();
+          for (int q = 0; q < W; ++q) {
+            const Shard s = shardOf(3001, W, q);
+            ASSERT_TRUE(ag.narrow(0, s.offset, s.count).eq(q).all().item<bool>()) << "shard " << q;
+          }
+          at::Tensor c = at::full({3000}, static_cast<double>(r), at::kFloat);
+          shm.broadcast(c, W - 1, 1)->wait();
+          ASSERT_TRUE(c.eq(W - 1).all().item<bool>());
+          at::Tensor in = at::full({1500}, static_cast<int64_t>(r), at::kLong), out = at::empty({1500 * W}, at::kLong);
+          shm.allgather(in, out, 0)->wait();
+          ASSERT_TRUE(out.equal(at::arange(0, W, at::kLong).repeat_interleave(1500)));
+          at::Tensor m = at::zeros({W}, at::kByte);
+          m[r] = 1;
+          shm.allreduce(m, ReduceOp::kBitwiseOr, 1)->wait();
+          ASSERT_EQ(m.sum().item<int64_t>(), W);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    expectNoErrors(errors);
+  }
+}
+
+// A rank that never arrives is named within the timeout, not waited for forever.
+TEST(Shm, MissingPeerIsNamedWithinTheTimeout) {
+  auto store = makeHashStore();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ShmOptions so;
+        so.rank = r;
+        so.world = 2;
+        so.timeout = std::chrono::seconds(1);
+        ShmTransport shm(store, so);
+        if (r == 1) return;  // rank 1 leaves without taking part
+        at::Tensor t = at::ones({100});
+        shm.allreduce(t, ReduceOp::kSum, 0)->wait();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(errors[0].find("rank 1 did not reach the barrier"), std::string::npos) << errors[0];
+  EXPECT_EQ(errors[1], "");
 }
 
 struct Layout {
@@ -244,6 +351,7 @@ struct Caps {
   const char* name;
   Negotiation negotiation = Negotiation::kDecentralized;
   int ranks_per_node = 0;  // > 0: two-level reduction
+  bool shm = false;        // shared memory (inside the node, with two-level)
 };
 
 class Equivalence : public ::testing::TestWithParam<Caps> {};
@@ -269,7 +377,7 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
     torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
     dp.finishBackward();
     for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-  }, 1, std::chrono::seconds(30), GetParam().ranks_per_node));
+  }, 1, std::chrono::seconds(30), GetParam().ranks_per_node, GetParam().shm));
   auto rp = ref->named_parameters();
   for (int r = 0; r < W; ++r) {
     ASSERT_EQ(grads[r].size(), rp.size());
@@ -291,7 +399,9 @@ INSTANTIATE_TEST_SUITE_P(BucketCaps, Equivalence,
                                            Caps{1, 25, "default"}, Caps{1000, 1000, "one_bucket"},
                                            Caps{1, 25, "central_negotiation", Negotiation::kCentral},
                                            Caps{1, 25, "hierarchical_1x3", Negotiation::kDecentralized, 3},
-                                           Caps{1e-9, 1e-9, "hierarchical_3x1_per_param", Negotiation::kDecentralized, 1}),
+                                           Caps{1e-9, 1e-9, "hierarchical_3x1_per_param", Negotiation::kDecentralized, 1},
+                                           Caps{1, 25, "shm", Negotiation::kDecentralized, 0, true},
+                                           Caps{1e-9, 1e-9, "hierarchical_1x3_shm_per_param", Negotiation::kDecentralized, 3, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // 20 SGD steps on N ranks leave identical parameters everywhere, equal to a single-process run
@@ -450,8 +560,8 @@ struct WideImpl : torch::nn::Module {
 };
 TORCH_MODULE(Wide);
 
-// With channel 1 slowed, the split converges to give it less, identically on every rank, and the
-// gradients stay exact.
+// With channel 1 slowed, the split converges to give it less, identically on every rank, the
+// step's exposed communication beats the equal split's, and the gradients stay exact.
 TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
   const int W = 2;
   std::vector<std::vector<double>> weights(W);
@@ -465,15 +575,27 @@ TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
     auto slow = std::make_shared<ThrottledTransport>(gloo, std::vector<double>{0.0, 0.05});
     Wide net;
     restore(*net, init);
-    DataParallelOptions o;
-    o.first_bucket_mb = 100;  // one bucket of 2 MiB
-    DataParallel dp(net.ptr(), slow, WorldInfo{r, W, r, W}, o);
-    for (int step = 0; step < 6; ++step) {
-      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
-      net->forward(x.narrow(0, r * 2, 2)).pow(2).mean().backward();
-      dp.finishBackward();
-    }
-    weights[r] = dp.channelWeights();
+    // Exposed communication of the last 3 of 6 steps, balanced or split equally.
+    auto train = [&](bool balance) {
+      DataParallelOptions o;
+      o.first_bucket_mb = 100;  // one bucket of 2 MiB
+      o.balance_channels = balance;
+      DataParallel dp(net.ptr(), slow, WorldInfo{r, W, r, W}, o);
+      double before = 0;
+      for (int step = 0; step < 6; ++step) {
+        if (step == 3) before = dp.exposedCommSeconds();
+        for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+        net->forward(x.narrow(0, r * 2, 2)).pow(2).mean().backward();
+        dp.finishBackward();
+      }
+      if (balance) weights[r] = dp.channelWeights();
+      return dp.exposedCommSeconds() - before;
+    };
+    const double equal = train(false);
+    restore(*net, init);
+    const double balanced = train(true);
+    // Equal: 1 MiB on the slowed channel, 50 ms of throttle a step; balanced: a fraction of it.
+    EXPECT_LT(balanced, equal) << "rank " << r;
     grads[r] = net->fc->weight.grad().clone();
   }, /*channels=*/2));
   ASSERT_EQ(weights[0].size(), 2u);

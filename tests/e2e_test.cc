@@ -201,7 +201,7 @@ TEST(Launcher, TimelineHasComputeAndChannelRows) {
   ASSERT_EQ(json.rfind("[", 0), 0u) << "a JSON array";
   EXPECT_NE(json.find("\"name\": \"backward\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0"), std::string::npos);
   EXPECT_NE(json.find("\"name\": \"allreduce\", \"ph\": \"X\", \"pid\": 0, \"tid\": 1"), std::string::npos);
-  EXPECT_NE(json.find("\"name\": \"channel 1\""), std::string::npos);
+  EXPECT_NE(json.find("\"name\": \"shm channel 1\""), std::string::npos);  // one host: shared memory
   EXPECT_EQ(json.find("}\n{"), std::string::npos) << "events separated by commas";
   EXPECT_NE(json.find("}\n]"), std::string::npos);
 }

@@ -1,0 +1,355 @@
+#include "comm/shm_transport.h"
+
+#include <fcntl.h>
+#include <immintrin.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "comm/reduce_ops.h"
+#include "comm/store.h"
+
+namespace aiacc::comm {
+namespace {
+
+constexpr size_t kHeader = 64;  // one cache line: the barrier sequence number
+
+struct Header {
+  std::atomic<uint64_t> seq;
+};
+
+std::string sanitize(const std::string& s) {
+  std::string out;
+  for (char ch : s) out += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return out;
+}
+
+class ShmWork : public Work {
+ public:
+  explicit ShmWork(std::future<void> f) : f_(std::move(f)) {}
+  void wait() override {
+    if (f_.valid()) f_.get();
+  }
+
+ private:
+  std::future<void> f_;
+};
+
+void checkContiguousCpu(const at::Tensor& t, const char* what) {
+  AIACC_CHECK(t.is_contiguous() && t.device().is_cpu(), what, " needs a contiguous CPU tensor");
+}
+
+}  // namespace
+
+// One channel: this rank's segment and every peer's, mapped; a worker thread running the
+// operations in submission order.
+class ShmTransport::Channel {
+ public:
+  Channel(c10d::Store& store, const ShmOptions& o, const std::string& job, int index)
+      : rank_(o.rank), world_(o.world), chunk_(static_cast<size_t>(o.chunk_bytes)), timeout_(o.timeout),
+        timeline_(o.timeline), row_(1 + o.row_base + index) {
+    if (timeline_) timeline_->nameRow(row_, o.row_label + " " + std::to_string(index));
+    size_ = kHeader + 2 * chunk_;
+    area_ = chunk_ / static_cast<size_t>(world_) / 64 * 64;
+    AIACC_CHECK(area_ >= 64, "shm chunk too small for ", world_, " ranks");
+    auto name = [&](int r) { return strCat("/aiacc-", job, "-", sanitize(o.name), "-c", index, "-r", r); };
+    const std::string mine = name(rank_);
+    const int fd = ::shm_open(mine.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) AIACC_THROW(CommError, "shm: cannot create ", mine, ": ", std::strerror(errno), " (use --shm off)");
+    const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size_));
+    if (rc != 0) {
+      ::close(fd);
+      ::shm_unlink(mine.c_str());
+      AIACC_THROW(CommError, "shm: cannot reserve ", size_ >> 20, " MiB in /dev/shm: ", std::strerror(rc),
+                  " (enlarge /dev/shm, lower the chunk size, or use --shm off)");
+    }
+    base_.assign(static_cast<size_t>(world_), nullptr);
+    base_[static_cast<size_t>(rank_)] = map(fd, mine);
+    new (header(rank_)) Header{};
+    header(rank_)->seq.store(0, std::memory_order_release);
+    const std::string key = strCat(o.name, "/shm/c", index);
+    store.set(strCat(key, "/created/", rank_), {1});
+    waitForRanks(store, key + "/created", world_, timeout_);
+    for (int q = 0; q < world_; ++q) {
+      if (q == rank_) continue;
+      const std::string theirs = name(q);
+      const int qfd = ::shm_open(theirs.c_str(), O_RDWR, 0600);
+      if (qfd < 0) AIACC_THROW(CommError, "shm: cannot open rank ", q, "'s segment ", theirs, ": ", std::strerror(errno));
+      base_[static_cast<size_t>(q)] = map(qfd, theirs);
+    }
+    store.set(strCat(key, "/mapped/", rank_), {1});
+    waitForRanks(store, key + "/mapped", world_, timeout_);
+    ::shm_unlink(mine.c_str());  // everyone holds a mapping: nothing outlives the job
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~Channel() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    for (char* b : base_) {
+      if (b) ::munmap(b, size_);
+    }
+  }
+
+  ChannelStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  std::shared_ptr<Work> submit(const char* what, size_t bytes, std::function<void()> fn) {
+    auto task = std::make_shared<std::packaged_task<void()>>([this, what, bytes, fn = std::move(fn)] {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (timeline_) timeline_->span(what, row_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
+      const double s = std::chrono::duration<double>(t1 - t0).count();
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.bytes += static_cast<double>(bytes);
+      stats_.busy_s += s;
+    });
+    auto work = std::make_shared<ShmWork>(task->get_future());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back([task] { (*task)(); });
+    }
+    cv_.notify_one();
+    return work;
+  }
+
+  // ---- Collectives (run on the worker thread) -------------------------------------------------
+
+  // Shards are the whole buffer's (shardOf(n, P, r)), moved in rounds: a slot is split into P
+  // areas, and in round k area q of every rank's slot holds piece k of shard q.
+  void allreduce(at::Tensor t, ReduceFn fn, bool gather) {
+    const int64_t es = static_cast<int64_t>(t.element_size()), n = t.numel();
+    const int64_t piece = static_cast<int64_t>(area_) / es;
+    char* data = static_cast<char*>(t.data_ptr());
+    const int64_t rounds = (shardOf(n, world_, 0).count + piece - 1) / piece;  // shard 0 is the largest
+    for (int64_t k = 0; k < rounds; ++k) {
+      const int s = nextSlot();
+      for (int q = 0; q < world_; ++q) {
+        const auto [a, len] = pieceOf(n, q, k, piece);
+        if (len > 0) std::memcpy(area(rank_, s, q), data + a * es, len * es);
+      }
+      barrier();
+      // Piece k of this rank's shard, summed over ranks in rank order: computed once, by its
+      // owner, so every rank ends with the same bits.
+      const auto [a, len] = pieceOf(n, rank_, k, piece);
+      char* dst = data + a * es;
+      if (len > 0) {
+        std::memcpy(dst, area(0, s, rank_), len * es);
+        for (int q = 1; q < world_; ++q) fn(dst, dst, area(q, s, rank_), static_cast<size_t>(len));
+      }
+      if (!gather) continue;  // reduce-scatter: this rank's shard is done
+      if (len > 0) std::memcpy(area(rank_, s, rank_), dst, len * es);
+      barrier();
+      copyOthers(data, n, es, s, k, piece);
+    }
+  }
+
+  void allgatherShards(at::Tensor t) {
+    const int64_t es = static_cast<int64_t>(t.element_size()), n = t.numel();
+    const int64_t piece = static_cast<int64_t>(area_) / es;
+    char* data = static_cast<char*>(t.data_ptr());
+    const int64_t rounds = (shardOf(n, world_, 0).count + piece - 1) / piece;
+    for (int64_t k = 0; k < rounds; ++k) {
+      const int s = nextSlot();
+      const auto [a, len] = pieceOf(n, rank_, k, piece);
+      if (len > 0) std::memcpy(area(rank_, s, rank_), data + a * es, len * es);
+      barrier();
+      copyOthers(data, n, es, s, k, piece);
+    }
+  }
+
+  void broadcast(at::Tensor t, int root) {
+    const size_t n = t.nbytes();
+    char* data = static_cast<char*>(t.data_ptr());
+    for (size_t off = 0; off < n; off += chunk_) {
+      const size_t len = std::min(chunk_, n - off);
+      const int s = nextSlot();
+      if (rank_ == root) std::memcpy(slot(root, s), data + off, len);
+      barrier();
+      if (rank_ != root) std::memcpy(data + off, slot(root, s), len);
+    }
+  }
+
+  void allgather(at::Tensor in, at::Tensor out) {
+    const size_t n = in.nbytes();
+    const char* src = static_cast<const char*>(in.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    for (size_t off = 0; off < n; off += chunk_) {
+      const size_t len = std::min(chunk_, n - off);
+      const int s = nextSlot();
+      std::memcpy(slot(rank_, s), src + off, len);
+      barrier();
+      for (int q = 0; q < world_; ++q) std::memcpy(dst + q * n + off, slot(q, s), len);
+    }
+  }
+
+ private:
+  char* map(int fd, const std::string& name) {
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) AIACC_THROW(CommError, "shm: cannot map ", name, ": ", std::strerror(errno));
+    return static_cast<char*>(p);
+  }
+  Header* header(int q) const { return reinterpret_cast<Header*>(base_[static_cast<size_t>(q)]); }
+  char* slot(int q, int s) const { return base_[static_cast<size_t>(q)] + kHeader + static_cast<size_t>(s) * chunk_; }
+  // Area q of rank r's slot s: where piece k of shard q travels.
+  char* area(int r, int s, int q) const {
+    return slot(r, s) + static_cast<size_t>(q) * area_;
+  }
+  // Piece k of shard q: (first element, element count), count 0 past the shard's end.
+  std::pair<int64_t, int64_t> pieceOf(int64_t n, int q, int64_t k, int64_t piece) const {
+    const Shard sh = shardOf(n, world_, q);
+    const int64_t a = sh.offset + k * piece;
+    return {a, std::max<int64_t>(0, std::min(piece, sh.offset + sh.count - a))};
+  }
+  void copyOthers(char* data, int64_t n, int64_t es, int s, int64_t k, int64_t piece) {
+    for (int q = 0; q < world_; ++q) {
+      if (q == rank_) continue;
+      const auto [a, len] = pieceOf(n, q, k, piece);
+      if (len > 0) std::memcpy(data + a * es, area(q, s, q), len * es);
+    }
+  }
+  int nextSlot() {
+    slot_ ^= 1;
+    return slot_;
+  }
+
+  // Everyone publishes the next sequence number and waits for everyone else's.
+  void barrier() {
+    ++seq_;
+    header(rank_)->seq.store(seq_, std::memory_order_release);
+    const auto start = std::chrono::steady_clock::now();
+    for (int q = 0; q < world_; ++q) {
+      if (q == rank_) continue;
+      uint64_t spins = 0;
+      while (header(q)->seq.load(std::memory_order_acquire) < seq_) {
+        if (++spins < 64) {
+          _mm_pause();
+          continue;
+        }
+        std::this_thread::yield();
+        if ((spins & 1023) == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+          AIACC_THROW(CommError, "shm: rank ", q, " did not reach the barrier within ",
+                      timeout_.count() / 1000.0, " s (it died or stalled)");
+        }
+      }
+    }
+  }
+
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();
+    }
+  }
+
+  int rank_, world_;
+  size_t chunk_, size_ = 0, area_ = 0;  // area_: a slot's share per rank, 64-byte aligned
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<Timeline> timeline_;
+  int row_;
+  std::vector<char*> base_;
+  uint64_t seq_ = 0;
+  int slot_ = 1;
+  mutable std::mutex mu_;
+  ChannelStats stats_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+ShmTransport::ShmTransport(c10::intrusive_ptr<c10d::Store> store, const ShmOptions& options) : opt_(options) {
+  AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank, " of ", opt_.world);
+  AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
+  AIACC_CHECK(opt_.chunk_bytes >= 4096 && opt_.chunk_bytes % 64 == 0, "shm chunk must be >= 4 KiB, a multiple of 64");
+  // A job id from rank 0, so concurrent jobs on one host never share segment names.
+  const std::string id_key = opt_.name + "/shm/id";
+  if (opt_.rank == 0) {
+    std::random_device rd;
+    const uint64_t id = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
+    const std::string hex = strCat(std::hex, id);
+    store->set(id_key, std::vector<uint8_t>(hex.begin(), hex.end()));
+  }
+  store->wait({id_key}, opt_.timeout);
+  const auto id = store->get(id_key);
+  const std::string job(id.begin(), id.end());
+  for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(*store, opt_, job, c));
+}
+
+ShmTransport::~ShmTransport() = default;
+
+std::string ShmTransport::describe() const {
+  return strCat("shm, ", opt_.world, " ranks, ", channels(), channels() == 1 ? " channel" : " channels");
+}
+
+ChannelStats ShmTransport::channelStats(int c) const {
+  AIACC_CHECK(c >= 0 && c < channels(), "channel ", c, " of ", channels());
+  return channels_[static_cast<size_t>(c)]->stats();
+}
+
+ShmTransport::Channel& ShmTransport::channel(int c) {
+  AIACC_CHECK(c >= 0 && c < channels(), "channel ", c, " of ", channels());
+  return *channels_[static_cast<size_t>(c)];
+}
+
+std::shared_ptr<Work> ShmTransport::allreduce(at::Tensor t, ReduceOp op, int c) {
+  checkContiguousCpu(t, "allreduce");
+  const ReduceFn fn = reduceFunction(t.scalar_type(), op);
+  Channel& ch = channel(c);
+  return ch.submit("allreduce", t.nbytes(), [&ch, t, fn] { ch.allreduce(t, fn, /*gather=*/true); });
+}
+
+std::shared_ptr<Work> ShmTransport::reduceScatter(at::Tensor t, int c) {
+  checkContiguousCpu(t, "reduceScatter");
+  const ReduceFn fn = reduceFunction(t.scalar_type(), ReduceOp::kSum);
+  Channel& ch = channel(c);
+  return ch.submit("reduce-scatter", t.nbytes(), [&ch, t, fn] { ch.allreduce(t, fn, /*gather=*/false); });
+}
+
+std::shared_ptr<Work> ShmTransport::allgatherShards(at::Tensor t, int c) {
+  checkContiguousCpu(t, "allgatherShards");
+  Channel& ch = channel(c);
+  return ch.submit("allgather", t.nbytes(), [&ch, t] { ch.allgatherShards(t); });
+}
+
+std::shared_ptr<Work> ShmTransport::broadcast(at::Tensor t, int root, int c) {
+  checkContiguousCpu(t, "broadcast");
+  AIACC_CHECK(root >= 0 && root < size(), "broadcast root ", root);
+  Channel& ch = channel(c);
+  return ch.submit("broadcast", t.nbytes(), [&ch, t, root] { ch.broadcast(t, root); });
+}
+
+std::shared_ptr<Work> ShmTransport::allgather(at::Tensor in, at::Tensor out, int c) {
+  checkContiguousCpu(in, "allgather");
+  checkContiguousCpu(out, "allgather");
+  AIACC_CHECK(out.nbytes() == in.nbytes() * static_cast<size_t>(size()), "allgather: out must hold ", size(), " x in");
+  Channel& ch = channel(c);
+  return ch.submit("allgather", out.nbytes(), [&ch, in, out] { ch.allgather(in, out); });
+}
+
+}  // namespace aiacc::comm

@@ -1,0 +1,71 @@
+// ShmTransport: collectives between ranks on one host through shared memory, as NCCL's SHM
+// transport does between GPUs of one node: no sockets, no kernel copies.
+//
+// Each rank maps, per channel, one segment of its own (two slots of chunk_bytes) and every
+// peer's. A slot is split into P areas; shard q of a buffer (shardOf: the same shards as every
+// transport) travels through area q, a piece per round, the rounds alternating between slots:
+//   allreduce: every rank copies piece k of every shard q into its area q; barrier; rank r sums
+//   piece k of shard r over every rank's area r (the reduce work is split P ways) into its
+//   output and its own area r; barrier; every rank copies the other pieces from their owners.
+//   Reduce-scatter stops after the sum; broadcast and allgather are one copy in, one out.
+// Two barriers per round; the alternating slots make a third unnecessary (round k+2 reuses a
+// slot only after every rank arrived at round k+1, so nobody still reads it). A barrier is a
+// sequence number in each segment's header, published with a release store and awaited with
+// acquire loads (spin briefly, then yield); a peer that stops arriving is a CommError after the
+// timeout, naming it.
+//
+// Segments are created under a random job id agreed through the store, mapped by everyone, then
+// unlinked at once: nothing is left in /dev/shm even if the job is killed later. Each channel has
+// its own segments and worker thread, so channels run concurrently.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/timeline.h"
+#include "comm/transport.h"
+
+namespace aiacc::comm {
+
+struct ShmOptions {
+  int rank = 0;
+  int world = 1;
+  int channels = 1;
+  std::chrono::milliseconds timeout{60000};
+  std::string name = "shm";     // key prefix in the store
+  int64_t chunk_bytes = 4 << 20;  // per slot; each rank maps 2 slots per channel of every rank
+  std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + row_base + channel
+  int row_base = 0;
+  std::string row_label = "shm channel";
+};
+
+class ShmTransport : public Transport {
+ public:
+  // All ranks must be on this host. Blocks until every rank mapped every segment.
+  ShmTransport(c10::intrusive_ptr<c10d::Store> store, const ShmOptions& options);
+  ~ShmTransport() override;
+
+  int rank() const override { return opt_.rank; }
+  int size() const override { return opt_.world; }
+  int channels() const override { return static_cast<int>(channels_.size()); }
+  ChannelStats channelStats(int channel) const override;
+  std::string describe() const override;
+
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int channel) override;
+  std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel) override;
+  std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel) override;
+  std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel) override;
+  std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
+
+ private:
+  class Channel;
+  Channel& channel(int c);
+  ShmOptions opt_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+};
+
+}  // namespace aiacc::comm
