@@ -172,7 +172,8 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
     buffers_.push_back(at::zeros({numel}, params_[plan.buckets[b].front()].options()));
     if (opt_.transfer != TransferDtype::kFloat32) {
       AIACC_CHECK(buffers_.back().scalar_type() == at::kFloat, "fp16/bf16 transfer needs fp32 parameters");
-      wire_.push_back(at::empty({numel}, opt_.transfer == TransferDtype::kFloat16 ? at::kHalf : at::kBFloat16));
+      wire_.push_back(at::empty({numel}, buffers_.back().options().dtype(
+                                             opt_.transfer == TransferDtype::kFloat16 ? at::kHalf : at::kBFloat16)));
     }
     pending_[b] = static_cast<int>(plan.buckets[b].size());
   }
@@ -236,7 +237,9 @@ void DataParallel::launch(size_t b) {
     auto* bits = static_cast<uint16_t*>(wire.data_ptr());
     const auto n = static_cast<size_t>(buf.numel());
     const auto s = static_cast<float>(scale_ / world_.world);
-    if (opt_.transfer == TransferDtype::kFloat16) {
+    if (buf.is_cuda()) {  // GPU: the cast runs on the device, on the current (backward) stream
+      wire.copy_(buf.mul(s));
+    } else if (opt_.transfer == TransferDtype::kFloat16) {
       floatToHalf(buf.data_ptr<float>(), bits, n, s);
     } else {
       floatToBf16(buf.data_ptr<float>(), bits, n, s);
@@ -420,6 +423,11 @@ bool DataParallel::unscale() {
     const auto* bits = static_cast<const uint16_t*>(wire_[b].data_ptr());
     const auto n = static_cast<size_t>(buffers_[b].numel());
     const auto s = static_cast<float>(1.0 / scale_);
+    if (buffers_[b].is_cuda()) {  // GPU: cast and unscale on the device; one flag read per bucket
+      buffers_[b].copy_(wire_[b]).mul_(s);
+      finite &= at::isfinite(wire_[b]).all().item<bool>();
+      continue;
+    }
     finite &= opt_.transfer == TransferDtype::kFloat16 ? halfToFloat(bits, buffers_[b].data_ptr<float>(), n, s)
                                                        : bf16ToFloat(bits, buffers_[b].data_ptr<float>(), n, s);
   }
