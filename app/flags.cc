@@ -150,13 +150,6 @@ DistSpec distSpecFromFlags() {
   return d;
 }
 
-bool DistSpec::useHierarchical(int world, int local_size) const {
-  const int per_node = ranksPerNode(local_size);
-  if (hierarchical == "off" || per_node < 1) return false;
-  if (hierarchical == "on") return true;
-  return per_node > 1 && world > per_node && world % per_node == 0;
-}
-
 data::SampleSpec sampleSpecFromFlags() {
   data::SampleSpec spec;
   spec.classes = FLAGS_sample_classes;

@@ -40,9 +40,6 @@ struct DistSpec {
   bool central = false;  // --negotiation central
   std::string hierarchical = "auto";  // --hierarchical on|off|auto
   int ranks_per_node = 0;             // 0: the launcher's local size
-  // Whether two-level reduction is used for this world, and with how many ranks per node.
-  bool useHierarchical(int world, int local_size) const;
-  int ranksPerNode(int local_size) const { return ranks_per_node > 0 ? ranks_per_node : local_size; }
 };
 DistSpec distSpecFromFlags();
 

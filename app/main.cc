@@ -15,9 +15,7 @@
 #include "app/report.h"
 #include "app/trainer.h"
 #include "comm/data_parallel.h"
-#include "comm/gloo_transport.h"
-#include "comm/hierarchical.h"
-#include "comm/shm_transport.h"
+#include "comm/factory.h"
 #include "comm/store.h"
 #include "common/error.h"
 #include "data/sample_gen.h"
@@ -41,46 +39,25 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     so.world = world.world;
     so.timeout = timeout;
     auto store = aiacc::comm::makeTcpStore(so);
-    aiacc::comm::GlooOptions go;
-    go.rank = world.rank;
-    go.world = world.world;
-    go.timeout = timeout;
+    aiacc::comm::TransportSpec ts;
+    ts.world = world;
+    ts.timeout = timeout;
     // --streams auto: the tuner picks among 1, 2, 4 channels (2 without it).
-    go.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 4 : 2);
-    go.timeline = timeline;
+    ts.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 4 : 2);
+    ts.timeline = timeline;
     if (!dist.bind_host.empty()) {
-      go.bind_host = dist.bind_host;
+      ts.bind_host = dist.bind_host;
     } else if (host != "127.0.0.1" && host != "localhost") {
-      go.bind_host = aiacc::app::localAddressToward(host);  // the interface that reaches the master
+      ts.bind_host = aiacc::app::localAddressToward(host);  // the interface that reaches the master
     }
-    // Two-level reduction: on/off as asked; auto between nodes lets the tuner choose (or turns
-    // it on when the tuner is off).
-    const int per_node = dist.ranksPerNode(world.local_size);
-    const bool two_level = dist.useHierarchical(world.world, world.local_size);
-    const bool tune_two_level = two_level && dist.hierarchical == "auto" && dist.autotune;
-    // Shared memory between ranks of one host: for everything when the job is one node, and
-    // for the intra-node stages of two-level reduction.
-    const bool one_host = world.local_size == world.world && dist.ranks_per_node == 0;
-    std::shared_ptr<aiacc::comm::Transport> transport, alternative;
-    if (two_level && !tune_two_level) {
-      transport = aiacc::comm::makeGlooHierarchical(store, go, per_node, 4096, dist.shm);
-    } else if (dist.shm && one_host) {
-      aiacc::comm::ShmOptions so;
-      so.rank = world.rank;
-      so.world = world.world;
-      so.channels = go.channels;
-      so.timeout = timeout;
-      so.timeline = timeline;
-      transport = std::make_shared<aiacc::comm::ShmTransport>(store, so);
-    } else {
-      transport = std::make_shared<aiacc::comm::GlooTransport>(store, go);
-      if (tune_two_level) {
-        aiacc::comm::GlooOptions g2 = go;
-        g2.name = "gloo2";
-        g2.row_base = go.channels;
-        alternative = aiacc::comm::makeGlooHierarchical(store, g2, per_node, 4096, dist.shm);
-      }
-    }
+    ts.gpu = dist.gpus > 0;
+    ts.shm = dist.shm;
+    ts.hierarchical = dist.hierarchical;
+    ts.ranks_per_node = dist.ranks_per_node;
+    // Two-level auto between nodes: the tuner chooses (or it is on when the tuner is off).
+    ts.tune_two_level = dist.hierarchical == "auto" && dist.autotune;
+    aiacc::comm::Transports transports = aiacc::comm::makeTransports(store, ts);
+    if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
     aiacc::comm::DataParallelOptions dp;
     dp.bucket_mb = dist.bucket_mb;
     dp.buffers = dist.bn_sync == "average" ? aiacc::comm::BufferSync::kAverage
@@ -95,10 +72,10 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     dp.autotune = dist.autotune;
     dp.tune_space.bucket_mb = {2, 8, 64};
     if (dist.streams == 0) dp.tune_space.channels = {2, 4};
-    dp.tune_space.try_two_level = tune_two_level;
-    dp.two_level = alternative;
+    dp.tune_space.try_two_level = transports.alternative != nullptr;
+    dp.two_level = transports.alternative;
     dp.timeline = timeline;
-    return std::make_unique<aiacc::comm::DataParallel>(model, transport, world, dp);
+    return std::make_unique<aiacc::comm::DataParallel>(model, transports.primary, world, dp);
   };
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "comm/data_parallel.h"
+#include "comm/factory.h"
 #include "comm/gloo_transport.h"
 #include "comm/hierarchical.h"
 #include "comm/shm_transport.h"
@@ -228,6 +229,58 @@ TEST(Shm, MissingPeerIsNamedWithinTheTimeout) {
   for (auto& t : threads) t.join();
   EXPECT_NE(errors[0].find("rank 1 did not reach the barrier"), std::string::npos) << errors[0];
   EXPECT_EQ(errors[1], "");
+}
+
+// The one factory picks: shared memory on one host, Gloo between hosts, two-level between nodes
+// with several ranks each (or as the tuner's alternative), and refuses GPU ranks without NCCL.
+TEST(Factory, PicksTheTransportForTheLayout) {
+  struct Case {
+    int world, local_size;
+    std::string hierarchical;
+    bool tune, shm;
+    std::string primary, alternative;
+  };
+  const std::vector<Case> cases = {
+      {2, 2, "auto", true, true, "shm, 2 ranks", ""},
+      {2, 1, "auto", true, true, "gloo, 2 ranks", ""},
+      {2, 2, "auto", true, false, "gloo, 2 ranks", ""},
+      {4, 2, "auto", false, true, "two-level, 2 nodes x 2 ranks (intra: shm", ""},
+      {4, 2, "auto", true, true, "gloo, 4 ranks", "two-level, 2 nodes x 2 ranks"},
+      {4, 2, "off", true, true, "gloo, 4 ranks", ""},
+  };
+  for (const Case& c : cases) {
+    auto store = makeHashStore();
+    std::vector<std::string> primary(c.world), alternative(c.world), errors(c.world);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < c.world; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          TransportSpec spec;
+          spec.world = WorldInfo{r, c.world, r % c.local_size, c.local_size};
+          spec.hierarchical = c.hierarchical;
+          spec.tune_two_level = c.tune;
+          spec.shm = c.shm;
+          spec.timeout = std::chrono::seconds(30);
+          Transports t = makeTransports(store, spec);
+          primary[r] = t.primary->describe();
+          alternative[r] = t.alternative ? t.alternative->describe() : "";
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    expectNoErrors(errors);
+    for (int r = 0; r < c.world; ++r) {
+      EXPECT_EQ(primary[r].rfind(c.primary, 0), 0u) << primary[r];
+      EXPECT_EQ(alternative[r].rfind(c.alternative, 0), 0u) << alternative[r];
+    }
+  }
+  TransportSpec gpu;
+  gpu.gpu = true;
+#ifndef AIACC_WITH_NCCL
+  EXPECT_THROW(makeTransports(makeHashStore(), gpu), InputError);
+#endif
 }
 
 struct Layout {

@@ -1,0 +1,45 @@
+// The one place a transport is picked: NCCL for GPU ranks (when built with it), shared memory
+// between ranks of one host, Gloo over TCP between hosts, and two-level reduction composed of
+// an intra-node and an inter-node transport.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "comm/gradient_sync.h"
+#include "comm/timeline.h"
+#include "comm/transport.h"
+
+namespace aiacc::comm {
+
+struct TransportSpec {
+  WorldInfo world;
+  int channels = 1;
+  std::chrono::milliseconds timeout{60000};
+  std::string bind_host = "127.0.0.1";  // where Gloo listens
+  bool gpu = false;                     // tensors live on CUDA device world.local_rank: NCCL
+  bool shm = true;                      // shared memory between ranks of one host
+  // Two-level reduction: "on", "off", or "auto" (on between nodes with several ranks each; with
+  // tune_two_level the flat transport is primary and the two-level one the tuner's alternative).
+  std::string hierarchical = "auto";
+  int ranks_per_node = 0;               // 0: world.local_size (consecutive ranks form a node)
+  bool tune_two_level = false;
+  std::shared_ptr<Timeline> timeline;
+};
+
+struct Transports {
+  std::shared_ptr<Transport> primary;
+  std::shared_ptr<Transport> alternative;  // two-level, for the tuner; null when not tuned
+  std::string why;                         // one line: what was picked and why
+};
+
+// Whether two-level reduction applies to this job (and how many ranks form a node).
+int ranksPerNode(const TransportSpec& spec);
+bool useTwoLevel(const TransportSpec& spec);
+
+Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const TransportSpec& spec);
+
+}  // namespace aiacc::comm
