@@ -162,12 +162,23 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
   bucket_of_.assign(params_.size(), 0);
   offset_of_.assign(params_.size(), 0);
   pending_.assign(plan.buckets.size(), 0);
+  flags_at_ = -1;
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     int64_t numel = 0;
     for (size_t i : plan.buckets[b]) {
       bucket_of_[i] = b;
       offset_of_[i] = numel;
       numel += params_[i].numel();
+    }
+    // Decentralized unused-parameter detection rides on the last bucket: one flag per parameter
+    // after its gradients, summed with them (any rank's 1 makes the sum positive). The last
+    // bucket launches only after every other, so every flag is known by then: no collective of
+    // its own.
+    const bool last = b + 1 == plan.buckets.size();
+    if (last && opt_.detect_unused && opt_.negotiation == Negotiation::kDecentralized &&
+        params_[plan.buckets[b].front()].is_floating_point()) {
+      flags_at_ = numel;
+      numel += static_cast<int64_t>(params_.size());
     }
     buffers_.push_back(at::zeros({numel}, params_[plan.buckets[b].front()].options()));
     if (opt_.transfer != TransferDtype::kFloat32) {
@@ -247,6 +258,10 @@ void DataParallel::launch(size_t b) {
   } else {
     buf.div_(world_.world);
   }
+  if (flags_at_ >= 0 && b + 1 == buffers_.size()) {  // this rank's gradient flags, as 1 or 0
+    const at::Tensor flags = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte);
+    wire.narrow(0, flags_at_, flags.numel()).copy_(flags);
+  }
   const int64_t n = wire.numel();
   if (channels_ == 1 || static_cast<int64_t>(wire.nbytes()) < opt_.min_split_bytes) {
     const int c = channels_ == 1 ? opt_.channel : static_cast<int>(b % static_cast<size_t>(channels_));
@@ -324,7 +339,10 @@ bool DataParallel::finishBackward() {
   }
   // Which parameters got a gradient anywhere: one bitwise-or allreduce, no coordinator.
   at::Tensor anywhere = decided;
-  if (opt_.detect_unused && !anywhere.defined()) {
+  if (opt_.detect_unused && !anywhere.defined() && flags_at_ >= 0) {
+    const at::Tensor& reduced = opt_.transfer == TransferDtype::kFloat32 ? buffers_.back() : wire_.back();
+    anywhere = reduced.narrow(0, flags_at_, static_cast<int64_t>(params_.size())).gt(0).to(at::kByte).cpu().contiguous();
+  } else if (opt_.detect_unused && !anywhere.defined()) {
     anywhere = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte).clone();
     transport_->allreduce(anywhere, ReduceOp::kBitwiseOr, opt_.channel)->wait();
   }

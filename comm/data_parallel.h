@@ -157,6 +157,7 @@ class DataParallel : public GradientSync {
   std::vector<at::Tensor> wire_;             // fp16 transfer: the bucket's fp16 copy
   std::vector<size_t> bucket_of_;            // param -> bucket
   std::vector<int64_t> offset_of_;           // param -> offset in its bucket buffer
+  int64_t flags_at_ = -1;                    // detect_unused: offset of the flags in the last bucket
 
   // Per-step state, touched by the autograd thread (hooks) and the training thread.
   std::mutex mu_;

@@ -523,20 +523,32 @@ TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
   EXPECT_GT(unused_grad[0].abs().sum().item<float>(), 0.0f);
 }
 
+// Agreement rides on the last bucket (no collective of its own), in every transfer dtype: a
+// parameter unused everywhere keeps no gradient; one used on a single rank gets the average.
 TEST(DataParallel, DetectUnusedLeavesNeverUsedParametersWithoutGradient) {
-  std::vector<bool> defined(2);
-  expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
-    Net net;
-    DataParallelOptions o;
-    o.detect_unused = true;
-    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2}, o);
-    torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
-    dp.finishBackward();
-    defined[r] = net->unused->weight.grad().defined();
-    ASSERT_TRUE(net->fc->weight.grad().defined());
-  }));
-  EXPECT_FALSE(defined[0]);
-  EXPECT_FALSE(defined[1]);
+  for (TransferDtype dtype : {TransferDtype::kFloat32, TransferDtype::kFloat16, TransferDtype::kBFloat16}) {
+    std::vector<bool> defined(2), used_once(2);
+    expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+      Net net;
+      DataParallelOptions o;
+      o.detect_unused = true;
+      o.transfer = dtype;
+      DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2}, o);
+      torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
+      dp.finishBackward();
+      defined[r] = net->unused->weight.grad().defined();
+      ASSERT_TRUE(net->fc->weight.grad().defined());
+      // Second step: only rank 1 uses the extra layer; both must get its (averaged) gradient.
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      torch::nn::functional::cross_entropy(net->forward(inputs(2, r), r == 1), targets(2, r)).backward();
+      dp.finishBackward();
+      used_once[r] = net->unused->weight.grad().defined();
+    }));
+    EXPECT_FALSE(defined[0]);
+    EXPECT_FALSE(defined[1]);
+    EXPECT_TRUE(used_once[0]);
+    EXPECT_TRUE(used_once[1]);
+  }
 }
 
 TEST(DataParallel, BatchNormBuffersBroadcastOrAveraged) {
