@@ -21,7 +21,20 @@ Autotuner::Autotuner(TuneConfig start, TuneSpace space) : space_(std::move(space
 
 double Autotuner::score(const TuneConfig& c) const {
   const auto it = trials_.find(c);
-  return it == trials_.end() || it->second.counted == 0 ? 0.0 : it->second.sum_s / it->second.counted;
+  return it == trials_.end() || it->second.counted == 0 ? 0.0 : it->second.min_s;
+}
+
+double Autotuner::exposed(const TuneConfig& c) const {
+  const auto it = trials_.find(c);
+  return it == trials_.end() || it->second.counted == 0 ? 0.0 : it->second.min_exposed;
+}
+
+bool Autotuner::better(const TuneConfig& c, const TuneConfig& ref) const {
+  const double sc = score(c), sr = score(ref);
+  if (sc < sr * (1 - space_.min_gain)) return true;
+  if (sc > sr * (1 + space_.min_gain)) return false;
+  const double ec = exposed(c), er = exposed(ref);
+  return ec < 0.8 * er && er - ec > 0.005;
 }
 
 // Candidates of the next dimension that has any not measured yet: the best configuration so far
@@ -67,8 +80,8 @@ bool Autotuner::record(double step_s, double exposed_s) {
   ++steps_;
   if (++in_trial_ > 1) {  // the first step of a trial pays for the switch
     Trial& t = trials_[current_];
-    t.sum_s += step_s;
-    t.sum_exposed += exposed_s;
+    t.min_s = t.counted == 0 ? step_s : std::min(t.min_s, step_s);
+    t.min_exposed = t.counted == 0 ? exposed_s : std::min(t.min_exposed, exposed_s);
     ++t.counted;
   }
   if (in_trial_ < space_.steps_per_trial) return false;
@@ -79,12 +92,11 @@ bool Autotuner::record(double step_s, double exposed_s) {
     in_trial_ = 0;
     return current_ != before;
   }
-  // Dimension done: the fastest candidate wins if it beats the best so far by more than noise.
-  TuneConfig fastest = best_;
+  // Dimension done: a candidate wins if it beats the best so far by more than noise (or leaves
+  // clearly less communication exposed at a step time within noise).
   for (const auto& [c, t] : trials_) {
-    if (t.counted > 0 && score(c) < score(fastest)) fastest = c;
+    if (t.counted > 0 && c != best_ && better(c, best_)) best_ = c;
   }
-  if (fastest != best_ && score(fastest) < score(best_) * (1 - space_.min_gain)) best_ = fastest;
   nextDimension();
   return current_ != before;
 }
@@ -98,8 +110,8 @@ std::string Autotuner::summary() const {
   bool first = true;
   for (const auto& [c, t] : trials_) {
     if (t.counted == 0) continue;
-    os << (first ? " (" : "; ") << c.str(two) << ": " << 1e3 * t.sum_s / t.counted << " ms/step, "
-       << 1e3 * t.sum_exposed / t.counted << " ms exposed";
+    os << (first ? " (" : "; ") << c.str(two) << ": " << 1e3 * t.min_s << " ms/step, " << 1e3 * t.min_exposed
+       << " ms exposed";
     first = false;
   }
   if (!first) os << ")";

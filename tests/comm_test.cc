@@ -849,6 +849,13 @@ TEST(Autotune, FindsTheFastestConfigurationAndIgnoresNoise) {
   Autotuner flat(TuneConfig{25, 1, false}, space);
   for (int i = 0; i < 100 && !flat.frozen(); ++i) flat.record(1.0 - 0.001 * (i % 7), 0);
   EXPECT_EQ(flat.current(), (TuneConfig{25, 1, false})) << flat.summary();
+  // Step times within noise, but 8 MiB buckets leave far less communication exposed: taken.
+  Autotuner quiet(TuneConfig{25, 1, false}, space);
+  for (int i = 0; i < 100 && !quiet.frozen(); ++i) {
+    const TuneConfig& c = quiet.current();
+    quiet.record(1.0 + 0.01 * (i % 3), c.bucket_mb == 8 ? 0.02 : 0.2);
+  }
+  EXPECT_EQ(quiet.current().bucket_mb, 8) << quiet.summary();
 }
 
 // Many small tensors, one bucket each at the start: fusing them into one bucket is much faster,
