@@ -11,13 +11,10 @@
 #include <signal.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <future>
 #include <mutex>
-#include <thread>
 
+#include "comm/channel_worker.h"
 #include "comm/half.h"
 #include "comm/reduce_ops.h"
 #include "comm/store.h"
@@ -61,16 +58,6 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
-class GlooWork : public Work {
- public:
-  explicit GlooWork(std::future<void> f) : f_(std::move(f)) {}
-  void wait() override {
-    if (f_.valid()) f_.get();  // rethrows the background error
-  }
-
- private:
-  std::future<void> f_;
-};
 
 }  // namespace
 
@@ -93,34 +80,17 @@ class GlooTransport::Channel {
     } catch (const std::exception& e) {
       AIACC_THROW(CommError, "channel ", index, ": connecting to peers failed: ", firstLine(e.what()));
     }
-    thread_ = std::thread([this] { loop(); });
+    worker_ = std::make_unique<ChannelWorker>(timeline_, row());
   }
-  ~Channel() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
+  ~Channel() { worker_->shutdown(); }  // before the context goes
 
-  ChannelStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
+  ChannelStats stats() const { return worker_->stats(); }
 
   std::shared_ptr<Work> submit(const char* what, std::function<void(const std::shared_ptr<gloo::Context>&)> fn,
                                size_t bytes = 0) {
-    auto task = std::make_shared<std::packaged_task<void()>>([this, what, bytes, fn = std::move(fn)] {
+    return worker_->submit(what, bytes, [this, fn = std::move(fn)] {
       try {
-        const auto t0 = std::chrono::steady_clock::now();
         fn(context_);
-        const auto t1 = std::chrono::steady_clock::now();
-        const double s = std::chrono::duration<double>(t1 - t0).count();
-        if (timeline_) timeline_->span(what, row(), t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
-        std::lock_guard<std::mutex> lock(mu_);
-        stats_.bytes += static_cast<double>(bytes);
-        stats_.busy_s += s;
       } catch (const CommError&) {
         throw;
       } catch (const std::exception& e) {
@@ -128,41 +98,15 @@ class GlooTransport::Channel {
                     firstLine(e.what()), " (a peer died or timed out)");
       }
     });
-    auto work = std::make_shared<GlooWork>(task->get_future());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back([task] { (*task)(); });
-    }
-    cv_.notify_one();
-    return work;
   }
 
  private:
-  void loop() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stop requested and nothing left
-        job = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      job();
-    }
-  }
-
   int row() const { return 1 + row_base_ + index_; }
   int index_;
   int row_base_;
   std::shared_ptr<Timeline> timeline_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  mutable std::mutex mu_;
-  ChannelStats stats_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::unique_ptr<ChannelWorker> worker_;
 };
 
 GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options)

@@ -7,15 +7,12 @@
 
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <future>
-#include <mutex>
 #include <random>
 #include <thread>
 
+#include "comm/channel_worker.h"
 #include "comm/reduce_ops.h"
 #include "comm/store.h"
 
@@ -34,16 +31,6 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
-class ShmWork : public Work {
- public:
-  explicit ShmWork(std::future<void> f) : f_(std::move(f)) {}
-  void wait() override {
-    if (f_.valid()) f_.get();
-  }
-
- private:
-  std::future<void> f_;
-};
 
 void checkContiguousCpu(const at::Tensor& t, const char* what) {
   AIACC_CHECK(t.is_contiguous() && t.device().is_cpu(), what, " needs a contiguous CPU tensor");
@@ -90,44 +77,20 @@ class ShmTransport::Channel {
     store.set(strCat(key, "/mapped/", rank_), {1});
     waitForRanks(store, key + "/mapped", world_, timeout_);
     ::shm_unlink(mine.c_str());  // everyone holds a mapping: nothing outlives the job
-    thread_ = std::thread([this] { loop(); });
+    worker_ = std::make_unique<ChannelWorker>(timeline_, row_);
   }
 
   ~Channel() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    if (worker_) worker_->shutdown();  // before the mappings go
     for (char* b : base_) {
       if (b) ::munmap(b, size_);
     }
   }
 
-  ChannelStats stats() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
+  ChannelStats stats() const { return worker_->stats(); }
 
   std::shared_ptr<Work> submit(const char* what, size_t bytes, std::function<void()> fn) {
-    auto task = std::make_shared<std::packaged_task<void()>>([this, what, bytes, fn = std::move(fn)] {
-      const auto t0 = std::chrono::steady_clock::now();
-      fn();
-      const auto t1 = std::chrono::steady_clock::now();
-      if (timeline_) timeline_->span(what, row_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
-      const double s = std::chrono::duration<double>(t1 - t0).count();
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.bytes += static_cast<double>(bytes);
-      stats_.busy_s += s;
-    });
-    auto work = std::make_shared<ShmWork>(task->get_future());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back([task] { (*task)(); });
-    }
-    cv_.notify_one();
-    return work;
+    return worker_->submit(what, bytes, std::move(fn));
   }
 
   // ---- Collectives (run on the worker thread) -------------------------------------------------
@@ -253,20 +216,6 @@ class ShmTransport::Channel {
     }
   }
 
-  void loop() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        job = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      job();
-    }
-  }
-
   int rank_, world_;
   size_t chunk_, size_ = 0, area_ = 0;  // area_: a slot's share per rank, 64-byte aligned
   std::chrono::milliseconds timeout_;
@@ -275,12 +224,7 @@ class ShmTransport::Channel {
   std::vector<char*> base_;
   uint64_t seq_ = 0;
   int slot_ = 1;
-  mutable std::mutex mu_;
-  ChannelStats stats_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
-  std::thread thread_;
+  std::unique_ptr<ChannelWorker> worker_;
 };
 
 ShmTransport::ShmTransport(c10::intrusive_ptr<c10d::Store> store, const ShmOptions& options) : opt_(options) {

@@ -2,17 +2,15 @@
 // per megabyte, as a congested link or a slower NIC would. For tests and benchmarks of
 // speed-weighted channel balancing; everything else passes through unchanged.
 //
-// Each channel gets its own thread here: an operation runs on the inner transport, is waited
+// Each channel gets its own worker here: an operation runs on the inner transport, is waited
 // for, then the channel sleeps bytes * delay. Operations of one channel stay in order.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
+#include <memory>
 #include <vector>
 
+#include "comm/channel_worker.h"
 #include "comm/transport.h"
 
 namespace aiacc::comm {
@@ -37,16 +35,10 @@ class ThrottledTransport : public Transport {
 
  private:
   std::shared_ptr<Work> run(int channel, size_t bytes, std::function<std::shared_ptr<Work>()> op);
-  void loop(int channel);
 
   std::shared_ptr<Transport> inner_;
   std::vector<double> delay_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::vector<std::deque<std::function<void()>>> queues_;
-  std::vector<ChannelStats> stats_;
-  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<ChannelWorker>> workers_;  // last: joined before the rest goes
 };
 
 }  // namespace aiacc::comm

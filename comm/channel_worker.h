@@ -1,0 +1,102 @@
+// ChannelWorker: the thread behind one communication channel. Jobs run in submission order (so
+// every rank issues a channel's collectives in the same order); each job's completion and error
+// reach the caller through a Work; bytes and busy seconds are counted per channel, and each job
+// becomes a timeline span when a timeline is given. Used by every CPU transport.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/timeline.h"
+#include "comm/transport.h"
+
+namespace aiacc::comm {
+
+// A Work over a std::future: wait() blocks and rethrows the job's exception.
+class FutureWork : public Work {
+ public:
+  explicit FutureWork(std::future<void> f) : f_(std::move(f)) {}
+  void wait() override {
+    if (f_.valid()) f_.get();
+  }
+
+ private:
+  std::future<void> f_;
+};
+
+class ChannelWorker {
+ public:
+  explicit ChannelWorker(std::shared_ptr<Timeline> timeline = nullptr, int row = 0)
+      : timeline_(std::move(timeline)), row_(row), thread_([this] { loop(); }) {}
+  ~ChannelWorker() { shutdown(); }
+  ChannelWorker(const ChannelWorker&) = delete;
+  ChannelWorker& operator=(const ChannelWorker&) = delete;
+
+  // Runs what is queued, then stops the thread. Idempotent; owners whose jobs use resources
+  // they free in their destructor call it first.
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  ChannelStats stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+  std::shared_ptr<Work> submit(const char* what, size_t bytes, std::function<void()> job) {
+    auto task = std::make_shared<std::packaged_task<void()>>([this, what, bytes, job = std::move(job)] {
+      const auto t0 = std::chrono::steady_clock::now();
+      job();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (timeline_) timeline_->span(what, row_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.bytes += static_cast<double>(bytes);
+      stats_.busy_s += std::chrono::duration<double>(t1 - t0).count();
+    });
+    auto work = std::make_shared<FutureWork>(task->get_future());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back([task] { (*task)(); });
+    }
+    cv_.notify_one();
+    return work;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop requested and nothing left
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      job();
+    }
+  }
+
+  std::shared_ptr<Timeline> timeline_;
+  int row_;
+  mutable std::mutex mu_;
+  ChannelStats stats_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace aiacc::comm
