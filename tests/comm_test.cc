@@ -399,6 +399,29 @@ at::Tensor targets(int n, uint64_t seed) {
   return at::randint(0, 5, {n}, at::detail::createCPUGenerator(seed), at::kLong);
 }
 
+// One backward of Net on W ranks with batch b each, through DataParallel with options o, and
+// the single-process backward on the concatenated batch into ref. Only rank 0 starts from ref's
+// weights: DataParallel must broadcast them. Returns each rank's gradients (undefined where a
+// parameter has none).
+std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b, const DataParallelOptions& o,
+                                                   int ranks_per_node = 0, bool shm = false) {
+  const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
+  torch::manual_seed(7);
+  ref = Net();
+  const auto init = snapshot(*ref);
+  torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
+  std::vector<std::vector<at::Tensor>> grads(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    Net net;  // arbitrary init on ranks > 0
+    if (r == 0) restore(*net, init);
+    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
+    torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
+    ASSERT_TRUE(dp.finishBackward());
+    for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+  }, 1, std::chrono::seconds(30), ranks_per_node, shm));
+  return grads;
+}
+
 struct Caps {
   double first_mb, mb;
   const char* name;
@@ -413,24 +436,12 @@ class Equivalence : public ::testing::TestWithParam<Caps> {};
 // single-process gradient on the N*b concatenated batch.
 TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
   const int W = 3, b = 4;
-  const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
-  torch::manual_seed(7);
-  Net ref;
-  const auto init = snapshot(*ref);
-  torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
-  std::vector<std::vector<at::Tensor>> grads(W);
-  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
-    Net net;  // arbitrary init on ranks > 0: DataParallel must broadcast rank 0's...
-    if (r == 0) restore(*net, init);  // ...which is the reference's
-    DataParallelOptions o;
-    o.first_bucket_mb = GetParam().first_mb;
-    o.bucket_mb = GetParam().mb;
-    o.negotiation = GetParam().negotiation;
-    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
-    torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
-    dp.finishBackward();
-    for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-  }, 1, std::chrono::seconds(30), GetParam().ranks_per_node, GetParam().shm));
+  DataParallelOptions o;
+  o.first_bucket_mb = GetParam().first_mb;
+  o.bucket_mb = GetParam().mb;
+  o.negotiation = GetParam().negotiation;
+  Net ref{nullptr};  // built by rankGradients
+  const auto grads = rankGradients(ref, W, b, o, GetParam().ranks_per_node, GetParam().shm);
   auto rp = ref->named_parameters();
   for (int r = 0; r < W; ++r) {
     ASSERT_EQ(grads[r].size(), rp.size());
@@ -716,22 +727,10 @@ class ReducedPrecision : public ::testing::TestWithParam<Precision> {};
 // identically on every rank.
 TEST_P(ReducedPrecision, TransferIsCloseToFp32) {
   const int W = 3, b = 4;
-  const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
-  torch::manual_seed(7);
-  Net ref;
-  const auto init = snapshot(*ref);
-  torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
-  std::vector<std::vector<at::Tensor>> grads(W);
-  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
-    Net net;
-    restore(*net, init);
-    DataParallelOptions o;
-    o.transfer = GetParam().dtype;
-    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
-    torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
-    ASSERT_TRUE(dp.finishBackward());
-    for (auto& p : net->parameters()) grads[r].push_back(p.grad().clone());
-  }));
+  DataParallelOptions o;
+  o.transfer = GetParam().dtype;
+  Net ref{nullptr};  // built by rankGradients
+  const auto grads = rankGradients(ref, W, b, o);
   auto rp = ref->parameters();
   for (size_t i = 0; i + 2 < rp.size(); ++i) {  // the last two: the unused layer (zeros)
     const at::Tensor& want = rp[i].grad();
