@@ -52,13 +52,13 @@ class ShmTransport::Channel {
     auto name = [&](int r) { return strCat("/aiacc-", job, "-", sanitize(o.name), "-c", index, "-r", r); };
     const std::string mine = name(rank_);
     const int fd = ::shm_open(mine.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) AIACC_THROW(CommError, "shm: cannot create ", mine, ": ", std::strerror(errno), " (use --shm off)");
+    if (fd < 0) AIACC_THROW(CommError, "shm: cannot create ", mine, ": ", std::strerror(errno), " (run with --noshm to use Gloo over loopback)");
     const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size_));
     if (rc != 0) {
       ::close(fd);
       ::shm_unlink(mine.c_str());
       AIACC_THROW(CommError, "shm: cannot reserve ", size_ >> 20, " MiB in /dev/shm: ", std::strerror(rc),
-                  " (enlarge /dev/shm, lower the chunk size, or use --shm off)");
+                  " (enlarge /dev/shm, or run with --noshm to use Gloo over loopback)");
     }
     base_.assign(static_cast<size_t>(world_), nullptr);
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
