@@ -251,6 +251,9 @@ TEST(Factory, PicksTheTransportForTheLayout) {
   for (const Case& c : cases) {
     auto store = makeHashStore();
     std::vector<std::string> primary(c.world), alternative(c.world), errors(c.world);
+    // Held until every rank is done: a rank that tore its transports down at once would close
+    // connections a slower peer is still completing.
+    std::vector<Transports> held(c.world);
     std::vector<std::thread> threads;
     for (int r = 0; r < c.world; ++r) {
       threads.emplace_back([&, r] {
@@ -261,9 +264,9 @@ TEST(Factory, PicksTheTransportForTheLayout) {
           spec.tune_two_level = c.tune;
           spec.shm = c.shm;
           spec.timeout = std::chrono::seconds(30);
-          Transports t = makeTransports(store, spec);
-          primary[r] = t.primary->describe();
-          alternative[r] = t.alternative ? t.alternative->describe() : "";
+          held[r] = makeTransports(store, spec);
+          primary[r] = held[r].primary->describe();
+          alternative[r] = held[r].alternative ? held[r].alternative->describe() : "";
         } catch (const std::exception& e) {
           errors[r] = e.what();
         }
