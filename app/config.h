@@ -28,6 +28,12 @@ struct Config {
   int64_t synthetic_classes = 1000;
   int eval_batch_size = 0;  // 0: the stage's batch size
 
+  // Device and precision
+  bool cuda = false;            // one GPU per process (cuda:local_rank); else the CPU
+  bool amp = false;             // autocast + dynamic loss scaling (app/amp.h)
+  std::string amp_dtype = "fp16";  // fp16 (loss-scaled) | bf16 (no scaling needed)
+  bool cudnn_benchmark = true;  // let cuDNN time its algorithms on the first batch of each shape
+
   // Model
   std::string arch = "resnet50";
   bool zero_init_residual = false;

@@ -20,7 +20,13 @@ DEFINE_double(max_scale, 1.0, "random-resized-crop maximum area fraction");
 DEFINE_double(min_ratio, 0.75, "random-resized-crop minimum aspect ratio (3/4)");
 DEFINE_double(max_ratio, 4.0 / 3.0, "random-resized-crop maximum aspect ratio (4/3)");
 DEFINE_double(crop_fraction, 0.875, "val: resize short side to size/crop_fraction, center crop size");
-DEFINE_bool(channels_last, false, "deliver batches in channels-last (NHWC) memory format");
+DEFINE_bool(channels_last, false, "channels-last (NHWC) batches and conv weights; default on with "
+            "--gpus (tensor cores want NHWC), off on the CPU");
+DEFINE_bool(amp, false, "mixed precision: autocast (conv/matmul in --amp-dtype) with fp32 master "
+            "weights and a dynamic loss scaler; default on with --gpus");
+DEFINE_string(amp_dtype, "auto", "autocast dtype: fp16 (dynamic loss scaling) | bf16 (none needed) | "
+              "auto (fp16 on GPU, bf16 on CPU)");
+DEFINE_bool(cudnn_benchmark, true, "GPU: let cuDNN time its convolution algorithms for each new shape");
 DEFINE_int64(synthetic_images, 1281167, "images per epoch with --data synthetic (ImageNet's count)");
 DEFINE_int64(synthetic_classes, 1000, "classes with --data synthetic");
 DEFINE_int32(eval_batch_size, 0, "evaluation batch size per process; 0: the training batch size");
@@ -271,7 +277,16 @@ Config configFromFlags() {
   c.ratio_min = FLAGS_min_ratio;
   c.ratio_max = FLAGS_max_ratio;
   c.crop_fraction = FLAGS_crop_fraction;
-  c.channels_last = FLAGS_channels_last;
+  // GPU defaults: channels-last and AMP unless the command line turns them off.
+  c.cuda = FLAGS_gpus > 0;
+  c.channels_last = FLAGS_channels_last || (c.cuda && !set_on_cli("channels_last"));
+  c.amp = FLAGS_amp || (c.cuda && !set_on_cli("amp"));
+  c.amp_dtype = FLAGS_amp_dtype == "auto" ? (c.cuda ? "fp16" : "bf16") : FLAGS_amp_dtype;
+  AIACC_CHECK_INPUT(c.amp_dtype == "fp16" || c.amp_dtype == "bf16",
+                    "--amp-dtype must be fp16, bf16 or auto (got '", FLAGS_amp_dtype, "')");
+  AIACC_CHECK_INPUT(!(c.amp && !c.cuda && c.amp_dtype == "fp16"),
+                    "--amp-dtype fp16 needs --gpus (CPU autocast computes in bf16)");
+  c.cudnn_benchmark = FLAGS_cudnn_benchmark;
   c.synthetic_images = FLAGS_synthetic_images;
   c.synthetic_classes = FLAGS_synthetic_classes;
   c.eval_batch_size = FLAGS_eval_batch_size;

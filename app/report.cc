@@ -1,6 +1,7 @@
 #include "app/report.h"
 
 #include <jconfig.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 #include <unistd.h>
 
@@ -33,6 +34,22 @@ std::string formatDuration(double s) {
   return buf;
 }
 
+namespace {
+// "N x NAME" from nvidia-smi when LibTorch sees CUDA devices; "none" otherwise.
+std::string gpuName() {
+  const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+  if (n == 0) return "none";
+  std::string name;
+  if (FILE* p = ::popen("nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null", "r")) {
+    char buf[256];
+    if (std::fgets(buf, sizeof(buf), p)) name = buf;
+    ::pclose(p);
+  }
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return std::to_string(n) + " x " + (name.empty() ? "CUDA device" : name);
+}
+}  // namespace
+
 MachineInfo machineInfo() {
   MachineInfo m;
   m.cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -44,7 +61,7 @@ MachineInfo machineInfo() {
       break;
     }
   }
-  m.gpu = "none";
+  m.gpu = gpuName();
   m.torch_version = TORCH_VERSION;
   m.opencv_version = CV_VERSION;
 #ifdef LIBJPEG_TURBO_VERSION
@@ -121,6 +138,10 @@ std::string reportJson(const Report& r, const Config& c) {
       .add("checkpoint_failures", r.checkpoint_failures)
       .add("exposed_comm_s", r.exposed_comm_s)
       .add("comm", r.comm)
+      .add("device", r.device)
+      .add("precision", r.precision)
+      .add("loss_scale", r.loss_scale)
+      .add("overflow_skips", r.overflow_skips)
       .add("peak_rss_mb", r.peak_rss_mb)
       .add("max_peak_rss_mb_over_ranks", r.max_peak_rss_mb)
       .add("images_per_s_per_process", r.mean_images_per_s / std::max(1, r.world))
@@ -134,6 +155,9 @@ void printReport(const Report& r, std::ostream& os) {
   os << "==== aiacc report ====\n"
      << "model            " << r.arch << " on " << r.data << " (" << r.world << " process"
      << (r.world > 1 ? "es" : "") << ")\n";
+  os << "device           " << r.device << ", " << r.precision;
+  if (r.loss_scale > 0) os << " (loss scale " << r.loss_scale << ", " << r.overflow_skips << " overflow steps skipped)";
+  os << "\n";
   if (!r.comm.empty()) os << "communication    " << r.comm << "\n";
   if (r.target_top1 > 0 || r.target_top5 > 0) {
     os << "target           ";

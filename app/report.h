@@ -47,6 +47,10 @@ struct Report {
   int checkpoint_failures = 0;
   double exposed_comm_s = 0;
   std::string comm;  // communication set-up (GradientSync::describe)
+  std::string device = "cpu";     // training device of rank 0 ("cuda:0")
+  std::string precision = "fp32";  // "fp32" | "amp fp16" | "amp bf16"
+  double loss_scale = 0;          // final dynamic loss scale (amp fp16); 0: none
+  int64_t overflow_skips = 0;     // steps skipped for inf/NaN gradients by the loss scaler
   double peak_rss_mb = 0;      // this process's peak resident memory, MiB
   double max_peak_rss_mb = 0;  // the largest over all ranks
   std::vector<EvalPoint> evals;

@@ -4,16 +4,20 @@
 #include <sys/resource.h>
 #include <glog/logging.h>
 #include <torch/nn/functional/loss.h>
+#include <torch/cuda.h>
 #include <torch/optim/sgd.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
+#include "app/amp.h"
 #include "app/checkpoint.h"
 #include "app/json.h"
 #include "common/error.h"
+#include "data/device_input.h"
 #include "data/loader.h"
 #include "models/resnet.h"
 
@@ -38,8 +42,11 @@ struct Trainer::State {
   int64_t ignored_files = 0;
   std::string data_name;
 
+  at::Device device = at::kCPU;
   models::ResNet model{nullptr};
   std::unique_ptr<torch::optim::SGD> optimizer;
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<GradScaler> scaler;
 
   TrainPosition pos;
   std::shared_ptr<comm::Timeline> timeline;
@@ -55,8 +62,10 @@ struct Trainer::State {
   }
   bool isRank0() const { return rank == 0; }
 
+  void setupDevice();
   void setupData();
   void setupModel();
+  at::ScalarType ampDtype() const { return cfg.amp_dtype == "bf16" ? at::kBFloat16 : at::kHalf; }
   void setLearningRate(double lr);
   int64_t plannedSteps() const;
   EvalPoint evaluate(double epoch_pos);
@@ -74,16 +83,34 @@ void Trainer::setTimeline(std::shared_ptr<comm::Timeline> timeline) {
   if (s_->timeline) s_->timeline->nameRow(0, "compute");
 }
 
+// One GPU per process: cuda:local_rank becomes this thread's current device, so that NCCL,
+// cuDNN and every allocation without an explicit device land on it.
+void Trainer::State::setupDevice() {
+  if (!cfg.cuda) return;
+  AIACC_CHECK_INPUT(torch::cuda::is_available(), "--gpus needs a CUDA build of aiacc and a visible GPU "
+                    "(this LibTorch sees none); use --nproc N for CPU worker processes");
+  const int count = static_cast<int>(torch::cuda::device_count());
+  AIACC_CHECK_INPUT(world_info.local_rank < count, "local rank ", world_info.local_rank, " has no GPU: ",
+                    count, " visible (check --gpus and CUDA_VISIBLE_DEVICES)");
+  device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world_info.local_rank));
+  c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
+  at::globalContext().setBenchmarkCuDNN(cfg.cudnn_benchmark);
+}
+
 void Trainer::State::setupData() {
   rank = world_info.rank;
   world = world_info.world;
   if (cfg.data == "synthetic") {
     data_name = "synthetic";
-    train = std::make_unique<data::SyntheticSource>(cfg.synthetic_images, cfg.synthetic_classes,
-                                                    cfg.channels_last, cfg.seed, rank, world);
+    auto t = std::make_unique<data::SyntheticSource>(cfg.synthetic_images, cfg.synthetic_classes,
+                                                     cfg.channels_last, cfg.seed, rank, world);
     const int64_t val_images = std::max<int64_t>(cfg.synthetic_images / 50, 2 * world);
-    val = std::make_unique<data::SyntheticSource>(val_images, cfg.synthetic_classes, cfg.channels_last,
-                                                  cfg.seed + 1, rank, world, /*drop_last=*/false);
+    auto v = std::make_unique<data::SyntheticSource>(val_images, cfg.synthetic_classes, cfg.channels_last,
+                                                     cfg.seed + 1, rank, world, /*drop_last=*/false);
+    t->setDevice(device);  // generated once on the device: no copy per step
+    v->setDevice(device);
+    train = std::move(t);
+    val = std::move(v);
     return;
   }
   AIACC_CHECK_INPUT(!cfg.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
@@ -102,6 +129,8 @@ void Trainer::State::setupData() {
   lo.crop.ratio_max = cfg.ratio_max;
   lo.crop_fraction = cfg.crop_fraction;
   lo.channels_last = cfg.channels_last;
+  lo.bytes = cfg.cuda;       // uint8 batches, normalized on the GPU
+  lo.pin_memory = cfg.cuda;  // asynchronous host-to-device copies
   lo.seed = cfg.seed;
   lo.rank = rank;
   lo.world = world;
@@ -126,6 +155,7 @@ void Trainer::State::setupModel() {
   mo.num_classes = train->numClasses();
   mo.zero_init_residual = cfg.zero_init_residual;
   model = models::ResNet(mo);
+  model->to(device);
   if (cfg.channels_last) {
     torch::NoGradGuard no_grad;
     for (auto& p : model->parameters()) {
@@ -145,11 +175,18 @@ void Trainer::State::setupModel() {
   groups.emplace_back(decay, opts(cfg.weight_decay));
   groups.emplace_back(no_decay, opts(0.0));
   optimizer = std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(cfg.lr));
+  params = model->parameters();
+  GradScalerOptions so;
+  so.enabled = cfg.amp && cfg.amp_dtype == "fp16";  // bf16 has fp32's range: nothing to scale
+  scaler = std::make_unique<GradScaler>(so);
   // Data parallelism wraps the model here (DataParallel broadcasts rank 0's weights).
   sync_ptr = make_sync(model.ptr());
   if (isRank0()) {
     LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, "
-              << mo.num_classes << " classes; " << at::get_num_threads() << " compute threads";
+              << mo.num_classes << " classes on " << device.str()
+              << (cfg.amp ? ", mixed precision " + cfg.amp_dtype : std::string(", fp32"))
+              << (cfg.channels_last ? ", channels-last" : "") << "; " << at::get_num_threads()
+              << " compute threads";
   }
 }
 
@@ -179,13 +216,20 @@ EvalPoint Trainer::State::evaluate(double epoch_pos) {
   double c1 = 0, c5 = 0, loss_sum = 0, count = 0;
   while (auto b = val->next()) {
     if (b->labels.numel() == 0) continue;
-    const torch::Tensor logits = model->forward(b->images);
+    const torch::Tensor images = data::imagesOnDevice(b->images, device, cfg.channels_last);
+    const torch::Tensor labels = data::labelsOnDevice(b->labels, device);
+    torch::Tensor logits;
+    {
+      AutocastGuard autocast(cfg.amp, device.type(), ampDtype());
+      logits = model->forward(images);
+    }
+    logits = logits.to(at::kFloat);
     loss_sum += torch::nn::functional::cross_entropy(
-                    logits, b->labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                     .item<double>();
     const int64_t k = std::min<int64_t>(5, logits.size(1));
     const torch::Tensor top = std::get<1>(logits.topk(k, 1));
-    const torch::Tensor hit = top.eq(b->labels.unsqueeze(1));
+    const torch::Tensor hit = top.eq(labels.unsqueeze(1));
     c1 += hit.select(1, 0).sum().item<double>();
     c5 += hit.any(1).sum().item<double>();
     count += static_cast<double>(b->labels.numel());
@@ -239,6 +283,7 @@ Report Trainer::run() {
   const int threads = cfg.threads > 0 ? cfg.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   at::set_num_threads(threads);
+  s.setupDevice();
   s.setupData();
   s.setupModel();
   if (!cfg.resume.empty()) {
@@ -305,16 +350,30 @@ Report Trainer::run() {
       const auto t0 = Clock::now();
       double loss_value = 0;
       if (batch->labels.numel() > 0) {
+        const torch::Tensor images = data::imagesOnDevice(batch->images, s.device, cfg.channels_last);
+        const torch::Tensor labels = data::labelsOnDevice(batch->labels, s.device);
         s.sync().beforeForward();
-        const torch::Tensor logits = s.model->forward(batch->images);
-        const torch::Tensor loss = F::cross_entropy(logits, batch->labels, loss_opts);
+        torch::Tensor loss;
+        {
+          AutocastGuard autocast(cfg.amp, s.device.type(), s.ampDtype());
+          const torch::Tensor logits = s.model->forward(images);
+          loss = F::cross_entropy(logits.to(at::kFloat), labels, loss_opts);
+        }
         const auto t_fwd = Clock::now();
         s.optimizer->zero_grad();
-        loss.backward();
+        s.scaler->scaleLoss(loss).backward();
         const auto t_bwd = Clock::now();
-        const bool step_ok = s.sync().finishBackward();
+        bool step_ok = s.sync().finishBackward();
         const auto t_sync = Clock::now();
+        if (step_ok && s.scaler->enabled()) {
+          // The averaged gradients are the same on every rank, so every rank agrees on overflow.
+          const bool finite = s.scaler->unscaleAndCheck(s.params);
+          s.scaler->update(!finite);
+          step_ok = finite;
+        }
         if (step_ok) s.optimizer->step();
+        // Also the point where this step's input copy has certainly finished (it reads the
+        // stream that copied it): only after it may the loader reuse the pinned batch buffer.
         loss_value = loss.item<double>();
         if (s.timeline) {
           const auto t_end = Clock::now();
@@ -394,6 +453,10 @@ Report Trainer::run() {
   r.skipped_files = s.skips->count();
   r.ignored_files = s.ignored_files;
   r.exposed_comm_s = s.sync().exposedCommSeconds();
+  r.device = s.device.str();
+  r.precision = cfg.amp ? "amp " + cfg.amp_dtype : "fp32";
+  r.loss_scale = s.scaler->enabled() ? s.scaler->scale() : 0;
+  r.overflow_skips = s.scaler->skippedSteps();
   r.comm = s.sync().describe();
   return r;
 }

@@ -97,18 +97,23 @@ void ImageLoader::workerLoop() {
   }
 }
 
-at::Tensor ImageLoader::takeBuffer(at::IntArrayRef shape) {
+at::Tensor ImageLoader::takeBuffer(at::IntArrayRef shape, at::ScalarType dtype) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& t : pool_) {
     // Free when the pool holds the only handle to the tensor (use_count) and no view of it
-    // exists either (a view is another TensorImpl on the same storage).
-    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.sizes() == shape) return t;
+    // exists either (a view is another TensorImpl on the same storage). A pinned buffer's
+    // asynchronous copy to the GPU has finished by then: the trainer drops a batch only after
+    // reading the step's loss, which waits for the stream that copied it.
+    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.sizes() == shape &&
+        t.scalar_type() == dtype) {
+      return t;
+    }
   }
   // Bounded: at most the batches that can be alive at once (in flight + held by the consumer).
   if (pool_.size() > static_cast<size_t>(opt_.prefetch + opt_.workers + 2)) {
     pool_.erase(pool_.begin());
   }
-  pool_.push_back(at::empty(shape, at::kFloat));
+  pool_.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(opt_.pin_memory)));
   return pool_.back();
 }
 
@@ -117,10 +122,13 @@ Batch ImageLoader::buildBatch(int64_t k) {
   const int64_t begin = k * spec_.batch_size;
   const int64_t end = std::min<int64_t>(begin + spec_.batch_size, static_cast<int64_t>(indices_.size()));
   const int64_t B = end - begin;
-  const bool nhwc = opt_.channels_last;
-  at::Tensor images = nhwc ? takeBuffer({B, S, S, 3}) : takeBuffer({B, 3, S, S});
-  at::Tensor labels = at::empty({B}, at::kLong);
-  float* base = images.data_ptr<float>();
+  const bool nhwc = opt_.channels_last || opt_.bytes;
+  at::Tensor images = opt_.bytes ? takeBuffer({B, S, S, 3}, at::kByte)
+                      : nhwc     ? takeBuffer({B, S, S, 3}, at::kFloat)
+                                 : takeBuffer({B, 3, S, S}, at::kFloat);
+  at::Tensor labels = at::empty({B}, at::TensorOptions().dtype(at::kLong).pinned_memory(opt_.pin_memory));
+  float* base = opt_.bytes ? nullptr : images.data_ptr<float>();
+  uint8_t* base_bytes = opt_.bytes ? images.data_ptr<uint8_t>() : nullptr;
   int64_t* lab = labels.data_ptr<int64_t>();
   const size_t per_image = static_cast<size_t>(3) * S * S;
   std::vector<int64_t> good;
@@ -141,8 +149,12 @@ Batch ImageLoader::buildBatch(int64_t k) {
       }
       DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S);
       const bool flip = opt_.train && rng.uniform(0.0, 1.0) < 0.5;
-      resizeNormalize(dc.crop, S, flip, nhwc ? Layout::kNHWC : Layout::kNCHW,
-                      base + static_cast<size_t>(i) * per_image);
+      if (opt_.bytes) {
+        resizeToBytes(dc.crop, S, flip, base_bytes + static_cast<size_t>(i) * per_image);
+      } else {
+        resizeNormalize(dc.crop, S, flip, nhwc ? Layout::kNHWC : Layout::kNCHW,
+                        base + static_cast<size_t>(i) * per_image);
+      }
       lab[i] = s.label;
       good.push_back(i);
     } catch (const DecodeError& e) {
@@ -189,11 +201,14 @@ SyntheticSource::SyntheticSource(int64_t images_per_epoch, int64_t classes, bool
 
 int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
   const int64_t B = spec.batch_size, S = spec.image_size;
-  if (!batch_.images.defined() || batch_.images.size(0) != B || batch_.images.size(2) != S) {
+  if (!batch_.images.defined() || batch_.images.size(0) != B || batch_.images.size(2) != S ||
+      batch_.images.device() != device_) {
     at::Generator gen = at::detail::createCPUGenerator(mixSeed(seed_, static_cast<uint64_t>(rank_)));
     batch_.images = at::randn({B, 3, S, S}, gen, at::kFloat);
     if (channels_last_) batch_.images = batch_.images.contiguous(at::MemoryFormat::ChannelsLast);
     batch_.labels = at::randint(0, classes_, {B}, gen, at::kLong);
+    batch_.images = batch_.images.to(device_);  // no-op on the CPU; else once, not per step
+    batch_.labels = batch_.labels.to(device_);
   }
   num_batches_ = batchCount(shardSize(), B, drop_last_);
   batch_size_ = B;

@@ -30,7 +30,9 @@
 namespace aiacc::data {
 
 struct Batch {
-  at::Tensor images;  // [B, 3, S, S] float32, NCHW strides or channels-last strides
+  // [B, 3, S, S] float32 normalized, NCHW strides or channels-last strides; with
+  // LoaderOptions::bytes, uint8 0..255 with channels-last strides (data/device_input.h finishes it).
+  at::Tensor images;
   at::Tensor labels;  // [B] int64
   int64_t index = 0;  // position in the epoch
 };
@@ -75,6 +77,10 @@ struct LoaderOptions {
   CropParams crop;             // scale_min is overridden per epoch by EpochSpec
   double crop_fraction = 0.875;  // val: short side resized to size / crop_fraction
   bool channels_last = false;
+  // GPU input path: uint8 HWC batches (a quarter of the bytes to copy), normalized on the
+  // device; in page-locked memory when pin_memory (needs CUDA), so the copy is asynchronous.
+  bool bytes = false;
+  bool pin_memory = false;
   uint64_t seed = 0;
   int rank = 0;
   int world = 1;
@@ -99,7 +105,7 @@ class ImageLoader : public BatchSource {
   // A batch buffer of the given shape: a recycled one the consumer has released (only the pool
   // still references it), else a new one. Saves the mmap/munmap and page faults of a fresh
   // multi-megabyte allocation per batch.
-  at::Tensor takeBuffer(at::IntArrayRef shape);
+  at::Tensor takeBuffer(at::IntArrayRef shape, at::ScalarType dtype);
 
   const ImageFolder folder_;
   const LoaderOptions opt_;
@@ -132,8 +138,11 @@ class SyntheticSource : public BatchSource {
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return classes_; }
   int64_t shardSize() const override { return images_ / world_; }
+  // Generates the batch on `device` from now on (no host-to-device copy per step).
+  void setDevice(at::Device device) { device_ = device; }
 
  private:
+  at::Device device_ = at::kCPU;
   int64_t images_, classes_;
   bool channels_last_;
   uint64_t seed_;

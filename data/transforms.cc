@@ -81,13 +81,25 @@ Box centerCropBox(int width, int height, double crop_fraction) {
   return {(width - side) / 2, (height - side) / 2, side, side};
 }
 
-void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, float* out) {
+namespace {
+// Into `resized`: allocated when empty, else written in place (it must be size x size, 8UC3).
+void resizeFlip(const RgbImage& crop, int size, bool flip, cv::Mat& resized) {
   cv::Mat src(crop.height, crop.width, CV_8UC3, const_cast<uint8_t*>(crop.pixels.data()));
-  cv::Mat resized;
   const bool shrink2x = crop.width >= 2 * size && crop.height >= 2 * size;
   cv::resize(src, resized, cv::Size(size, size), 0, 0,
              shrink2x ? cv::INTER_AREA : cv::INTER_LINEAR);
   if (flip) cv::flip(resized, resized, 1);
+}
+}  // namespace
+
+void resizeToBytes(const RgbImage& crop, int size, bool flip, uint8_t* out) {
+  cv::Mat dst(size, size, CV_8UC3, out);
+  resizeFlip(crop, size, flip, dst);
+}
+
+void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, float* out) {
+  cv::Mat resized;
+  resizeFlip(crop, size, flip, resized);
   float scale[3], shift[3];
   for (int c = 0; c < 3; ++c) {
     scale[c] = 1.0f / (255.0f * kStd[c]);

@@ -52,4 +52,9 @@ inline constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
 // CHW (kNCHW) or HWC (kNHWC) order.
 void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, float* out);
 
+// The same resize and mirror without the normalization: 3*size*size bytes, HWC order. For the
+// GPU input path, which copies a quarter of the bytes and normalizes on the device
+// (data/device_input.h).
+void resizeToBytes(const RgbImage& crop, int size, bool flip, uint8_t* out);
+
 }  // namespace aiacc::data

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "app/amp.h"
 #include "app/checkpoint.h"
 #include "app/cli.h"
 #include "common/error.h"
@@ -18,6 +19,110 @@
 
 namespace aiacc::app {
 namespace {
+
+// A small fixed problem for the loss scaler: a two-layer net, its parameters and the loss.
+struct TinyNet {
+  torch::nn::Sequential net{torch::nn::Linear(6, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3)};
+  at::Tensor x, y;
+  TinyNet() {
+    torch::manual_seed(4);
+    net = torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3));
+    x = torch::randn({5, 6});
+    y = torch::tensor({0, 2, 1, 1, 0}, at::kLong);
+  }
+  // At least 3, so that loss * 2^127 overflows fp32.
+  at::Tensor loss() { return 3 + 3 * torch::nn::functional::cross_entropy(net->forward(x), y); }
+  std::vector<at::Tensor> grads() {
+    std::vector<at::Tensor> g;
+    for (auto& p : net->parameters()) g.push_back(p.grad().clone());
+    return g;
+  }
+};
+
+// Scaling by a power of two is exact in floating point: scaled backward then unscale gives the
+// unscaled gradients bit for bit (no overflow, no denormals here).
+TEST(GradScaler, PowerOfTwoScaleGivesTheUnscaledGradientsExactly) {
+  TinyNet t;
+  t.loss().backward();
+  const auto ref = t.grads();
+  t.net->zero_grad();
+  GradScalerOptions o;
+  o.init_scale = 1024;
+  GradScaler scaler(o);
+  scaler.scaleLoss(t.loss()).backward();
+  EXPECT_FALSE(t.net->parameters()[0].grad().equal(ref[0])) << "backward saw the scaled loss";
+  EXPECT_TRUE(scaler.unscaleAndCheck(t.net->parameters()));
+  const auto got = t.grads();
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(got[i].equal(ref[i])) << "parameter " << i;
+}
+
+// Overflow: the scaled loss is inf, the check says so, the scale backs off; after
+// growth_interval good steps in a row it grows again; a disabled scaler is the identity.
+TEST(GradScaler, OverflowBacksOffAndGoodStepsGrow) {
+  TinyNet t;
+  GradScalerOptions o;
+  o.init_scale = std::ldexp(1.0, 127);  // loss (>= 3) * 2^127 overflows fp32
+  o.growth_interval = 3;
+  GradScaler scaler(o);
+  scaler.scaleLoss(t.loss()).backward();
+  EXPECT_FALSE(scaler.unscaleAndCheck(t.net->parameters()));
+  scaler.update(/*found_inf=*/true);
+  EXPECT_EQ(scaler.scale(), std::ldexp(1.0, 126));
+  EXPECT_EQ(scaler.skippedSteps(), 1);
+  // Backs off until the step is finite: the way training recovers.
+  int skipped = 1;
+  for (;;) {
+    t.net->zero_grad();
+    scaler.scaleLoss(t.loss()).backward();
+    const bool finite = scaler.unscaleAndCheck(t.net->parameters());
+    scaler.update(!finite);
+    if (finite) break;
+    ++skipped;
+    ASSERT_LT(skipped, 200);
+  }
+  EXPECT_EQ(scaler.skippedSteps(), skipped);
+  const double s = scaler.scale();
+  EXPECT_EQ(s, std::ldexp(1.0, 127 - skipped));
+  EXPECT_EQ(scaler.goodSteps(), 1);
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), s);
+  scaler.update(false);  // third good step in a row
+  EXPECT_EQ(scaler.scale(), 2 * s);
+  EXPECT_EQ(scaler.goodSteps(), 0);
+  // A NaN anywhere counts as overflow too.
+  t.net->zero_grad();
+  t.loss().backward();
+  t.net->parameters()[1].grad()[2] = std::nan("");
+  EXPECT_FALSE(scaler.unscaleAndCheck(t.net->parameters()));
+
+  GradScalerOptions off;
+  off.enabled = false;
+  GradScaler none(off);
+  const at::Tensor l = t.loss();
+  EXPECT_TRUE(none.scaleLoss(l).equal(l));
+  EXPECT_TRUE(none.unscaleAndCheck(t.net->parameters())) << "disabled: no check";
+}
+
+// Autocast runs matmuls in the lower precision inside the scope only, nests, and restores the
+// previous state; parameters stay fp32 (master weights).
+TEST(Autocast, ScopeCastsMatmulsAndRestores) {
+  torch::nn::Linear lin(4, 2);
+  const at::Tensor x = torch::randn({3, 4});
+  {
+    AutocastGuard outer(true, at::kCPU, at::kBFloat16);
+    EXPECT_EQ(lin->forward(x).scalar_type(), at::kBFloat16);
+    {
+      AutocastGuard inner(true, at::kCPU, at::kBFloat16);
+      EXPECT_EQ(lin->forward(x).scalar_type(), at::kBFloat16);
+    }
+    EXPECT_EQ(lin->forward(x).scalar_type(), at::kBFloat16) << "the inner scope left the outer on";
+    AutocastGuard disabled(false, at::kCPU, at::kBFloat16);
+    EXPECT_EQ(lin->forward(x).scalar_type(), at::kBFloat16) << "a disabled guard changes nothing";
+  }
+  EXPECT_EQ(lin->forward(x).scalar_type(), at::kFloat);
+  EXPECT_EQ(lin->weight.scalar_type(), at::kFloat);
+  EXPECT_THROW(AutocastGuard(true, at::kCPU, at::kDouble), std::exception);
+}
 
 TEST(Schedule, WarmupThenShapesClosedForm) {
   Config c;

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <memory>
 
 #include "app/trainer.h"
@@ -79,6 +81,42 @@ TEST_F(TrainE2E, LearnsWellAboveChanceAndReports) {
   const std::string json = reportJson(r, c);
   EXPECT_NE(json.find("\"time_to_target_s\": null"), std::string::npos);
   EXPECT_NE(json.find("\"final_top1\""), std::string::npos);
+}
+
+// --amp on the CPU: autocast in bf16 (no loss scaling needed), fp32 master weights. Its losses
+// track the fp32 run's (this CPU has no bf16 units, so the run is kept short).
+TEST_F(TrainE2E, MixedPrecisionTracksFp32) {
+  std::vector<std::vector<double>> losses;
+  for (bool amp : {false, true}) {
+    Config c = smallConfig();
+    c.stages = {Stage{0, 16, 8, 0.35}};
+    c.max_steps = 8;
+    c.amp = amp;
+    c.amp_dtype = "bf16";
+    c.metrics_file = *dir_ / (amp ? "amp.jsonl" : "fp32.jsonl");
+    Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+    EXPECT_EQ(r.precision, amp ? "amp bf16" : "fp32");
+    EXPECT_EQ(r.device, "cpu");
+    EXPECT_EQ(r.loss_scale, 0) << "bf16 needs no loss scaling";
+    EXPECT_EQ(r.steps, 8);
+    losses.push_back(test::metricValues(c.metrics_file, "step", "loss"));
+    if (amp) EXPECT_NE(reportJson(r, c).find("\"precision\": \"amp bf16\""), std::string::npos);
+  }
+  ASSERT_EQ(losses[0].size(), 8u);
+  ASSERT_EQ(losses[1].size(), 8u);
+  // Step 1 has the same weights and batch: only the arithmetic differs (bf16 keeps ~3 digits).
+  // Later steps drift apart by the usual run-to-run amount; their mean stays close.
+  EXPECT_NEAR(losses[1][0], losses[0][0], 0.02);
+  double mean0 = 0, mean1 = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_TRUE(std::isfinite(losses[1][i]));
+    mean0 += losses[0][i] / 8;
+    mean1 += losses[1][i] / 8;
+  }
+  EXPECT_NEAR(mean1, mean0, 0.08);
+  std::cout << "loss at step 1: fp32 " << losses[0][0] << ", amp bf16 " << losses[1][0]
+            << "; mean of 8 steps: fp32 " << mean0 << ", amp bf16 " << mean1 << "\n";
+  EXPECT_NE(losses[0], losses[1]) << "autocast changed the arithmetic";
 }
 
 TEST_F(TrainE2E, StopsAtTargetAndTimesIt) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "data/device_input.h"
 #include "data/sample_gen.h"
 #include "tests/test_util.h"
 
@@ -132,6 +133,33 @@ TEST_F(LoaderTest, ChannelsLastHasNhwcStrides) {
   ASSERT_EQ(a.size(), b.size());
   EXPECT_TRUE(b[0].images.is_contiguous(at::MemoryFormat::ChannelsLast));
   EXPECT_TRUE(a[0].images.equal(b[0].images));
+}
+
+// The GPU input path (uint8 batches, normalized on the device) gives the float path's values,
+// train augmentation included, in either memory format. Here the "device" is the CPU: the same
+// ATen code runs on CUDA (tests/gpu_test.cc compares the two devices).
+TEST_F(LoaderTest, BytesNormalizedOnDeviceEqualTheFloatPath) {
+  ImageNetLayout l = scanImageNet(root());
+  for (bool channels_last : {false, true}) {
+    LoaderOptions o;
+    o.channels_last = channels_last;
+    o.seed = 3;
+    ImageLoader floats(l.train, o, nullptr);
+    o.bytes = true;
+    ImageLoader bytes(l.train, o, nullptr);
+    auto a = epochOf(floats, EpochSpec{1, 24, 5, 0.2});
+    auto b = epochOf(bytes, EpochSpec{1, 24, 5, 0.2});
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(b[i].images.scalar_type(), at::kByte);
+      EXPECT_EQ(b[i].images.sizes(), a[i].images.sizes());
+      const at::Tensor x = imagesOnDevice(b[i].images, at::kCPU, channels_last);
+      EXPECT_EQ(x.scalar_type(), at::kFloat);
+      EXPECT_TRUE(x.is_contiguous(channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous));
+      EXPECT_LE((x - a[i].images).abs().max().item<float>(), 1e-6f) << "batch " << i;
+      EXPECT_TRUE(labelsOnDevice(b[i].labels, at::kCPU).equal(a[i].labels));
+    }
+  }
 }
 
 TEST_F(LoaderTest, BadFilesAreSkippedAndCounted) {

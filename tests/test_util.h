@@ -44,6 +44,20 @@ inline std::string readText(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// The numbers under `key` in the --metrics-file lines of the given type ("step" or "eval").
+inline std::vector<double> metricValues(const std::string& path, const std::string& type,
+                                        const std::string& key) {
+  std::vector<double> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.find("\"type\": \"" + type + "\"") == std::string::npos) continue;
+    const size_t at = line.find("\"" + key + "\": ");
+    if (at != std::string::npos) out.push_back(std::strtod(line.c_str() + at + key.size() + 4, nullptr));
+  }
+  return out;
+}
+
 // Folder of the test sources (for scripts the tests call).
 inline std::string sourceDir() { return AIACC_SOURCE_DIR; }
 

@@ -1,0 +1,134 @@
+#include "app/amp.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include <map>
+
+#include "common/error.h"
+
+// PyTorch 2.4 replaced the per-device autocast setters (set_enabled, set_cpu_enabled, ...) with
+// ones that take the device type.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define AIACC_AUTOCAST_BY_DEVICE 1
+#endif
+
+namespace aiacc::app {
+namespace {
+
+bool autocastEnabled(at::DeviceType d) {
+#ifdef AIACC_AUTOCAST_BY_DEVICE
+  return at::autocast::is_autocast_enabled(d);
+#else
+  return d == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+void setAutocast(at::DeviceType d, bool on) {
+#ifdef AIACC_AUTOCAST_BY_DEVICE
+  at::autocast::set_autocast_enabled(d, on);
+#else
+  if (d == at::kCUDA) {
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+  }
+#endif
+}
+
+at::ScalarType autocastDtype(at::DeviceType d) {
+#ifdef AIACC_AUTOCAST_BY_DEVICE
+  return at::autocast::get_autocast_dtype(d);
+#else
+  return d == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
+void setAutocastDtype(at::DeviceType d, at::ScalarType t) {
+#ifdef AIACC_AUTOCAST_BY_DEVICE
+  at::autocast::set_autocast_dtype(d, t);
+#else
+  if (d == at::kCUDA) {
+    at::autocast::set_autocast_gpu_dtype(t);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(t);
+  }
+#endif
+}
+
+}  // namespace
+
+AutocastGuard::AutocastGuard(bool enabled, at::DeviceType device_type, at::ScalarType dtype)
+    : enabled_(enabled), device_type_(device_type) {
+  if (!enabled_) return;
+  AIACC_CHECK(device_type == at::kCUDA || device_type == at::kCPU, "autocast: CPU or CUDA only");
+  AIACC_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "autocast: fp16 or bf16 only");
+  prev_enabled_ = autocastEnabled(device_type);
+  prev_dtype_ = autocastDtype(device_type);
+  setAutocast(device_type, true);
+  setAutocastDtype(device_type, dtype);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!enabled_) return;
+  // Leaving the outermost scope drops the fp16 copies of the weights cast inside it: the next
+  // step's weights are different tensors' values.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  setAutocast(device_type_, prev_enabled_);
+  setAutocastDtype(device_type_, prev_dtype_);
+}
+
+GradScaler::GradScaler(GradScalerOptions options) : opt_(options), scale_(options.init_scale) {
+  AIACC_CHECK(opt_.init_scale > 0 && opt_.growth > 1 && opt_.backoff > 0 && opt_.backoff < 1 &&
+                  opt_.growth_interval >= 1,
+              "GradScaler: need init_scale > 0, growth > 1, 0 < backoff < 1, growth_interval >= 1");
+}
+
+at::Tensor GradScaler::scaleLoss(const at::Tensor& loss) const {
+  return opt_.enabled ? loss * scale_ : loss;
+}
+
+bool GradScaler::unscaleAndCheck(const std::vector<at::Tensor>& params) {
+  if (!opt_.enabled) return true;
+  const double inv = 1.0 / scale_;
+  std::map<at::ScalarType, std::vector<at::Tensor>> cuda_grads;  // the fused kernel takes one dtype
+  std::vector<at::Tensor> flags;
+  for (const at::Tensor& p : params) {
+    const at::Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    if (g.is_cuda()) {
+      cuda_grads[g.scalar_type()].push_back(g);
+    } else {
+      g.mul_(inv);
+      flags.push_back(at::isfinite(g).all());
+    }
+  }
+  for (auto& [dtype, grads] : cuda_grads) {
+    // found_inf and inv_scale live on the gradients' device (one per process), so nothing waits
+    // for the host until the one read below.
+    const auto opts = grads.front().options().dtype(at::kFloat);
+    at::Tensor found_inf = at::zeros({1}, opts);
+    at::Tensor inv_scale = at::full({1}, inv, opts);
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+    flags.push_back(found_inf.eq(0).all().cpu());
+  }
+  if (flags.empty()) return true;
+  return at::stack(flags).all().item<bool>();
+}
+
+void GradScaler::update(bool found_inf) {
+  if (!opt_.enabled) return;
+  if (found_inf) {
+    scale_ *= opt_.backoff;
+    good_steps_ = 0;
+    ++skipped_;
+    return;
+  }
+  if (++good_steps_ >= opt_.growth_interval) {
+    scale_ *= opt_.growth;
+    good_steps_ = 0;
+  }
+}
+
+}  // namespace aiacc::app
