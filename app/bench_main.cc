@@ -35,6 +35,8 @@ DEFINE_int32(batch_size, 64, "images per batch");
 DEFINE_int64(images, 0, "stop after about this many images; 0: one pass over the folder");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction");
 DEFINE_int32(repeat, 1, "passes over the folder (page cache warm after the first)");
+DEFINE_bool(bytes, false, "data: uint8 batches, as the GPU input path makes them (normalized on the "
+            "device afterwards), instead of normalized floats");
 DEFINE_int32(nproc, 2, "allreduce: ranks (processes) on this machine");
 DEFINE_int32(streams, 2, "allreduce: channels the aiacc mode splits each buffer across");
 DEFINE_double(max_mb, 256, "allreduce: largest buffer, MiB");
@@ -65,6 +67,7 @@ int benchData() {
   o.train = true;
   o.workers = FLAGS_workers;
   o.prefetch = 2 * FLAGS_workers;
+  o.bytes = FLAGS_bytes;
   auto skips = std::make_shared<aiacc::data::SkipLog>();
   aiacc::data::ImageLoader loader(std::move(folder), o, skips);
   // Warm-up pass over a few batches (page cache, allocator), not timed.

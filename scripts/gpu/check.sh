@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The GPU check, in one command on the GPU host (under 8 minutes): configure aiacc against the
+# CUDA LibTorch inside Python's torch plus gpu-bundle/ (scripts/gpu/bundle.sh, made beforehand on
+# a machine with apt and carried along), build, run the GPU tests, then the benchmarks, and print
+# one table:
+#   - ResNet-50 training images/s on one GPU, synthetic data, batch 256, AMP, channels-last:
+#     aiacc_train beside a PyTorch eager script doing the same (scripts/gpu/bench_eager.py);
+#   - the data pipeline on the host's cores: decode + augment of a generated photo-sized JPEG set
+#     at 224, images/s per core and in all, against the training rate it has to feed.
+# Logs and the reports go to $OUT (the device tool's folder) when set, else /tmp/aiacc-gpu-check:
+# eight files at most (summary, configure, build, tests, train log and report, eager, data).
+#   scripts/gpu/check.sh [--skip-build] [--steps N]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+OUTDIR=${OUT:-/tmp/aiacc-gpu-check}
+mkdir -p "$OUTDIR"
+STEPS=60
+SKIP_BUILD=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-build) SKIP_BUILD=1 ;;
+    --steps) STEPS=$2; shift ;;
+    *) echo "check.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+say() { echo "[check $(date +%H:%M:%S)] $*"; }
+
+BUNDLE=$ROOT/gpu-bundle
+[ -d "$BUNDLE/usr/include" ] || { echo "check.sh: $BUNDLE missing: run scripts/gpu/bundle.sh on a machine with apt and carry gpu-bundle" >&2; exit 1; }
+PY=${PYTHON:-python3}
+TORCH_DIR=$($PY -c 'import os, torch; print(os.path.dirname(torch.__file__))') || { echo "check.sh: python3 has no torch" >&2; exit 1; }
+SITE=$(dirname "$TORCH_DIR")
+# NCCL and cuDNN as the torch wheel loads them (pip's nvidia-* packages), else the toolkit's.
+NCCL_H=$(find "$SITE/nvidia" -name nccl.h 2>/dev/null | head -1)
+NCCL_LIB=$(find "$SITE/nvidia" -name 'libnccl.so*' 2>/dev/null | head -1)
+CUDNN_H=$(find "$SITE/nvidia" -name cudnn.h 2>/dev/null | head -1)
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PATH=$CUDA_HOME/bin:$PATH
+LIBDIRS="$BUNDLE/usr/lib/x86_64-linux-gnu:$BUNDLE/usr/lib:$TORCH_DIR/lib"
+[ -n "$NCCL_LIB" ] && LIBDIRS="$LIBDIRS:$(dirname "$NCCL_LIB")"
+export LD_LIBRARY_PATH=$LIBDIRS:${LD_LIBRARY_PATH:-}
+{
+  say "torch $($PY -c 'import torch; print(torch.__version__, torch.version.cuda)') at $TORCH_DIR"
+  say "nccl.h: ${NCCL_H:-none}; libnccl: ${NCCL_LIB:-none}; cudnn.h: ${CUDNN_H:-none}; nvcc: $(command -v nvcc || echo none)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+  echo "cores: $(nproc)"
+} | tee "$OUTDIR/summary.txt"
+
+BUILD=$ROOT/build-gpu
+if [ "$SKIP_BUILD" = 0 ]; then
+  say "configure"
+  GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
+  cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$TORCH_DIR/share/cmake;$BUNDLE/usr;$BUNDLE/usr/lib/x86_64-linux-gnu/cmake;$BUNDLE/usr/share/cmake" \
+    -DCMAKE_CXX_FLAGS="-isystem $BUNDLE/usr/include/x86_64-linux-gnu" \
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$BUNDLE/usr/lib/x86_64-linux-gnu" \
+    -DCUDAToolkit_ROOT="$CUDA_HOME" -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
+    ${NCCL_H:+-DAIACC_NCCL_INCLUDE_DIR=$(dirname "$NCCL_H")} ${NCCL_LIB:+-DAIACC_NCCL_LIBRARY=$NCCL_LIB} \
+    ${CUDNN_H:+-DCUDNN_INCLUDE_DIR=$(dirname "$CUDNN_H") -DCUDNN_ROOT=$(dirname "$(dirname "$CUDNN_H")")} \
+    > "$OUTDIR/configure.log" 2>&1
+  rc=$?
+  grep -E "aiacc:|CMake Error|Could NOT" "$OUTDIR/configure.log" | head -20
+  [ $rc -eq 0 ] || { say "configure FAILED (tail of $OUTDIR/configure.log):"; tail -40 "$OUTDIR/configure.log"; exit 1; }
+  say "build ($(nproc) jobs; keeps going past errors so one run shows them all)"
+  cmake --build "$BUILD" -j "$(nproc)" -- $([ ${#GEN[@]} -gt 0 ] && echo "-k 0" || echo "-k") > "$OUTDIR/build.log" 2>&1
+  rc=$?
+  grep -E "error|Error" "$OUTDIR/build.log" | head -40
+  [ $rc -eq 0 ] || say "build had errors (full log: $OUTDIR/build.log); running what was built"
+fi
+
+FAIL=0
+if [ -x "$BUILD/tests/aiacc_tests" ]; then
+  say "GPU tests"
+  (cd "$BUILD/tests" && ./aiacc_tests --gtest_filter='Gpu.*:GradScaler.*:Autocast.*:LoaderTest.*' 2>&1) \
+    | tee "$OUTDIR/tests.log" | grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) *\]|Failure|error" | head -40
+  grep -q "FAILED" "$OUTDIR/tests.log" && FAIL=1
+else
+  say "no test binary"; FAIL=1
+fi
+
+TRAIN=$BUILD/app/aiacc_train
+aiacc_ips=""; eager_ips=""; data_ips=""
+if [ -x "$TRAIN" ]; then
+  say "benchmark: aiacc_train resnet50, batch 256, AMP, channels-last, synthetic, $STEPS steps"
+  "$TRAIN" --gpus 1 --data synthetic --arch resnet50 --batch-size 256 --image-size 224 \
+    --synthetic-images $((256 * STEPS)) --epochs 1 --max-steps "$STEPS" --progress-seconds 5 \
+    --report-file "$OUTDIR/aiacc_report.json" > "$OUTDIR/aiacc_train.log" 2>&1
+  tail -22 "$OUTDIR/aiacc_train.log"
+  aiacc_ips=$($PY -c "import json; print(round(json.load(open('$OUTDIR/aiacc_report.json'))['steady_images_per_s'], 1))" 2>/dev/null)
+fi
+say "benchmark: PyTorch eager resnet50 (torchvision), same settings"
+$PY scripts/gpu/bench_eager.py --batch-size 256 --steps "$STEPS" 2>&1 | tee "$OUTDIR/eager.log" | tail -3
+eager_ips=$(sed -n 's/.*steady \([0-9.]*\) images\/s.*/\1/p' "$OUTDIR/eager.log" | tail -1)
+
+BENCH=$BUILD/app/aiacc_bench
+if [ -x "$BENCH" ]; then
+  DATA=/tmp/aiacc-photos
+  [ -d "$DATA" ] || "$TRAIN" --make-sample "$DATA" --sample-classes 10 --sample-train-per-class 200 \
+    --sample-val-per-class 1 --sample-min-side 375 --sample-max-side 500 > /dev/null
+  say "data pipeline: 1 and $(nproc) threads at 224, uint8 batches (the GPU path)"
+  one=$("$BENCH" data --data "$DATA" --image-size 224 --workers 1 --images 1500 --bytes | tee "$OUTDIR/data.log" \
+        | sed -n 's/.* \([0-9.]*\) images\/s total.*/\1/p')
+  all=$("$BENCH" data --data "$DATA" --image-size 224 --workers "$(nproc)" --images 12000 --repeat 6 --bytes | tee -a "$OUTDIR/data.log" \
+        | sed -n 's/.* \([0-9.]*\) images\/s total.*/\1/p')
+  data_ips=$all
+fi
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+{
+  echo
+  echo "==== GPU check: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) ===="
+  printf "%-52s %12s\n" "ResNet-50 bs256 AMP channels-last, images/s" ""
+  printf "  %-50s %12s\n" "aiacc_train (steady, after warm-up)" "${aiacc_ips:-n/a}"
+  printf "  %-50s %12s\n" "PyTorch eager (torchvision, autocast, GradScaler)" "${eager_ips:-n/a}"
+  printf "  %-50s %12s\n" "ratio aiacc / eager (target >= 1.1x)" "$(ratio "${aiacc_ips:-0}" "${eager_ips:-0}")"
+  printf "%-52s %12s\n" "data pipeline at 224 (uint8 batches), images/s" ""
+  printf "  %-50s %12s\n" "1 thread" "${one:-n/a}"
+  printf "  %-50s %12s\n" "$(nproc) threads" "${data_ips:-n/a}"
+  printf "  %-50s %12s\n" "feeds the training rate? (threads / training)" "$(ratio "${data_ips:-0}" "${aiacc_ips:-0}")"
+  echo "GPU tests: $([ $FAIL = 0 ] && echo passed || echo FAILED, see $OUTDIR/tests.log)"
+} | tee -a "$OUTDIR/summary.txt"
+exit $FAIL
