@@ -33,8 +33,8 @@ mkdir -p "$OUT"
 for deb in "$CACHE"/*.deb; do dpkg-deb -x "$deb" "$OUT"; done
 # Documentation, manuals and the OpenCV CMake files (they reference modules not carried) go.
 rm -rf "$OUT/usr/share/doc" "$OUT/usr/share/man" "$OUT/usr/share/lintian" "$OUT/usr/lib/x86_64-linux-gnu/cmake/opencv4"
-# Static archives other than GoogleTest's (which has no shared build) are not needed: 20+ MB.
-find "$OUT" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
+# OpenCV's static archives (20 MB) are not needed; the other packages' CMake configs name theirs.
+find "$OUT" -name 'libopencv_*.a' -delete
 # BLAS and LAPACK sit behind Debian's alternatives, which dpkg-deb -x does not set up.
 LIB="$OUT/usr/lib/x86_64-linux-gnu"
 ln -sf blas/libblas.so.3 "$LIB/libblas.so.3"
