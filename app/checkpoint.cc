@@ -61,6 +61,8 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model,
     root.write("images_seen", c10::IValue(pos.images_seen));
     root.write("elapsed_s", c10::IValue(pos.elapsed_s));
     root.write("train_s", c10::IValue(pos.train_s));
+    root.write("loss_scale", c10::IValue(pos.loss_scale));
+    root.write("loss_scale_good_steps", c10::IValue(pos.loss_scale_good_steps));
     root.save_to([&bytes](const void* buf, size_t n) {
       bytes.append(static_cast<const char*>(buf), n);
       return n;
@@ -90,7 +92,9 @@ TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
   TrainPosition pos;
   try {
     torch::serialize::InputArchive root, state_ar, optim_ar;
-    root.load_from(path);
+    // Onto the model's device: a GPU run's checkpoint resumes on the CPU and the other way round.
+    const auto params = model.parameters();
+    root.load_from(path, params.empty() ? c10::optional<torch::Device>() : params.front().device());
     c10::IValue v;
     root.read("format_version", v);
     AIACC_CHECK_INPUT(v.toInt() == kFormatVersion, "format version ", v.toInt(), ", expected ",
@@ -121,6 +125,8 @@ TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
     pos.elapsed_s = v.toDouble();
     root.read("train_s", v);
     pos.train_s = v.toDouble();
+    if (root.try_read("loss_scale", v)) pos.loss_scale = v.toDouble();  // absent before AMP existed
+    if (root.try_read("loss_scale_good_steps", v)) pos.loss_scale_good_steps = v.toInt();
   } catch (const std::exception& e) {
     AIACC_THROW(IoError, "cannot read checkpoint '", path, "' (corrupt, truncated, or from another "
                 "model/optimizer): ", firstLine(e.what()));

@@ -25,6 +25,8 @@ struct TrainPosition {
   int64_t images_seen = 0;   // training images, all ranks
   double elapsed_s = 0;      // wall seconds already spent (time to target continues from here)
   double train_s = 0;        // of which in training steps
+  double loss_scale = 0;     // the AMP loss scaler's scale (0: no scaler)
+  int64_t loss_scale_good_steps = 0;  // finite steps since its last change
 };
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model,

@@ -266,6 +266,10 @@ void Trainer::State::checkpoint() {
   const std::string path = cfg.checkpoint_dir + "/last.ckpt";
   TrainPosition p = pos;
   p.elapsed_s = now();
+  if (scaler->enabled()) {
+    p.loss_scale = scaler->scale();
+    p.loss_scale_good_steps = scaler->goodSteps();
+  }
   try {
     saveCheckpoint(path, *model, *optimizer, p);
   } catch (const IoError& e) {
@@ -288,6 +292,7 @@ Report Trainer::run() {
   s.setupModel();
   if (!cfg.resume.empty()) {
     s.pos = loadCheckpoint(cfg.resume, *s.model, *s.optimizer);
+    if (s.scaler->enabled() && s.pos.loss_scale > 0) s.scaler->setState(s.pos.loss_scale, s.pos.loss_scale_good_steps);
     if (s.isRank0()) {
       LOG(INFO) << "resumed from " << cfg.resume << " after epoch " << s.pos.epochs_done
                 << " (step " << s.pos.step << ")";

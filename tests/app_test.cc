@@ -247,7 +247,7 @@ TEST(Checkpoint, RoundTripContinuesIdentically) {
   const torch::Tensor x = torch::randn({4, 3, 32, 32}), y = torch::tensor({0, 1, 2, 3});
   trainStep(a, oa, x, y);
   trainStep(a, oa, x, y);
-  TrainPosition pos{2, 17, 1234, 56.5, 40.25};
+  TrainPosition pos{2, 17, 1234, 56.5, 40.25, 32768.0, 11};
   saveCheckpoint(d / "c.ckpt", *a, oa, pos);
   EXPECT_FALSE(std::filesystem::exists(d / "c.ckpt.tmp." + std::to_string(::getpid())));
   const TrainPosition got = loadCheckpoint(d / "c.ckpt", *b, ob);
@@ -256,6 +256,8 @@ TEST(Checkpoint, RoundTripContinuesIdentically) {
   EXPECT_EQ(got.images_seen, 1234);
   EXPECT_DOUBLE_EQ(got.elapsed_s, 56.5);
   EXPECT_DOUBLE_EQ(got.train_s, 40.25);
+  EXPECT_DOUBLE_EQ(got.loss_scale, 32768.0) << "the AMP loss scale resumes where it was";
+  EXPECT_EQ(got.loss_scale_good_steps, 11);
   // Momentum buffers came back too: one more step gives identical parameters.
   trainStep(a, oa, x, y);
   trainStep(b, ob, x, y);

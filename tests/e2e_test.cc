@@ -9,6 +9,8 @@
 #include <iostream>
 #include <memory>
 
+#include <torch/cuda.h>
+
 #include "app/trainer.h"
 #include "data/sample_gen.h"
 #include "tests/test_util.h"
@@ -100,7 +102,9 @@ TEST_F(TrainE2E, MixedPrecisionTracksFp32) {
     EXPECT_EQ(r.loss_scale, 0) << "bf16 needs no loss scaling";
     EXPECT_EQ(r.steps, 8);
     losses.push_back(test::metricValues(c.metrics_file, "step", "loss"));
-    if (amp) EXPECT_NE(reportJson(r, c).find("\"precision\": \"amp bf16\""), std::string::npos);
+    if (amp) {
+      EXPECT_NE(reportJson(r, c).find("\"precision\": \"amp bf16\""), std::string::npos);
+    }
   }
   ASSERT_EQ(losses[0].size(), 8u);
   ASSERT_EQ(losses[1].size(), 8u);
@@ -197,6 +201,17 @@ TEST(Cli, BadInputIsOneClearLine) {
                                d.path() + "/broken.ckpt");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("cannot read checkpoint"), std::string::npos) << out;
+  std::tie(rc, out) = runTrain("--data synthetic --amp-dtype fp8");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("--amp-dtype must be fp16, bf16 or auto"), std::string::npos) << out;
+  std::tie(rc, out) = runTrain("--data synthetic --amp --amp-dtype fp16");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("--amp-dtype fp16 needs --gpus"), std::string::npos) << out;
+  if (!torch::cuda::is_available()) {  // a GPU where there is none: said at once, in one line
+    std::tie(rc, out) = runTrain("--gpus 2 --data synthetic");
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(out.find("--gpus needs a CUDA build of aiacc and a visible GPU"), std::string::npos) << out;
+  }
 }
 
 // Real processes: the launcher starts two workers that rendezvous over TCP and train together.
