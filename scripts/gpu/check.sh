@@ -56,7 +56,8 @@ if [ "$SKIP_BUILD" = 0 ]; then
     -DCMAKE_PREFIX_PATH="$TORCH_DIR/share/cmake;$BUNDLE/usr;$BUNDLE/usr/lib/x86_64-linux-gnu/cmake;$BUNDLE/usr/share/cmake" \
     -DCMAKE_CXX_FLAGS="-isystem $BUNDLE/usr/include/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$BUNDLE/usr/lib/x86_64-linux-gnu" \
-    -DCUDAToolkit_ROOT="$CUDA_HOME" -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
+    -DCUDAToolkit_ROOT="$CUDA_HOME" -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
     ${NCCL_H:+-DAIACC_NCCL_INCLUDE_DIR=$(dirname "$NCCL_H")} ${NCCL_LIB:+-DAIACC_NCCL_LIBRARY=$NCCL_LIB} \
     ${CUDNN_H:+-DCUDNN_INCLUDE_DIR=$(dirname "$CUDNN_H") -DCUDNN_ROOT=$(dirname "$(dirname "$CUDNN_H")")} \
     > "$OUTDIR/configure.log" 2>&1
