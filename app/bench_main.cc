@@ -25,6 +25,7 @@
 #include "comm/shm_transport.h"
 #include "comm/store.h"
 #include "common/error.h"
+#include "data/decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
 
@@ -35,6 +36,8 @@ DEFINE_int32(batch_size, 64, "images per batch");
 DEFINE_int64(images, 0, "stop after about this many images; 0: one pass over the folder");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction");
 DEFINE_int32(repeat, 1, "passes over the folder (page cache warm after the first)");
+DEFINE_bool(entropy_only, false, "data: only entropy-decode each whole file on one thread (no IDCT, "
+            "colour, crop or resize): the floor under the full pipeline's time per image");
 DEFINE_bool(bytes, false, "data: uint8 batches, as the GPU input path makes them (normalized on the "
             "device afterwards), instead of normalized floats");
 DEFINE_int32(nproc, 2, "allreduce: ranks (processes) on this machine");
@@ -63,6 +66,26 @@ int benchData() {
   aiacc::data::ImageFolder folder =
       aiacc::data::scanImageFolder(fs::is_directory(train) ? train : FLAGS_data);
   const int64_t n = static_cast<int64_t>(folder.samples.size());
+  if (FLAGS_entropy_only) {
+    std::vector<std::vector<uint8_t>> files;
+    for (const auto& s : folder.samples) files.push_back(aiacc::data::readFile(s.path));
+    int64_t images = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < std::max(1, FLAGS_repeat); ++r) {
+      for (const auto& f : files) {
+        try {
+          aiacc::data::entropyDecodeOnly(f.data(), f.size());
+          ++images;
+        } catch (const aiacc::data::DecodeError&) {
+        }
+      }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("aiacc data --entropy-only: %lld images of %lld files (in memory), 1 thread: %.1f "
+                "images/s (%.0f us per image)\n", static_cast<long long>(images),
+                static_cast<long long>(n), images / s, 1e6 * s / std::max<int64_t>(1, images));
+    return 0;
+  }
   aiacc::data::LoaderOptions o;
   o.train = true;
   o.workers = FLAGS_workers;

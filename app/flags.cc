@@ -23,7 +23,8 @@ DEFINE_double(crop_fraction, 0.875, "val: resize short side to size/crop_fractio
 DEFINE_bool(channels_last, false, "channels-last (NHWC) batches and conv weights; default on with "
             "--gpus (tensor cores want NHWC), off on the CPU");
 DEFINE_bool(amp, false, "mixed precision: autocast (conv/matmul in --amp-dtype) with fp32 master "
-            "weights and a dynamic loss scaler; default on with --gpus");
+            "weights and a dynamic loss scaler; default on with --gpus (on a CPU without bf16 "
+            "units it is correct but several times slower than fp32)");
 DEFINE_string(amp_dtype, "auto", "autocast dtype: fp16 (dynamic loss scaling) | bf16 (none needed) | "
               "auto (fp16 on GPU, bf16 on CPU)");
 DEFINE_bool(cudnn_benchmark, true, "GPU: let cuDNN time its convolution algorithms for each new shape");

@@ -181,6 +181,25 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
   return out;
 }
 
+int entropyDecodeOnly(const uint8_t* data, size_t size) {
+  if (size == 0 || !looksLikeJpeg(data, size)) throw DecodeError("not a JPEG");
+  Decompressor d;
+  jpeg_decompress_struct& cinfo = d.cinfo;
+  if (setjmp(d.err.jump)) throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = 8;
+  jpeg_start_decompress(&cinfo);
+  const JDIMENSION rows = cinfo.output_height;
+  std::vector<uint8_t> row(static_cast<size_t>(cinfo.output_width) * cinfo.output_components);
+  if (rows > 1) jpeg_skip_scanlines(&cinfo, rows - 1);  // whole iMCU rows: entropy decoding only
+  JSAMPROW r[1] = {row.data()};
+  jpeg_read_scanlines(&cinfo, r, 1);
+  jpeg_abort_decompress(&cinfo);
+  return static_cast<int>(cinfo.image_height);
+}
+
 RgbImage decodeFull(const uint8_t* data, size_t size) {
   auto whole = [](int w, int h) { return Box{0, 0, w, h}; };
   // Output size 0x0 never forces upscaling, so ask for the full size explicitly.

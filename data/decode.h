@@ -62,6 +62,12 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);
 
+// Entropy-decodes every row of a baseline JPEG and discards it (no inverse DCT, no colour
+// conversion): a floor under decodeCrop's time for a crop reaching the bottom row, since the
+// Huffman data above a crop's last row must be decoded whatever the crop or DCT scale. For
+// aiacc_bench data --entropy-only. Returns the image's height.
+int entropyDecodeOnly(const uint8_t* data, size_t size);
+
 // Smallest DCT scale numerator n in {1, 2, 4, 8} such that ceil(crop_w*n/8) >= out_w and
 // ceil(crop_h*n/8) >= out_h; 8 when even full size is smaller than the output.
 int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h);

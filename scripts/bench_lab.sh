@@ -10,6 +10,8 @@
 #   sudo scripts/bench_lab.sh [--layouts "2x2 4x1"] [--bw "1gbit 5gbit"]
 #                             [--models "resnet18:64:16 resnet50:128:8"] [--steps N]
 #   scripts/bench_lab.sh --quick        # 2x2 at 1gbit, resnet18@64 only (the headline case)
+#   --no-ablation: skip the "each optimization off" rows (a resnet50@128 lab run takes ~11 min on
+#   2 cores: the ablation alone is most of an hour per layout).
 #   --save DIR: keep each lab run of aiacc (rank 0's report JSON, timeline, and a .meta line with
 #   layout, link rate and model) for scripts/simulate.py validate DIR.
 #
@@ -17,7 +19,7 @@
 # the steps after its 3 warm-up steps. Needs root (namespaces). Leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=12; SAVE=""
+LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=12; SAVE=""; ABLATION=1
 while [ $# -gt 0 ]; do
   case $1 in
     --layouts) LAYOUTS=$2; shift 2 ;;
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --quick) LAYOUTS="2x2"; BWS="1gbit"; MODELS="resnet18:64:16"; shift ;;
     --save) SAVE=$(realpath -m "$2"); mkdir -p "$SAVE"; shift 2 ;;
+    --no-ablation) ABLATION=0; shift ;;
     *) echo "bench_lab: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -123,6 +126,7 @@ for layout in $LAYOUTS; do
       for off in "fp16 transfer off:--allreduce-dtype fp32" "two-level off:--allreduce-dtype fp16 --hierarchical off" \
                  "multi-stream off:--allreduce-dtype fp16 --streams 1" "autotune off:--allreduce-dtype fp16 --noautotune" \
                  "overlap off (central):--allreduce-dtype fp16 --negotiation central"; do
+        [ "$ABLATION" = 1 ] || break
         name=${off%%:*}; flags=${off#*:}
         # shellcheck disable=SC2086
         v=$(aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $flags)

@@ -175,6 +175,15 @@ TEST(Decode, PngUnderJpegNameFallsBackExactly) {
   EXPECT_EQ(maxAbsDiff(dc.crop, cropOf(pic, Box{5, 6, 20, 10})), 0);  // lossless
 }
 
+// The benchmark's floor (aiacc_bench data --entropy-only) walks the whole file: it reports the
+// image's height, and refuses what is not a JPEG.
+TEST(Decode, EntropyOnlyWalksTheWholeImage) {
+  const std::vector<uint8_t> jpg = encodeJpeg(testPicture(200, 150), 90);
+  EXPECT_EQ(entropyDecodeOnly(jpg.data(), jpg.size()), 150);
+  const std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
+  EXPECT_THROW(entropyDecodeOnly(png.data(), png.size()), DecodeError);
+}
+
 TEST(Decode, BadFilesRaiseDecodeError) {
   const std::vector<uint8_t> jpg = encodeJpeg(testPicture(200, 150), 90);
   const std::vector<uint8_t> truncated(jpg.begin(), jpg.begin() + static_cast<long>(jpg.size() / 2));
