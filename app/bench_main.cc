@@ -281,15 +281,27 @@ int benchNegotiationWorker(const aiacc::comm::WorldInfo& w) {
 
 }  // namespace
 
+const char kUsage[] =
+    "usage: aiacc_bench data --data DIR [--image-size S] [--workers T] [--images N] [--bytes | --entropy-only]\n"
+    "       aiacc_bench allreduce [--nproc N] [--streams K] [--allreduce-dtype fp32|fp16|both]\n"
+    "                 [--hierarchical on --ranks-per-node R] [--max-mb M] [--master host:port]\n"
+    "       aiacc_bench negotiation [--max-nproc 16] [--steps 50]\n";
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h" || a == "-help") {
+      std::cout << kUsage << "\nBenchmarks printed as ratios against a baseline measured in the same "
+                   "run. Flags (hyphens or underscores):\n";
+      aiacc::app::printFlagsFrom("app/bench_main.cc", std::cout);
+      return 0;
+    }
+  }
   const std::vector<std::string> rest = aiacc::app::parseCommandLine(
       argc, argv, "aiacc_bench data --data DIR --image-size S --workers T");
   const std::string mode = rest.size() >= 2 ? rest[1] : "";
   if (mode != "data" && mode != "allreduce" && mode != "negotiation") {
-    std::cerr << "usage: aiacc_bench data --data DIR [--image-size S] [--workers T] [--images N]\n"
-                 "       aiacc_bench allreduce [--nproc N] [--streams K] [--allreduce-dtype fp32|fp16|both]\n"
-                 "                 [--hierarchical on --ranks-per-node R] [--max-mb M] [--master host:port]\n"
-                 "       aiacc_bench negotiation [--max-nproc 16] [--steps 50]\n";
+    std::cerr << kUsage << "(see --help)\n";
     return 2;
   }
   try {

@@ -33,4 +33,19 @@ std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usa
   return std::vector<std::string>(cargv, cargv + cargc);
 }
 
+void printFlagsFrom(const std::string& source, std::ostream& os) {
+  std::vector<gflags::CommandLineFlagInfo> flags;
+  gflags::GetAllFlags(&flags);
+  for (const auto& f : flags) {
+    if (f.filename.size() < source.size() ||
+        f.filename.compare(f.filename.size() - source.size(), source.size(), source) != 0) {
+      continue;
+    }
+    std::string name = f.name;
+    std::replace(name.begin(), name.end(), '_', '-');
+    os << "  --" << name << " (" << f.type << ", default "
+       << (f.default_value.empty() ? "\"\"" : f.default_value) << ")\n      " << f.description << "\n";
+  }
+}
+
 }  // namespace aiacc::app

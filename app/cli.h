@@ -2,6 +2,7 @@
 // (--batch-size) become gflags' underscores, then gflags parses and glog starts (to stderr).
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -14,5 +15,10 @@ std::vector<std::string> normalizeFlagNames(int argc, char** argv);
 // Parses flags (hyphens or underscores), starts logging, and returns the positional arguments
 // (argv[0] first).
 std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usage);
+
+// Writes "--flag-name (type, default D)" and its description for every flag defined in a source
+// file whose path ends with `source` (e.g. "app/bench_main.cc"): a program's own flags, not the
+// libraries' (Debian's LibTorch registers dozens of caffe2 flags with gflags).
+void printFlagsFrom(const std::string& source, std::ostream& os);
 
 }  // namespace aiacc::app

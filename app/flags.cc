@@ -1,5 +1,7 @@
 #include "app/flags.h"
 
+#include "app/cli.h"
+
 #include <gflags/gflags.h>
 
 #include <algorithm>
@@ -192,14 +194,7 @@ void printHelp(const char* program) {
             << "Trains ResNet v1.5 on an ImageNet-layout folder and reports time to a target "
                "accuracy.\nFlags may be written --batch-size or --batch_size; booleans as "
                "--flag / --noflag.\n\n";
-  std::vector<gflags::CommandLineFlagInfo> flags;
-  gflags::GetAllFlags(&flags);
-  for (const auto& f : flags) {
-    if (!isOurFlag(f)) continue;
-    std::cout << "  --" << hyphens(f.name) << " (" << f.type << ", default "
-              << (f.default_value.empty() ? "\"\"" : f.default_value) << ")\n      "
-              << f.description << "\n";
-  }
+  printFlagsFrom("app/flags.cc", std::cout);
 }
 
 std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {

@@ -180,9 +180,20 @@ TEST(Cli, HelpExplainsEveryFlag) {
                         "--lr-schedule", "--momentum", "--nesterov", "--weight-decay", "--label-smoothing",
                         "--image-size", "--resize-schedule", "--workers", "--seed", "--max-steps",
                         "--target-top1", "--target-top5", "--eval-every", "--checkpoint-dir", "--resume",
-                        "--metrics-file", "--report-file", "--recipe", "--dawnbench-dir", "--make-sample"}) {
+                        "--metrics-file", "--report-file", "--recipe", "--dawnbench-dir", "--make-sample",
+                        "--gpus", "--amp ", "--amp-dtype", "--channels-last", "--cudnn-benchmark"}) {
     EXPECT_NE(out.find(f), std::string::npos) << f;
   }
+  // aiacc_bench: its own flags, none of the libraries' (Debian's LibTorch registers caffe2 ones).
+  std::string bench = AIACC_TRAIN_BIN;
+  bench.replace(bench.rfind("aiacc_train"), std::string("aiacc_train").size(), "aiacc_bench");
+  std::tie(rc, out) = runCommand(bench + " --help 2>&1");
+  EXPECT_EQ(rc, 0);
+  for (const char* f : {"usage: aiacc_bench data", "--image-size", "--entropy-only", "--bytes", "--max-nproc",
+                        "--hierarchical", "--ranks-per-node"}) {
+    EXPECT_NE(out.find(f), std::string::npos) << f;
+  }
+  EXPECT_EQ(out.find("caffe2"), std::string::npos) << out.substr(0, 2000);
 }
 
 TEST(Cli, BadInputIsOneClearLine) {
