@@ -20,6 +20,11 @@ std::vector<std::string> normalizeFlagNames(int argc, char** argv) {
   return out;
 }
 
+std::string hyphens(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
 std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usage) {
   std::vector<std::string> args = normalizeFlagNames(argc, argv);
   std::vector<char*> cargs;
@@ -41,9 +46,7 @@ void printFlagsFrom(const std::string& source, std::ostream& os) {
         f.filename.compare(f.filename.size() - source.size(), source.size(), source) != 0) {
       continue;
     }
-    std::string name = f.name;
-    std::replace(name.begin(), name.end(), '_', '-');
-    os << "  --" << name << " (" << f.type << ", default "
+    os << "  --" << hyphens(f.name) << " (" << f.type << ", default "
        << (f.default_value.empty() ? "\"\"" : f.default_value) << ")\n      " << f.description << "\n";
   }
 }

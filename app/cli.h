@@ -12,6 +12,9 @@ namespace aiacc::app {
 // and positional arguments alone.
 std::vector<std::string> normalizeFlagNames(int argc, char** argv);
 
+// "batch_size" -> "batch-size": a gflags name as users write it.
+std::string hyphens(std::string name);
+
 // Parses flags (hyphens or underscores), starts logging, and returns the positional arguments
 // (argv[0] first).
 std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usage);

@@ -171,10 +171,6 @@ data::SampleSpec sampleSpecFromFlags() {
 }
 
 namespace {
-std::string hyphens(std::string s) {
-  std::replace(s.begin(), s.end(), '_', '-');
-  return s;
-}
 std::string underscores(std::string s) {
   std::replace(s.begin(), s.end(), '-', '_');
   return s;

@@ -12,8 +12,8 @@
 #include <torch/cuda.h>
 
 #include "app/trainer.h"
-#include "data/sample_gen.h"
 #include "tests/test_util.h"
+#include "tests/train_problem.h"
 
 namespace aiacc::app {
 namespace {
@@ -22,37 +22,10 @@ class TrainE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    // 8 hue classes (one shape): real JPEGs with structure a ResNet learns in a few dozen steps.
-    data::SampleSpec spec;
-    spec.classes = 8;
-    spec.shapes = 1;
-    spec.train_per_class = 40;
-    spec.val_per_class = 10;
-    spec.min_side = 40;
-    spec.max_side = 64;
-    data::makeSampleDataset(*dir_ / "ds", spec);
+    test::makeLearnableSample(*dir_ / "ds");
   }
   static void TearDownTestSuite() { delete dir_; }
-
-  static Config smallConfig() {
-    Config c;
-    c.data = *dir_ / "ds";
-    c.arch = "resnet18";
-    c.epochs = 3;
-    c.stages = {Stage{0, 32, 16, 0.35}};
-    c.lr = 0.8;  // per 256: 0.05 at batch 16
-    c.warmup_epochs = 0.5;
-    c.nesterov = true;
-    c.weight_decay = 5e-5;
-    c.zero_init_residual = true;
-    c.workers = 1;
-    // One compute thread: ctest runs two tests at once on 2 cores, and oversubscribed OpenMP
-    // threads spin against each other (several times slower).
-    c.threads = 1;
-    c.progress_seconds = 1e9;
-    c.seed = 5;
-    return c;
-  }
+  static Config smallConfig() { return test::learnableConfig(*dir_ / "ds"); }
   static test::TempDir* dir_;
 };
 test::TempDir* TrainE2E::dir_ = nullptr;

@@ -22,8 +22,8 @@
 #include "comm/nccl_transport.h"
 #include "comm/store.h"
 #include "data/device_input.h"
-#include "data/sample_gen.h"
 #include "tests/test_util.h"
+#include "tests/train_problem.h"
 
 namespace aiacc {
 namespace {
@@ -181,31 +181,13 @@ TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
 TEST(Gpu, TrainerLearnsWithAmpAndChannelsLast) {
   AIACC_REQUIRE_GPU();
   test::TempDir dir;
-  data::SampleSpec spec;
-  spec.classes = 8;
-  spec.shapes = 1;
-  spec.train_per_class = 40;
-  spec.val_per_class = 10;
-  spec.min_side = 40;
-  spec.max_side = 64;
-  data::makeSampleDataset(dir / "ds", spec);
-  app::Config c;
-  c.data = dir / "ds";
+  test::makeLearnableSample(dir / "ds");
+  app::Config c = test::learnableConfig(dir / "ds");
   c.cuda = true;
   c.amp = true;
   c.amp_dtype = "fp16";
   c.channels_last = true;
-  c.arch = "resnet18";
-  c.epochs = 3;
-  c.stages = {app::Stage{0, 32, 16, 0.35}};
-  c.lr = 0.8;
-  c.warmup_epochs = 0.5;
-  c.nesterov = true;
-  c.weight_decay = 5e-5;
-  c.zero_init_residual = true;
   c.workers = 2;
-  c.progress_seconds = 1e9;
-  c.seed = 5;
   app::Report r = app::Trainer(c, {}, app::localSync(), app::Trainer::Clock::now()).run();
   EXPECT_EQ(r.device, "cuda:0");
   EXPECT_EQ(r.precision, "amp fp16");
