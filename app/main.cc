@@ -3,7 +3,6 @@
 // communication set-up -> trainer -> report.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
-#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -108,11 +107,7 @@ int main(int argc, char** argv) {
     const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
     std::optional<aiacc::comm::WorldInfo> world = aiacc::app::worldFromEnvironment();
     if (!world) {
-      AIACC_CHECK_INPUT(dist.gpus == 0 || torch::cuda::is_available(),
-                        "--gpus needs a CUDA build of aiacc and a visible GPU (this LibTorch sees "
-                        "none); use --nproc N for CPU worker processes");
-      AIACC_CHECK_INPUT(dist.gpus <= static_cast<int>(torch::cuda::device_count()), "--gpus ", dist.gpus,
-                        " but ", torch::cuda::device_count(), " GPUs are visible (CUDA_VISIBLE_DEVICES?)");
+      if (dist.gpus > 0) aiacc::app::requireVisibleGpus(dist.gpus);
       if (dist.launch.nproc > 1 || dist.launch.nnodes > 1) {
         return aiacc::app::launchWorkers(dist.launch, std::vector<std::string>(argv, argv + argc));
       }

@@ -83,15 +83,19 @@ void Trainer::setTimeline(std::shared_ptr<comm::Timeline> timeline) {
   if (s_->timeline) s_->timeline->nameRow(0, "compute");
 }
 
+void requireVisibleGpus(int n) {
+  AIACC_CHECK_INPUT(torch::cuda::is_available(), "--gpus needs a CUDA build of aiacc and a visible GPU "
+                    "(this LibTorch sees none); use --nproc N for CPU worker processes");
+  const int count = static_cast<int>(torch::cuda::device_count());
+  AIACC_CHECK_INPUT(n <= count, n, " GPUs needed (--gpus, or this process's local rank + 1) but ",
+                    count, " are visible (check --gpus and CUDA_VISIBLE_DEVICES)");
+}
+
 // One GPU per process: cuda:local_rank becomes this thread's current device, so that NCCL,
 // cuDNN and every allocation without an explicit device land on it.
 void Trainer::State::setupDevice() {
   if (!cfg.cuda) return;
-  AIACC_CHECK_INPUT(torch::cuda::is_available(), "--gpus needs a CUDA build of aiacc and a visible GPU "
-                    "(this LibTorch sees none); use --nproc N for CPU worker processes");
-  const int count = static_cast<int>(torch::cuda::device_count());
-  AIACC_CHECK_INPUT(world_info.local_rank < count, "local rank ", world_info.local_rank, " has no GPU: ",
-                    count, " visible (check --gpus and CUDA_VISIBLE_DEVICES)");
+  requireVisibleGpus(world_info.local_rank + 1);
   device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world_info.local_rank));
   c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
   at::globalContext().setBenchmarkCuDNN(cfg.cudnn_benchmark);

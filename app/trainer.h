@@ -29,6 +29,10 @@ using SyncFactory =
 // The single-process factory.
 SyncFactory localSync();
 
+// Throws a one-line InputError unless this process sees at least `n` CUDA devices (n >= 1): the
+// launcher checks --gpus with it before starting workers, each worker its own local rank's GPU.
+void requireVisibleGpus(int n);
+
 class Trainer {
  public:
   using Clock = std::chrono::steady_clock;
