@@ -2,8 +2,13 @@
 
 #include <fcntl.h>
 #include <immintrin.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <climits>
+#include <ctime>
 
 #include <atomic>
 #include <cerrno>
@@ -21,9 +26,26 @@ namespace {
 
 constexpr size_t kHeader = 64;  // one cache line: the barrier sequence number
 
+// seq: the last barrier this rank reached. word: its low 32 bits, the futex others sleep on.
+// waiters: how many threads (of any rank) sleep or are about to sleep on word; the publisher
+// makes the wake-up system call only when there is one.
 struct Header {
   std::atomic<uint64_t> seq;
+  std::atomic<uint32_t> word;
+  std::atomic<uint32_t> waiters;
 };
+static_assert(sizeof(Header) <= kHeader);
+static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32 bits");
+
+// Process-shared futexes (no FUTEX_PRIVATE_FLAG): the word lives in a MAP_SHARED segment that
+// every rank of the node maps.
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected, long timeout_ns) {
+  timespec ts{0, timeout_ns};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
 
 std::string sanitize(const std::string& s) {
   std::string out;
@@ -64,6 +86,8 @@ class ShmTransport::Channel {
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
     new (header(rank_)) Header{};
     header(rank_)->seq.store(0, std::memory_order_release);
+    header(rank_)->word.store(0, std::memory_order_release);
+    header(rank_)->waiters.store(0, std::memory_order_release);
     const std::string key = strCat(o.name, "/shm/c", index);
     store.set(strCat(key, "/created/", rank_), {1});
     waitForRanks(store, key + "/created", world_, timeout_);
@@ -194,21 +218,36 @@ class ShmTransport::Channel {
     return slot_;
   }
 
-  // Everyone publishes the next sequence number and waits for everyone else's.
+  // Everyone publishes the next sequence number and waits for everyone else's: a short spin (a
+  // peer that is a few microseconds behind), then sleep on the peer's futex word. Sleeping, not
+  // spinning or yielding, is what keeps a waiting channel thread off the cores: on a host with
+  // fewer cores than busy threads, a spinning waiter takes CPU time from the very computation
+  // it waits for.
   void barrier() {
     ++seq_;
-    header(rank_)->seq.store(seq_, std::memory_order_release);
+    Header* mine = header(rank_);
+    mine->seq.store(seq_, std::memory_order_seq_cst);
+    mine->word.store(static_cast<uint32_t>(seq_), std::memory_order_seq_cst);
+    // seq_cst on both sides (Dekker): a waiter that registered before this load is woken; one
+    // that registers after it sees the new word and does not sleep.
+    if (mine->waiters.load(std::memory_order_seq_cst) > 0) futexWakeAll(&mine->word);
     const auto start = std::chrono::steady_clock::now();
     for (int q = 0; q < world_; ++q) {
       if (q == rank_) continue;
-      uint64_t spins = 0;
-      while (header(q)->seq.load(std::memory_order_acquire) < seq_) {
-        if (++spins < 64) {
+      Header* h = header(q);
+      int spins = 0;
+      while (h->seq.load(std::memory_order_acquire) < seq_) {
+        if (++spins < 256) {
           _mm_pause();
           continue;
         }
-        std::this_thread::yield();
-        if ((spins & 1023) == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+        h->waiters.fetch_add(1, std::memory_order_seq_cst);
+        const uint32_t seen = h->word.load(std::memory_order_seq_cst);
+        if (h->seq.load(std::memory_order_seq_cst) < seq_) {
+          futexWait(&h->word, seen, 20 * 1000 * 1000);  // 20 ms: the timeout check below runs
+        }
+        h->waiters.fetch_sub(1, std::memory_order_seq_cst);
+        if (std::chrono::steady_clock::now() - start > timeout_) {
           AIACC_THROW(CommError, "shm: rank ", q, " did not reach the barrier within ",
                       timeout_.count() / 1000.0, " s (it died or stalled)");
         }

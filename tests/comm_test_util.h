@@ -1,0 +1,65 @@
+// Shared by the comm tests: ranks as threads over one in-process store.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/gloo_transport.h"
+#include "comm/hierarchical.h"
+#include "comm/shm_transport.h"
+#include "comm/store.h"
+
+namespace aiacc::comm::test {
+
+// Runs fn(rank, transport) on `world` threads; returns each rank's error message ("" if none).
+// ranks_per_node > 0: a HierarchicalTransport over that many ranks per node (every shard size
+// takes the three-stage path).
+inline std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
+                                  int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                  int ranks_per_node = 0, bool shm = false) {
+  auto store = makeHashStore();
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        GlooOptions o;
+        o.rank = r;
+        o.world = world;
+        o.channels = channels;
+        o.timeout = timeout;
+        std::shared_ptr<Transport> t;
+        if (ranks_per_node > 0) {
+          t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1, shm);
+        } else if (shm) {
+          ShmOptions so;
+          so.rank = r;
+          so.world = world;
+          so.channels = channels;
+          so.timeout = timeout;
+          so.chunk_bytes = 4096;  // many rounds even for small tensors
+          t = std::make_shared<ShmTransport>(store, so);
+        } else {
+          t = std::make_shared<GlooTransport>(store, o);
+        }
+        fn(r, t);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+inline void expectNoErrors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace aiacc::comm::test
