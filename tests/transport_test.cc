@@ -142,6 +142,38 @@ TEST(Shm, CollectivesMatchGloo) {
   }
 }
 
+// A peer that arrives late at every barrier (its waiters have gone to sleep on its futex by
+// then) still gives exact sums: the sleeping side is woken, round after round.
+TEST(Shm, LatePeerWakesSleepingWaiters) {
+  const int W = 3;
+  auto store = makeHashStore();
+  std::vector<std::string> errors(W);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < W; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ShmOptions so;
+        so.rank = r;
+        so.world = W;
+        so.chunk_bytes = 4096;  // 2500 floats: several rounds, so several barriers per operation
+        so.timeout = std::chrono::seconds(30);
+        ShmTransport shm(store, so);
+        for (int i = 0; i < 5; ++i) {
+          if (r == i % W) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          at::Tensor t = at::full({2500}, static_cast<float>(r + i), at::kFloat);
+          shm.allreduce(t, ReduceOp::kSum, 0)->wait();
+          const float want = static_cast<float>(W * (W - 1) / 2 + W * i);
+          ASSERT_TRUE(t.eq(want).all().item<bool>()) << "operation " << i;
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  expectNoErrors(errors);
+}
+
 // A rank that never arrives is named within the timeout, not waited for forever.
 TEST(Shm, MissingPeerIsNamedWithinTheTimeout) {
   auto store = makeHashStore();
