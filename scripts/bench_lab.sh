@@ -43,6 +43,32 @@ echo 29800 > "$tmp/port"
 next_port() { local p; p=$(( $(cat "$tmp/port") + 1 )); echo "$p" > "$tmp/port"; echo "$p"; }  # survives $(...)
 TUNE_STEPS=22  # the tuner's trials (<= 21 steps) plus the rebuild step
 
+# TCP retransmission timeouts summed over the lab's nodes (each namespace keeps its own
+# counters). A timeout stalls a flow for 200 ms, then 400, 800, ... : a run that had any is
+# named under its row, since its figure then measures the lab's queues as much as the code.
+tcp_timeouts() {
+  local nodes=$1 i v s=0
+  for i in $(seq 0 $((nodes - 1))); do
+    v=$($LAB run "$i" -- nstat -asz TcpExtTCPTimeouts 2>/dev/null | awk '$1 == "TcpExtTCPTimeouts" { print $2 }')
+    s=$((s + ${v:-0}))
+  done
+  echo "$s"
+}
+# counted TAG NODES CMD...: runs CMD (its output is this function's); the timeouts it saw go to
+# $tmp/rto.TAG for rto_note.
+counted() {
+  local tag=$1 nodes=$2 before rc=0; shift 2
+  before=$(tcp_timeouts "$nodes")
+  "$@" || rc=$?
+  echo $(( $(tcp_timeouts "$nodes") - before )) > "$tmp/rto.$tag"
+  return $rc
+}
+rto_note() {  # rto_note TAG: one line under a row whose run had timeouts
+  local n; n=$(cat "$tmp/rto.$1" 2>/dev/null || echo 0)
+  if [ "${n:-0}" -gt 0 ]; then echo "  ^ $n TCP retransmission timeout(s) on the lab links during this run"; fi
+  return 0
+}
+
 # aiacc NODES PER ARCH BATCH SIZE THREADS extra-flags...: steady images/s of one job on the lab
 # (or on the host when NODES is 0: one process, no network).
 aiacc() {
@@ -115,22 +141,22 @@ for layout in $LAYOUTS; do
       echo "== $layout ($nodes nodes x $per ranks) at $bw: $arch batch $batch/rank @ $size px, $threads thread(s)/rank =="
       a1=$(aiacc 0 1 "$arch" "$batch" "$size" "$threads" --noautotune)
       d1=$(ddp 0 1 "$arch" "$batch" "$size" "$threads")
-      dF=$(ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads")
-      dH=$(ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads" fp16)
-      aA=$(aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" --allreduce-dtype fp16)
+      dF=$(counted dF "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads")
+      dH=$(counted dH "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads" fp16)
+      aA=$(counted aA "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" --allreduce-dtype fp16)
       tuned=$(cat "$tmp/tuned")
       row "configuration" "images/s" "vs DDP fp32" "vs DDP fp16"
-      row "PyTorch DDP fp32" "$dF" "1.00x" "$(ratio "$dF" "$dH")"
-      row "PyTorch DDP fp16 compression hook" "$dH" "$(ratio "$dH" "$dF")" "1.00x"
-      row "aiacc, all on + autotune" "$aA" "$(ratio "$aA" "$dF")" "$(ratio "$aA" "$dH")"
+      row "PyTorch DDP fp32" "$dF" "1.00x" "$(ratio "$dF" "$dH")"; rto_note dF
+      row "PyTorch DDP fp16 compression hook" "$dH" "$(ratio "$dH" "$dF")" "1.00x"; rto_note dH
+      row "aiacc, all on + autotune" "$aA" "$(ratio "$aA" "$dF")" "$(ratio "$aA" "$dH")"; rto_note aA
       for off in "fp16 transfer off:--allreduce-dtype fp32" "two-level off:--allreduce-dtype fp16 --hierarchical off" \
                  "multi-stream off:--allreduce-dtype fp16 --streams 1" "autotune off:--allreduce-dtype fp16 --noautotune" \
                  "overlap off (central):--allreduce-dtype fp16 --negotiation central"; do
         [ "$ABLATION" = 1 ] || break
         name=${off%%:*}; flags=${off#*:}
         # shellcheck disable=SC2086
-        v=$(aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $flags)
-        row "aiacc, $name" "$v" "$(ratio "$v" "$dF")" "$(ratio "$v" "$dH")"
+        v=$(counted off "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $flags)
+        row "aiacc, $name" "$v" "$(ratio "$v" "$dF")" "$(ratio "$v" "$dH")"; rto_note off
       done
       echo "tuner: ${tuned:-n/a}"
       echo "1 rank alone: aiacc $a1, DDP $d1 images/s; scaling efficiency ($world ranks): aiacc $(eff "$aA" "$a1" "$world"), DDP fp32 $(eff "$dF" "$d1" "$world"), DDP fp16 $(eff "$dH" "$d1" "$world")"
