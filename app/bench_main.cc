@@ -28,6 +28,7 @@
 #include "data/decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
+#include "data/transforms.h"
 
 DEFINE_string(data, "", "folder of JPEGs in ImageNet layout (DIR/train/<class>/* or DIR/<class>/*)");
 DEFINE_int32(image_size, 224, "output image size");
@@ -36,6 +37,9 @@ DEFINE_int32(batch_size, 64, "images per batch");
 DEFINE_int64(images, 0, "stop after about this many images; 0: one pass over the folder");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction");
 DEFINE_int32(repeat, 1, "passes over the folder (page cache warm after the first)");
+DEFINE_bool(breakdown, false, "data: time each stage of the training transform on one thread, per image: "
+            "file read, Huffman decoding down to the crop's last row (the floor under the decode), the "
+            "crop's whole decode, resize+mirror+normalize");
 DEFINE_bool(entropy_only, false, "data: only entropy-decode each whole file on one thread (no IDCT, "
             "colour, crop or resize): the floor under the full pipeline's time per image");
 DEFINE_bool(bytes, false, "data: uint8 batches, as the GPU input path makes them (normalized on the "
@@ -59,6 +63,71 @@ DEFINE_string(bind_host, "", "allreduce: address this rank's Gloo transport list
 
 namespace {
 
+// One thread, the training transform's stages timed apart on the same crops (the loader's seeds).
+int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
+  using Clock = std::chrono::steady_clock;
+  namespace data = aiacc::data;
+  const int S = FLAGS_image_size;
+  data::CropParams crop;
+  crop.scale_min = FLAGS_min_scale;
+  std::vector<float> out(static_cast<size_t>(3) * S * S);
+  double read_us = 0, floor_us = 0, decode_us = 0, resize_us = 0;
+  int64_t images = 0, crop_pixels = 0;
+  int64_t scales[9] = {0};
+  const auto us = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+  };
+  for (const auto& s : folder.samples) {  // warm the page cache: the timed reads come from memory
+    try {
+      data::readFile(s.path);
+    } catch (const data::DecodeError&) {
+    }
+  }
+  for (int r = 0; r < std::max(1, FLAGS_repeat); ++r) {
+    for (size_t i = 0; i < folder.samples.size(); ++i) {
+      try {
+        const auto t0 = Clock::now();
+        const std::vector<uint8_t> bytes = data::readFile(folder.samples[i].path);
+        const auto t1 = Clock::now();
+        data::Rng rng(data::mixSeed(1, static_cast<uint64_t>(r), i));
+        const auto [w, h] = data::jpegDimensions(bytes.data(), bytes.size());
+        const data::Box box = data::randomResizedCropBox(w, h, crop, rng);
+        const auto t2 = Clock::now();
+        data::entropyDecodeOnly(bytes.data(), bytes.size(), box.y + box.h);
+        const auto t3 = Clock::now();
+        const data::DecodedCrop dc =
+            data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, S, S);
+        const auto t4 = Clock::now();
+        data::resizeNormalize(dc.crop, S, rng.uniform(0.0, 1.0) < 0.5, data::Layout::kNCHW, out.data());
+        const auto t5 = Clock::now();
+        read_us += us(t0, t1);
+        floor_us += us(t2, t3);
+        decode_us += us(t3, t4);
+        resize_us += us(t4, t5);
+        crop_pixels += static_cast<int64_t>(dc.crop.width) * dc.crop.height;
+        ++scales[dc.scale_num];
+        ++images;
+      } catch (const data::DecodeError&) {
+      }
+    }
+  }
+  AIACC_CHECK_INPUT(images > 0, "aiacc_bench data --breakdown: no baseline JPEG in ", FLAGS_data);
+  const double k = 1.0 / static_cast<double>(images);
+  std::printf("aiacc data --breakdown: %lld images at %d px, 1 thread, us per image:\n"
+              "  read file                         %7.1f\n"
+              "  Huffman down to the crop's bottom %7.1f   (the floor inside the decode; not added below)\n"
+              "  decode the crop                   %7.1f   (%.0f decoded pixels on average; DCT scale "
+              "1/8: %lld, 2/8: %lld, 4/8: %lld, 8/8: %lld)\n"
+              "  resize + mirror + normalize       %7.1f\n"
+              "  total                             %7.1f   (%.0f images/s)\n",
+              static_cast<long long>(images), S, read_us * k, floor_us * k, decode_us * k,
+              static_cast<double>(crop_pixels) * k, static_cast<long long>(scales[1]),
+              static_cast<long long>(scales[2]), static_cast<long long>(scales[4]),
+              static_cast<long long>(scales[8]), resize_us * k, (read_us + decode_us + resize_us) * k,
+              images / ((read_us + decode_us + resize_us) * 1e-6));
+  return 0;
+}
+
 int benchData() {
   namespace fs = std::filesystem;
   AIACC_CHECK_INPUT(!FLAGS_data.empty(), "aiacc_bench data needs --data DIR");
@@ -66,6 +135,7 @@ int benchData() {
   aiacc::data::ImageFolder folder =
       aiacc::data::scanImageFolder(fs::is_directory(train) ? train : FLAGS_data);
   const int64_t n = static_cast<int64_t>(folder.samples.size());
+  if (FLAGS_breakdown) return benchDataBreakdown(folder);
   if (FLAGS_entropy_only) {
     std::vector<std::vector<uint8_t>> files;
     for (const auto& s : folder.samples) files.push_back(aiacc::data::readFile(s.path));

@@ -185,7 +185,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
   return out;
 }
 
-int entropyDecodeOnly(const uint8_t* data, size_t size) {
+int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
   if (size == 0 || !looksLikeJpeg(data, size)) throw DecodeError("not a JPEG");
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
@@ -195,13 +195,24 @@ int entropyDecodeOnly(const uint8_t* data, size_t size) {
   cinfo.scale_num = 1;
   cinfo.scale_denom = 8;
   jpeg_start_decompress(&cinfo);
-  const JDIMENSION rows = cinfo.output_height;
+  // Output rows at 1/8 scale: one per 8 image rows.
+  const JDIMENSION all = cinfo.output_height;
+  const JDIMENSION want = rows < 0 ? all : std::min<JDIMENSION>(all, std::max<JDIMENSION>(1, (static_cast<JDIMENSION>(rows) + 7) / 8));
   std::vector<uint8_t> row(static_cast<size_t>(cinfo.output_width) * cinfo.output_components);
-  if (rows > 1) jpeg_skip_scanlines(&cinfo, rows - 1);  // whole iMCU rows: entropy decoding only
+  if (want > 1) jpeg_skip_scanlines(&cinfo, want - 1);  // whole iMCU rows: entropy decoding only
   JSAMPROW r[1] = {row.data()};
   jpeg_read_scanlines(&cinfo, r, 1);
   jpeg_abort_decompress(&cinfo);
   return static_cast<int>(cinfo.image_height);
+}
+
+std::pair<int, int> jpegDimensions(const uint8_t* data, size_t size) {
+  if (size == 0 || !looksLikeJpeg(data, size)) throw DecodeError("not a JPEG");
+  Decompressor d;
+  if (setjmp(d.err.jump)) throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
+  jpeg_mem_src(&d.cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&d.cinfo, TRUE);
+  return {static_cast<int>(d.cinfo.image_width), static_cast<int>(d.cinfo.image_height)};
 }
 
 RgbImage decodeFull(const uint8_t* data, size_t size) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -62,11 +63,15 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);
 
-// Entropy-decodes every row of a baseline JPEG and discards it (no inverse DCT, no colour
-// conversion): a floor under decodeCrop's time for a crop reaching the bottom row, since the
-// Huffman data above a crop's last row must be decoded whatever the crop or DCT scale. For
-// aiacc_bench data --entropy-only. Returns the image's height.
-int entropyDecodeOnly(const uint8_t* data, size_t size);
+// Entropy-decodes the rows [0, rows) of a baseline JPEG (every row when rows < 0), rounded up to
+// whole iMCU rows, and discards them (no inverse DCT, no colour conversion): the floor under
+// decodeCrop's time for a crop whose last row is rows - 1, since the Huffman data above a crop's
+// last row must be decoded whatever the crop or DCT scale. For aiacc_bench data --entropy-only
+// and --breakdown. Returns the image's height.
+int entropyDecodeOnly(const uint8_t* data, size_t size, int rows = -1);
+
+// Width and height from a JPEG's header. Throws DecodeError when it is not a readable JPEG.
+std::pair<int, int> jpegDimensions(const uint8_t* data, size_t size);
 
 // Smallest DCT scale numerator n in {1, 2, 4, 8} such that ceil(crop_w*n/8) >= out_w and
 // ceil(crop_h*n/8) >= out_h; 8 when even full size is smaller than the output.

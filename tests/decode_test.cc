@@ -181,8 +181,11 @@ TEST(Decode, PngUnderJpegNameFallsBackExactly) {
 TEST(Decode, EntropyOnlyWalksTheWholeImage) {
   const std::vector<uint8_t> jpg = encodeJpeg(testPicture(200, 150), 90);
   EXPECT_EQ(entropyDecodeOnly(jpg.data(), jpg.size()), 150);
+  EXPECT_EQ(entropyDecodeOnly(jpg.data(), jpg.size(), 40), 150);  // rows 0..39 only
+  EXPECT_EQ(jpegDimensions(jpg.data(), jpg.size()), std::make_pair(200, 150));
   const std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
   EXPECT_THROW(entropyDecodeOnly(png.data(), png.size()), DecodeError);
+  EXPECT_THROW(jpegDimensions(png.data(), png.size()), DecodeError);
 }
 
 TEST(Decode, BadFilesRaiseDecodeError) {

@@ -162,11 +162,28 @@ TEST(Cli, HelpExplainsEveryFlag) {
   bench.replace(bench.rfind("aiacc_train"), std::string("aiacc_train").size(), "aiacc_bench");
   std::tie(rc, out) = runCommand(bench + " --help 2>&1");
   EXPECT_EQ(rc, 0);
-  for (const char* f : {"usage: aiacc_bench data", "--image-size", "--entropy-only", "--bytes", "--max-nproc",
+  for (const char* f : {"usage: aiacc_bench data", "--image-size", "--entropy-only", "--breakdown", "--bytes", "--max-nproc",
                         "--hierarchical", "--ranks-per-node"}) {
     EXPECT_NE(out.find(f), std::string::npos) << f;
   }
   EXPECT_EQ(out.find("caffe2"), std::string::npos) << out.substr(0, 2000);
+}
+
+// aiacc_bench data --breakdown times every stage on real JPEGs and accounts for each image.
+TEST(Cli, BenchDataBreakdownTimesEachStage) {
+  test::TempDir d;
+  const std::string sample = d / "sample";
+  auto [rc, out] = runTrain("--make-sample " + sample + " --sample-classes 2 --sample-train-per-class 3 "
+                            "--sample-val-per-class 1 --sample-min-side 100 --sample-max-side 140");
+  ASSERT_EQ(rc, 0) << out;
+  std::string bench = AIACC_TRAIN_BIN;
+  bench.replace(bench.rfind("aiacc_train"), std::string("aiacc_train").size(), "aiacc_bench");
+  std::tie(rc, out) = runCommand(bench + " data --data " + sample + " --breakdown --image-size 32 --repeat 2 2>&1");
+  EXPECT_EQ(rc, 0) << out;
+  for (const char* f : {"12 images at 32 px", "read file", "Huffman down to the crop's bottom", "decode the crop",
+                        "resize + mirror + normalize", "images/s"}) {
+    EXPECT_NE(out.find(f), std::string::npos) << f << "\n" << out;
+  }
 }
 
 TEST(Cli, BadInputIsOneClearLine) {
