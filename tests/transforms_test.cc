@@ -87,6 +87,28 @@ TEST(Transforms, NormalizeAndFlipMath) {
       }
 }
 
+// Planar output (16 pixels at a time where the CPU has byte shuffles, the rest one by one)
+// equals the interleaved output bit for bit, mirrored or not, and the formula within rounding.
+TEST(Transforms, PlanarAndInterleavedNormalizeAgreeExactly) {
+  for (int S : {37, 64}) {
+    RgbImage img{S, S, std::vector<uint8_t>(static_cast<size_t>(S) * S * 3)};
+    for (size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    for (bool flip : {false, true}) {
+      std::vector<float> chw(3 * S * S), hwc(3 * S * S);
+      resizeNormalize(img, S, flip, Layout::kNCHW, chw.data());
+      resizeNormalize(img, S, flip, Layout::kNHWC, hwc.data());
+      for (int y = 0; y < S; ++y)
+        for (int x = 0; x < S; ++x)
+          for (int c = 0; c < 3; ++c) {
+            const float v = chw[c * S * S + y * S + x];
+            ASSERT_EQ(v, hwc[(y * S + x) * 3 + c]) << S << " " << flip << " " << y << " " << x << " " << c;
+            const uint8_t raw = img.pixels[(y * S + (flip ? S - 1 - x : x)) * 3 + c];
+            ASSERT_NEAR(v, (raw / 255.0f - kMean[c]) / kStd[c], 1e-5);
+          }
+    }
+  }
+}
+
 TEST(Transforms, ResizeKeepsConstantColor) {
   RgbImage img{37, 23, std::vector<uint8_t>(37 * 23 * 3)};
   for (size_t i = 0; i < img.pixels.size(); i += 3) {
