@@ -17,38 +17,25 @@
 
 namespace aiacc::comm::test {
 
-// Runs fn(rank, transport) on `world` threads; returns each rank's error message ("" if none).
-// ranks_per_node > 0: a HierarchicalTransport over that many ranks per node (every shard size
-// takes the three-stage path).
-inline std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
-                                  int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                                  int ranks_per_node = 0, bool shm = false) {
-  auto store = makeHashStore();
+// Gloo options for one rank-thread of a test.
+inline GlooOptions glooOptions(int rank, int world, int channels,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  GlooOptions o;
+  o.rank = rank;
+  o.world = world;
+  o.channels = channels;
+  o.timeout = timeout;
+  return o;
+}
+
+// Runs fn(rank) on `world` threads, one per rank; returns each rank's error message ("" if none).
+inline std::vector<std::string> runThreads(int world, const std::function<void(int)>& fn) {
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        GlooOptions o;
-        o.rank = r;
-        o.world = world;
-        o.channels = channels;
-        o.timeout = timeout;
-        std::shared_ptr<Transport> t;
-        if (ranks_per_node > 0) {
-          t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1, shm);
-        } else if (shm) {
-          ShmOptions so;
-          so.rank = r;
-          so.world = world;
-          so.channels = channels;
-          so.timeout = timeout;
-          so.chunk_bytes = 4096;  // many rounds even for small tensors
-          t = std::make_shared<ShmTransport>(store, so);
-        } else {
-          t = std::make_shared<GlooTransport>(store, o);
-        }
-        fn(r, t);
+        fn(r);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }
@@ -56,6 +43,33 @@ inline std::vector<std::string> runRanks(int world, const std::function<void(int
   }
   for (auto& t : threads) t.join();
   return errors;
+}
+
+// Runs fn(rank, transport) on `world` threads; returns each rank's error message ("" if none).
+// ranks_per_node > 0: a HierarchicalTransport over that many ranks per node (every shard size
+// takes the three-stage path).
+inline std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
+                                  int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                  int ranks_per_node = 0, bool shm = false) {
+  auto store = makeHashStore();
+  return runThreads(world, [&](int r) {
+    GlooOptions o = glooOptions(r, world, channels, timeout);
+    std::shared_ptr<Transport> t;
+    if (ranks_per_node > 0) {
+      t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1, shm);
+    } else if (shm) {
+      ShmOptions so;
+      so.rank = r;
+      so.world = world;
+      so.channels = channels;
+      so.timeout = timeout;
+      so.chunk_bytes = 4096;  // many rounds even for small tensors
+      t = std::make_shared<ShmTransport>(store, so);
+    } else {
+      t = std::make_shared<GlooTransport>(store, o);
+    }
+    fn(r, t);
+  });
 }
 
 inline void expectNoErrors(const std::vector<std::string>& errors) {

@@ -28,7 +28,9 @@ namespace aiacc::comm {
 namespace {
 
 using test::expectNoErrors;
+using test::glooOptions;
 using test::runRanks;
+using test::runThreads;
 
 TEST(Gloo, CollectivesMatchClosedForm) {
   const int W = 3;
@@ -75,69 +77,55 @@ TEST(Gloo, CollectivesMatchClosedForm) {
 TEST(Shm, CollectivesMatchGloo) {
   for (int W : {2, 3}) {
     auto store = makeHashStore();
-    std::vector<std::string> errors(W);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < W; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          GlooOptions o;
-          o.rank = r;
-          o.world = W;
-          o.channels = 2;
-          o.timeout = std::chrono::seconds(30);
-          GlooTransport gloo(store, o);
-          ShmOptions so;
-          so.rank = r;
-          so.world = W;
-          so.channels = 2;
-          so.chunk_bytes = 4096;
-          ShmTransport shm(store, so);
-          auto gen = at::detail::createCPUGenerator(200 + r);
-          std::vector<std::shared_ptr<Work>> works;
-          std::vector<at::Tensor> a, b;
-          for (int64_t n : {1, 2, 5, 1000, 10007}) {
-            a.push_back(at::randint(-1000, 1000, {n}, gen, at::kFloat));
-            a.push_back(at::randint(-8, 8, {n}, gen, at::kHalf));
-            a.push_back(at::randint(-100, 100, {n}, gen, at::kLong));
-          }
-          for (size_t i = 0; i < a.size(); ++i) {
-            b.push_back(a[i].clone());
-            works.push_back(shm.allreduce(a[i], ReduceOp::kSum, static_cast<int>(i % 2)));
-            gloo.allreduce(b[i], ReduceOp::kSum, 0)->wait();
-          }
-          for (auto& w : works) w->wait();
-          for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].equal(b[i])) << "tensor " << i;
-          // reduce-scatter: this rank's shard holds the sum.
-          at::Tensor rs = at::arange(0, 10001, at::kFloat) * (r + 1), want = at::arange(0, 10001, at::kFloat) * (W * (W + 1) / 2);
-          shm.reduceScatter(rs, 1)->wait();
-          const Shard sh = shardOf(10001, W, r);
-          ASSERT_TRUE(rs.narrow(0, sh.offset, sh.count).equal(want.narrow(0, sh.offset, sh.count)));
-          // allgather of shards, broadcast, allgather, bitwise or.
-          at::Tensor ag = at::full({3001}, -1.0, at::kDouble);
-          for (int q = 0; q < W; ++q) {
-            if (q == r) ag.narrow(0, shardOf(3001, W, q).offset, shardOf(3001, W, q).count).fill_(q);
-          }
-          shm.allgatherShards(ag, 0)->wait();
-          for (int q = 0; q < W; ++q) {
-            const Shard s = shardOf(3001, W, q);
-            ASSERT_TRUE(ag.narrow(0, s.offset, s.count).eq(q).all().item<bool>()) << "shard " << q;
-          }
-          at::Tensor c = at::full({3000}, static_cast<double>(r), at::kFloat);
-          shm.broadcast(c, W - 1, 1)->wait();
-          ASSERT_TRUE(c.eq(W - 1).all().item<bool>());
-          at::Tensor in = at::full({1500}, static_cast<int64_t>(r), at::kLong), out = at::empty({1500 * W}, at::kLong);
-          shm.allgather(in, out, 0)->wait();
-          ASSERT_TRUE(out.equal(at::arange(0, W, at::kLong).repeat_interleave(1500)));
-          at::Tensor m = at::zeros({W}, at::kByte);
-          m[r] = 1;
-          shm.allreduce(m, ReduceOp::kBitwiseOr, 1)->wait();
-          ASSERT_EQ(m.sum().item<int64_t>(), W);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<std::string> errors = runThreads(W, [&](int r) {
+      GlooTransport gloo(store, glooOptions(r, W, 2));
+      ShmOptions so;
+      so.rank = r;
+      so.world = W;
+      so.channels = 2;
+      so.chunk_bytes = 4096;
+      ShmTransport shm(store, so);
+      auto gen = at::detail::createCPUGenerator(200 + r);
+      std::vector<std::shared_ptr<Work>> works;
+      std::vector<at::Tensor> a, b;
+      for (int64_t n : {1, 2, 5, 1000, 10007}) {
+        a.push_back(at::randint(-1000, 1000, {n}, gen, at::kFloat));
+        a.push_back(at::randint(-8, 8, {n}, gen, at::kHalf));
+        a.push_back(at::randint(-100, 100, {n}, gen, at::kLong));
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        b.push_back(a[i].clone());
+        works.push_back(shm.allreduce(a[i], ReduceOp::kSum, static_cast<int>(i % 2)));
+        gloo.allreduce(b[i], ReduceOp::kSum, 0)->wait();
+      }
+      for (auto& w : works) w->wait();
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].equal(b[i])) << "tensor " << i;
+      // reduce-scatter: this rank's shard holds the sum.
+      at::Tensor rs = at::arange(0, 10001, at::kFloat) * (r + 1), want = at::arange(0, 10001, at::kFloat) * (W * (W + 1) / 2);
+      shm.reduceScatter(rs, 1)->wait();
+      const Shard sh = shardOf(10001, W, r);
+      ASSERT_TRUE(rs.narrow(0, sh.offset, sh.count).equal(want.narrow(0, sh.offset, sh.count)));
+      // allgather of shards, broadcast, allgather, bitwise or.
+      at::Tensor ag = at::full({3001}, -1.0, at::kDouble);
+      for (int q = 0; q < W; ++q) {
+        if (q == r) ag.narrow(0, shardOf(3001, W, q).offset, shardOf(3001, W, q).count).fill_(q);
+      }
+      shm.allgatherShards(ag, 0)->wait();
+      for (int q = 0; q < W; ++q) {
+        const Shard s = shardOf(3001, W, q);
+        ASSERT_TRUE(ag.narrow(0, s.offset, s.count).eq(q).all().item<bool>()) << "shard " << q;
+      }
+      at::Tensor c = at::full({3000}, static_cast<double>(r), at::kFloat);
+      shm.broadcast(c, W - 1, 1)->wait();
+      ASSERT_TRUE(c.eq(W - 1).all().item<bool>());
+      at::Tensor in = at::full({1500}, static_cast<int64_t>(r), at::kLong), out = at::empty({1500 * W}, at::kLong);
+      shm.allgather(in, out, 0)->wait();
+      ASSERT_TRUE(out.equal(at::arange(0, W, at::kLong).repeat_interleave(1500)));
+      at::Tensor m = at::zeros({W}, at::kByte);
+      m[r] = 1;
+      shm.allreduce(m, ReduceOp::kBitwiseOr, 1)->wait();
+      ASSERT_EQ(m.sum().item<int64_t>(), W);
+    });
     expectNoErrors(errors);
   }
 }
@@ -147,55 +135,37 @@ TEST(Shm, CollectivesMatchGloo) {
 TEST(Shm, LatePeerWakesSleepingWaiters) {
   const int W = 3;
   auto store = makeHashStore();
-  std::vector<std::string> errors(W);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ShmOptions so;
-        so.rank = r;
-        so.world = W;
-        so.chunk_bytes = 4096;  // 2500 floats: several rounds, so several barriers per operation
-        so.timeout = std::chrono::seconds(30);
-        ShmTransport shm(store, so);
-        for (int i = 0; i < 5; ++i) {
-          if (r == i % W) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-          at::Tensor t = at::full({2500}, static_cast<float>(r + i), at::kFloat);
-          shm.allreduce(t, ReduceOp::kSum, 0)->wait();
-          const float want = static_cast<float>(W * (W - 1) / 2 + W * i);
-          ASSERT_TRUE(t.eq(want).all().item<bool>()) << "operation " << i;
-        }
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = runThreads(W, [&](int r) {
+    ShmOptions so;
+    so.rank = r;
+    so.world = W;
+    so.chunk_bytes = 4096;  // 2500 floats: several rounds, so several barriers per operation
+    so.timeout = std::chrono::seconds(30);
+    ShmTransport shm(store, so);
+    for (int i = 0; i < 5; ++i) {
+      if (r == i % W) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      at::Tensor t = at::full({2500}, static_cast<float>(r + i), at::kFloat);
+      shm.allreduce(t, ReduceOp::kSum, 0)->wait();
+      const float want = static_cast<float>(W * (W - 1) / 2 + W * i);
+      ASSERT_TRUE(t.eq(want).all().item<bool>()) << "operation " << i;
+    }
+  });
   expectNoErrors(errors);
 }
 
 // A rank that never arrives is named within the timeout, not waited for forever.
 TEST(Shm, MissingPeerIsNamedWithinTheTimeout) {
   auto store = makeHashStore();
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ShmOptions so;
-        so.rank = r;
-        so.world = 2;
-        so.timeout = std::chrono::seconds(1);
-        ShmTransport shm(store, so);
-        if (r == 1) return;  // rank 1 leaves without taking part
-        at::Tensor t = at::ones({100});
-        shm.allreduce(t, ReduceOp::kSum, 0)->wait();
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = runThreads(2, [&](int r) {
+    ShmOptions so;
+    so.rank = r;
+    so.world = 2;
+    so.timeout = std::chrono::seconds(1);
+    ShmTransport shm(store, so);
+    if (r == 1) return;  // rank 1 leaves without taking part
+    at::Tensor t = at::ones({100});
+    shm.allreduce(t, ReduceOp::kSum, 0)->wait();
+  });
   EXPECT_NE(errors[0].find("rank 1 did not reach the barrier"), std::string::npos) << errors[0];
   EXPECT_EQ(errors[1], "");
 }
@@ -267,61 +237,48 @@ class TwoLevel : public ::testing::TestWithParam<Layout> {};
 TEST_P(TwoLevel, MatchesFlatAllreduce) {
   const int N = GetParam().nodes, R = GetParam().per_node, W = N * R;
   auto store = makeHashStore();
-  std::vector<std::string> errors(W);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < W; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooOptions o;
-        o.rank = r;
-        o.world = W;
-        o.channels = 2;
-        o.timeout = std::chrono::seconds(30);
-        o.name = "flat";
-        GlooTransport flat(store, o);
-        o.name = "two-level";
-        auto h = makeGlooHierarchical(store, o, R, /*min_shard_bytes=*/1);
-        ASSERT_EQ(h->rank(), r);
-        ASSERT_EQ(h->size(), W);
-        auto gen = at::detail::createCPUGenerator(100 + r);
-        std::vector<at::Tensor> a, b;
-        std::vector<std::shared_ptr<Work>> works;
-        for (int64_t n : {1, 3, 7, 1000, 10007}) {  // sizes below, at and far above the ranks per node
-          a.push_back(at::randint(-1000, 1000, {n}, gen, at::kFloat));
-          a.push_back(at::randint(-8, 8, {n}, gen, at::kHalf));
-          a.push_back(at::randn({n}, gen, at::kDouble));
-        }
-        for (size_t i = 0; i < a.size(); ++i) {
-          b.push_back(a[i].clone());
-          works.push_back(h->allreduce(a[i], ReduceOp::kSum, static_cast<int>(i % 2)));
-          flat.allreduce(b[i], ReduceOp::kSum, static_cast<int>(i % 2))->wait();
-        }
-        for (auto& w : works) w->wait();
-        for (size_t i = 0; i < a.size(); ++i) {
-          if (a[i].scalar_type() == at::kDouble) {
-            ASSERT_TRUE(at::allclose(a[i], b[i], 1e-12, 1e-12)) << "tensor " << i;
-          } else {
-            ASSERT_TRUE(a[i].equal(b[i])) << "tensor " << i << " (" << a[i].scalar_type() << ", " << a[i].numel() << ")";
-          }
-        }
-        // bitwise or of one-hot masks (two-stage path).
-        at::Tensor m = at::zeros({W}, at::kByte);
-        m[r] = 1;
-        h->allreduce(m, ReduceOp::kBitwiseOr, 1)->wait();
-        ASSERT_EQ(m.sum().item<int64_t>(), W);
-        // broadcast from the last rank; allgather in rank order.
-        at::Tensor c = at::full({9}, static_cast<double>(r), at::kFloat);
-        h->broadcast(c, W - 1, 0)->wait();
-        ASSERT_TRUE(c.equal(at::full({9}, static_cast<double>(W - 1), at::kFloat)));
-        at::Tensor in = at::full({2}, static_cast<int64_t>(r), at::kLong), out = at::empty({2 * W}, at::kLong);
-        h->allgather(in, out, 1)->wait();
-        ASSERT_TRUE(out.equal(at::arange(0, W, at::kLong).repeat_interleave(2)));
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+  const std::vector<std::string> errors = runThreads(W, [&](int r) {
+    GlooOptions o = glooOptions(r, W, 2);
+    o.name = "flat";
+    GlooTransport flat(store, o);
+    o.name = "two-level";
+    auto h = makeGlooHierarchical(store, o, R, /*min_shard_bytes=*/1);
+    ASSERT_EQ(h->rank(), r);
+    ASSERT_EQ(h->size(), W);
+    auto gen = at::detail::createCPUGenerator(100 + r);
+    std::vector<at::Tensor> a, b;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int64_t n : {1, 3, 7, 1000, 10007}) {  // sizes below, at and far above the ranks per node
+      a.push_back(at::randint(-1000, 1000, {n}, gen, at::kFloat));
+      a.push_back(at::randint(-8, 8, {n}, gen, at::kHalf));
+      a.push_back(at::randn({n}, gen, at::kDouble));
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+      b.push_back(a[i].clone());
+      works.push_back(h->allreduce(a[i], ReduceOp::kSum, static_cast<int>(i % 2)));
+      flat.allreduce(b[i], ReduceOp::kSum, static_cast<int>(i % 2))->wait();
+    }
+    for (auto& w : works) w->wait();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].scalar_type() == at::kDouble) {
+        ASSERT_TRUE(at::allclose(a[i], b[i], 1e-12, 1e-12)) << "tensor " << i;
+      } else {
+        ASSERT_TRUE(a[i].equal(b[i])) << "tensor " << i << " (" << a[i].scalar_type() << ", " << a[i].numel() << ")";
       }
-    });
-  }
-  for (auto& t : threads) t.join();
+    }
+    // bitwise or of one-hot masks (two-stage path).
+    at::Tensor m = at::zeros({W}, at::kByte);
+    m[r] = 1;
+    h->allreduce(m, ReduceOp::kBitwiseOr, 1)->wait();
+    ASSERT_EQ(m.sum().item<int64_t>(), W);
+    // broadcast from the last rank; allgather in rank order.
+    at::Tensor c = at::full({9}, static_cast<double>(r), at::kFloat);
+    h->broadcast(c, W - 1, 0)->wait();
+    ASSERT_TRUE(c.equal(at::full({9}, static_cast<double>(W - 1), at::kFloat)));
+    at::Tensor in = at::full({2}, static_cast<int64_t>(r), at::kLong), out = at::empty({2 * W}, at::kLong);
+    h->allgather(in, out, 1)->wait();
+    ASSERT_TRUE(out.equal(at::arange(0, W, at::kLong).repeat_interleave(2)));
+  });
   expectNoErrors(errors);
 }
 
