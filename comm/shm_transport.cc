@@ -84,10 +84,7 @@ class ShmTransport::Channel {
     }
     base_.assign(static_cast<size_t>(world_), nullptr);
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
-    new (header(rank_)) Header{};
-    header(rank_)->seq.store(0, std::memory_order_release);
-    header(rank_)->word.store(0, std::memory_order_release);
-    header(rank_)->waiters.store(0, std::memory_order_release);
+    new (header(rank_)) Header{};  // value-initialized: seq, word and waiters start at 0
     const std::string key = strCat(o.name, "/shm/c", index);
     store.set(strCat(key, "/created/", rank_), {1});
     waitForRanks(store, key + "/created", world_, timeout_);

@@ -232,9 +232,8 @@ std::vector<uint8_t> readFile(const std::string& path) {
     ~FdCloser() { ::close(fd); }
   } closer{fd};
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    throw DecodeError(strCat("cannot read '", path, "': not a regular file"));
-  }
+  if (::fstat(fd, &st) != 0) throw DecodeError(strCat("cannot read '", path, "': ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw DecodeError(strCat("cannot read '", path, "': not a regular file"));
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < bytes.size()) {

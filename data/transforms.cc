@@ -119,19 +119,18 @@ struct PlanarMasks {
 };
 const PlanarMasks kPlanar;
 
-// One row to planar floats: r/g/b[x] = v * scale[c] + shift[c] for the byte v of output column x
-// (source column x, or size-1-x mirrored). Exactly the scalar expression (a multiply, then an
-// add, in float), so the result equals the table path bit for bit.
-__attribute__((target("ssse3"))) void rowToPlanarSsse3(const uint8_t* row, int size, bool flip,
-                                                       const float* scale, const float* shift,
-                                                       float* r, float* g, float* b,
-                                                       const float (*lut)[256]) {
+// The whole 16-pixel blocks of one row to planar floats: r/g/b[x] = v * scale[c] + shift[c] for
+// the byte v of output column x (source column x, or size-1-x mirrored). Exactly the scalar
+// expression (a multiply, then an add, in float), so the result equals the table path bit for
+// bit. Returns the first column it did not write.
+__attribute__((target("ssse3"))) int rowBlocksToPlanarSsse3(const uint8_t* row, int size, bool flip,
+                                                            const float* scale, const float* shift,
+                                                            float* const dst[3]) {
   const int f = flip ? 1 : 0;
   __m128i mask[3][3];
   for (int c = 0; c < 3; ++c)
     for (int l = 0; l < 3; ++l) mask[c][l] = _mm_load_si128(reinterpret_cast<const __m128i*>(kPlanar.m[f][c][l]));
   const __m128i zero = _mm_setzero_si128();
-  float* dst[3] = {r, g, b};
   int x = 0;
   for (; x + 16 <= size; x += 16) {
     const uint8_t* src = row + 3 * (flip ? size - 16 - x : x);
@@ -150,38 +149,42 @@ __attribute__((target("ssse3"))) void rowToPlanarSsse3(const uint8_t* row, int s
       }
     }
   }
-  for (; x < size; ++x) {
-    const uint8_t* p = row + 3 * (flip ? size - 1 - x : x);
-    r[x] = lut[0][p[0]];
-    g[x] = lut[1][p[1]];
-    b[x] = lut[2][p[2]];
-  }
+  return x;
 }
 const bool kHaveSsse3 = __builtin_cpu_supports("ssse3");
 }  // namespace
 #endif
 
+namespace {
+// Per channel: scale and shift of the normalization, and the float for each byte value computed
+// with that same expression (v * scale + shift), so table and arithmetic agree bit for bit.
+struct NormalizeTables {
+  float scale[3], shift[3], lut[3][256];
+  NormalizeTables() {
+    for (int c = 0; c < 3; ++c) {
+      scale[c] = 1.0f / (255.0f * kStd[c]);
+      shift[c] = -kMean[c] / kStd[c];
+      for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<float>(v) * scale[c] + shift[c];
+    }
+  }
+};
+const NormalizeTables kNorm;
+}  // namespace
+
 void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, float* out) {
   cv::Mat resized;
   resizeFlip(crop, size, /*flip=*/false, resized);  // mirrored below, for free
-  // One table per channel: the float for each byte value, computed with the same expression
-  // (v * scale + shift) a per-pixel loop would use, so the result is bit for bit the same.
   // Three table reads per pixel beat the arithmetic on the interleaved bytes (the compiler
   // cannot vectorize stride-3 loads), and reading the row backwards mirrors it at no cost.
-  // Planar output (NCHW, the CPU default) goes through byte shuffles instead where the CPU has
-  // them (SSSE3): 16 pixels at a time, the same arithmetic.
-  float lut[3][256], scale[3], shift[3];
-  for (int c = 0; c < 3; ++c) {
-    scale[c] = 1.0f / (255.0f * kStd[c]);
-    shift[c] = -kMean[c] / kStd[c];
-    for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<float>(v) * scale[c] + shift[c];
-  }
+  // Planar output (NCHW, the CPU default) goes through byte shuffles where the CPU has them
+  // (SSSE3): 16 pixels at a time, the same arithmetic; the table finishes the row.
+  const auto& lut = kNorm.lut;
   const size_t plane = static_cast<size_t>(size) * size;
+  // Source pixel of output column x: x, or size-1-x when mirrored.
+  const int first = flip ? size - 1 : 0;
+  const int step = flip ? -1 : 1;
   for (int y = 0; y < size; ++y) {
     const uint8_t* row = resized.ptr<uint8_t>(y);
-    // Source pixel of output column x: x, or size-1-x when mirrored.
-    const int first = flip ? size - 1 : 0;
-    const int step = flip ? -1 : 1;
     if (layout == Layout::kNHWC) {
       float* o = out + static_cast<size_t>(y) * size * 3;
       for (int x = 0; x < size; ++x) {
@@ -191,20 +194,17 @@ void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, f
         o[3 * x + 2] = lut[2][p[2]];
       }
     } else {
-      float* r = out + static_cast<size_t>(y) * size;
-      float* g = r + plane;
-      float* b = g + plane;
+      float* const r = out + static_cast<size_t>(y) * size;
+      float* const dst[3] = {r, r + plane, r + 2 * plane};
+      int x = 0;
 #ifdef AIACC_PLANAR_SIMD
-      if (kHaveSsse3) {
-        rowToPlanarSsse3(row, size, flip, scale, shift, r, g, b, lut);
-        continue;
-      }
+      if (kHaveSsse3) x = rowBlocksToPlanarSsse3(row, size, flip, kNorm.scale, kNorm.shift, dst);
 #endif
-      for (int x = 0; x < size; ++x) {
+      for (; x < size; ++x) {
         const uint8_t* p = row + 3 * (first + step * x);
-        r[x] = lut[0][p[0]];
-        g[x] = lut[1][p[1]];
-        b[x] = lut[2][p[2]];
+        dst[0][x] = lut[0][p[0]];
+        dst[1][x] = lut[1][p[1]];
+        dst[2][x] = lut[2][p[2]];
       }
     }
   }
