@@ -72,7 +72,7 @@ int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
   crop.scale_min = FLAGS_min_scale;
   std::vector<float> out(static_cast<size_t>(3) * S * S);
   double read_us = 0, floor_us = 0, decode_us = 0, resize_us = 0;
-  int64_t images = 0, crop_pixels = 0;
+  int64_t images = 0, crop_pixels = 0, skipped = 0;
   int64_t scales[9] = {0};
   const auto us = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::micro>(b - a).count();
@@ -108,11 +108,16 @@ int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
         ++scales[dc.scale_num];
         ++images;
       } catch (const data::DecodeError&) {
+        ++skipped;  // not a baseline JPEG libjpeg-turbo reads (or unreadable): counted below
       }
     }
   }
   AIACC_CHECK_INPUT(images > 0, "aiacc_bench data --breakdown: no baseline JPEG in ", FLAGS_data);
   const double k = 1.0 / static_cast<double>(images);
+  if (skipped > 0) {
+    std::printf("aiacc data --breakdown: skipped %lld file reads that are not JPEGs libjpeg-turbo "
+                "decodes (or could not be read)\n", static_cast<long long>(skipped));
+  }
   std::printf("aiacc data --breakdown: %lld images at %d px, 1 thread, us per image:\n"
               "  read file                         %7.1f\n"
               "  Huffman down to the crop's bottom %7.1f   (the floor inside the decode; not added below)\n"
