@@ -60,6 +60,10 @@ DEFINE_double(target_top5, 0, "stop when val top-5 reaches this percent (DAWNBen
 DEFINE_int64(eval_every, 0, "evaluate every N steps; 0: at the end of each epoch");
 DEFINE_int32(threads, 0, "intra-op compute threads; 0: cores divided by local processes");
 DEFINE_double(progress_seconds, 2.0, "seconds between progress lines");
+DEFINE_bool(keep_freed_memory, true, "keep freed memory in the process heap (glibc: blocks up to "
+            "32 MiB from the heap, no trimming) so each step's tensors reuse it instead of new "
+            "page-faulting mmaps: ~10% faster CPU steps for a little more resident memory; "
+            "--nokeep-freed-memory: the C library's defaults");
 // ---- Distribution -------------------------------------------------------------------------
 DEFINE_int32(nproc, 1, "CPU worker processes on this node (one per GPU with --gpus)");
 DEFINE_int32(gpus, 0, "GPUs on this node: one worker process per GPU (needs a CUDA build)");
@@ -115,6 +119,7 @@ DEFINE_int32(sample_max_side, 112, "largest image side of the generated sample")
 namespace aiacc::app {
 
 std::string makeSampleFlag() { return FLAGS_make_sample; }
+bool keepFreedMemoryFlag() { return FLAGS_keep_freed_memory; }
 
 DistSpec distSpecFromFlags() {
   DistSpec d;

@@ -45,6 +45,8 @@ DistSpec distSpecFromFlags();
 
 // --make-sample DIR (empty when not given) and the generated dataset's shape.
 std::string makeSampleFlag();
+// --keep-freed-memory (default on): main() calls keepFreedMemoryInHeap() before threads start.
+bool keepFreedMemoryFlag();
 data::SampleSpec sampleSpecFromFlags();
 
 }  // namespace aiacc::app

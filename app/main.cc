@@ -11,6 +11,7 @@
 
 #include "app/cli.h"
 #include "app/flags.h"
+#include "app/heap.h"
 #include "app/launcher.h"
 #include "app/report.h"
 #include "app/trainer.h"
@@ -94,6 +95,9 @@ int main(int argc, char** argv) {
   if (rest.size() > 1) {
     std::cerr << "aiacc_train: unexpected argument '" << rest[1] << "' (flags start with --; see --help)\n";
     return 2;
+  }
+  if (aiacc::app::keepFreedMemoryFlag() && !aiacc::keepFreedMemoryInHeap()) {
+    LOG(WARNING) << "--keep-freed-memory: not supported by this C library; using its defaults";
   }
   try {
     if (!aiacc::app::makeSampleFlag().empty()) {

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
+#include <cstring>
 #include <iostream>
 #include <map>
 
@@ -159,6 +160,7 @@ void DataParallel::broadcastState(bool parameters, bool buffers) {
 void DataParallel::buildBuckets(const BucketPlan& plan) {
   buffers_.clear();
   wire_.clear();
+  bucket_numel_.clear();
   bucket_of_.assign(params_.size(), 0);
   offset_of_.assign(params_.size(), 0);
   pending_.assign(plan.buckets.size(), 0);
@@ -180,12 +182,17 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
       flags_at_ = numel;
       numel += static_cast<int64_t>(params_.size());
     }
-    buffers_.push_back(at::zeros({numel}, params_[plan.buckets[b].front()].options()));
+    const at::TensorOptions options = params_[plan.buckets[b].front()].options();
     if (opt_.transfer != TransferDtype::kFloat32) {
-      AIACC_CHECK(buffers_.back().scalar_type() == at::kFloat, "fp16/bf16 transfer needs fp32 parameters");
-      wire_.push_back(at::empty({numel}, buffers_.back().options().dtype(
-                                             opt_.transfer == TransferDtype::kFloat16 ? at::kHalf : at::kBFloat16)));
+      AIACC_CHECK(options.dtype() == at::kFloat, "fp16/bf16 transfer needs fp32 parameters");
+      wire_.push_back(at::empty({numel}, options.dtype(opt_.transfer == TransferDtype::kFloat16 ? at::kHalf
+                                                                                                : at::kBFloat16)));
     }
+    // CPU fp16/bf16 transfer converts each gradient straight into the wire buffer and back into
+    // .grad: no fp32 bucket (two fewer passes over the gradients, and its memory saved).
+    direct_ = opt_.transfer != TransferDtype::kFloat32 && options.device().is_cpu();
+    bucket_numel_.push_back(numel);
+    buffers_.push_back(direct_ ? at::Tensor() : at::zeros({numel}, options));
     pending_[b] = static_cast<int>(plan.buckets[b].size());
   }
   next_launch_ = 0;
@@ -228,6 +235,10 @@ void DataParallel::onGradReady(size_t i) {
 // Copies the bucket's gradients in (zeros where a parameter has none), averages, launches.
 void DataParallel::launch(size_t b) {
   at::NoGradGuard no_grad;
+  if (direct_) {
+    launchDirect(b);
+    return;
+  }
   at::Tensor& buf = buffers_[b];
   for (size_t i : plan_.buckets[b]) {
     at::Tensor slot = buf.narrow(0, offset_of_[i], params_[i].numel());
@@ -239,9 +250,7 @@ void DataParallel::launch(size_t b) {
       slot.zero_();
     }
   }
-  if (opt_.timeline) {  // when each bucket's gradients were complete: the scaling model's input
-    opt_.timeline->instant("bucket ready", 0, strCat("{\"bucket\": ", b, ", \"bytes\": ", buf.nbytes(), "}"));
-  }
+  noteBucketReady(b);
   at::Tensor wire = buf;
   if (opt_.transfer != TransferDtype::kFloat32) {
     wire = wire_[b];
@@ -258,6 +267,45 @@ void DataParallel::launch(size_t b) {
   } else {
     buf.div_(world_.world);
   }
+  send(b, wire);
+}
+
+// The bucket's gradients, times scale / world size, converted one parameter at a time straight
+// into the bucket's fp16/bf16 wire buffer (zeros where a parameter has none); then launched.
+void DataParallel::launchDirect(size_t b) {
+  at::Tensor& wire = wire_[b];
+  auto* bits = static_cast<uint16_t*>(wire.data_ptr());
+  const auto s = static_cast<float>(scale_ / world_.world);
+  for (size_t i : plan_.buckets[b]) {
+    const at::Tensor& g = params_[i].grad();
+    had_grad_[i] = g.defined();
+    uint16_t* slot = bits + offset_of_[i];
+    const auto n = static_cast<size_t>(params_[i].numel());
+    if (!g.defined()) {
+      std::memset(slot, 0, n * sizeof(uint16_t));  // +0.0 in fp16 and bf16
+      continue;
+    }
+    const at::Tensor c = g.is_contiguous() ? g : g.contiguous();  // e.g. a channels-last weight
+    if (opt_.transfer == TransferDtype::kFloat16) {
+      floatToHalf(c.data_ptr<float>(), slot, n, s);
+    } else {
+      floatToBf16(c.data_ptr<float>(), slot, n, s);
+    }
+  }
+  noteBucketReady(b);
+  send(b, wire);
+}
+
+void DataParallel::noteBucketReady(size_t b) {
+  if (opt_.timeline) {  // when each bucket's gradients were complete: the scaling model's input
+    const int64_t bytes = bucket_numel_[b] * static_cast<int64_t>(params_[plan_.buckets[b].front()].element_size());
+    opt_.timeline->instant("bucket ready", 0, strCat("{\"bucket\": ", b, ", \"bytes\": ", bytes, "}"));
+  }
+}
+
+// Adds the gradient flags to the last bucket, then launches its allreduce on one channel, or
+// split across the channels in proportion to their weights.
+void DataParallel::send(size_t b, const at::Tensor& wire) {
   if (flags_at_ >= 0 && b + 1 == buffers_.size()) {  // this rank's gradient flags, as 1 or 0
     const at::Tensor flags = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte);
     wire.narrow(0, flags_at_, flags.numel()).copy_(flags);
@@ -333,7 +381,7 @@ bool DataParallel::finishBackward() {
   const double exposed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   exposed_s_ += exposed;
   works_.clear();
-  if (opt_.transfer != TransferDtype::kFloat32 && !unscale()) {
+  if (opt_.transfer != TransferDtype::kFloat32 && !direct_ && !afterUnscale(unscale())) {
     last_finish_ = std::chrono::steady_clock::now();
     return false;
   }
@@ -347,14 +395,23 @@ bool DataParallel::finishBackward() {
     transport_->allreduce(anywhere, ReduceOp::kBitwiseOr, opt_.channel)->wait();
   }
   at::NoGradGuard no_grad;
+  bool finite = true;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (anywhere.defined() && anywhere.data_ptr<uint8_t>()[i] == 0) continue;
+    if (direct_) {
+      finite &= unscaleInto(i);
+      continue;
+    }
     at::Tensor avg = buffers_[bucket_of_[i]].narrow(0, offset_of_[i], params_[i].numel()).view_as(params_[i]);
     if (params_[i].grad().defined()) {
       params_[i].mutable_grad().copy_(avg);
     } else {
       params_[i].mutable_grad() = avg.clone();
     }
+  }
+  if (direct_ && !afterUnscale(finite)) {
+    last_finish_ = std::chrono::steady_clock::now();
+    return false;
   }
   rebalanceChannels();
   const bool rebuild = steps_ == 0 && opt_.rebuild_after_first_step;
@@ -433,8 +490,9 @@ void DataParallel::rebuildFromArrivalOrder() {
   arrival_.clear();
 }
 
-// fp16/bf16 transfer: back to fp32 and unscaled. Every rank holds the same reduced values, so every
-// rank reaches the same verdict on overflow without exchanging a word.
+// fp16/bf16 transfer: the buckets back to fp32 and unscaled (GPU; CPU goes straight into .grad
+// through unscaleInto). Every rank holds the same reduced values, so every rank reaches the same
+// verdict on overflow without exchanging a word. Returns false when any value is inf or nan.
 bool DataParallel::unscale() {
   bool finite = true;
   for (size_t b = 0; b < buffers_.size(); ++b) {
@@ -449,6 +507,27 @@ bool DataParallel::unscale() {
     finite &= opt_.transfer == TransferDtype::kFloat16 ? halfToFloat(bits, buffers_[b].data_ptr<float>(), n, s)
                                                        : bf16ToFloat(bits, buffers_[b].data_ptr<float>(), n, s);
   }
+  return finite;
+}
+
+// Parameter i's reduced gradient, from the wire buffer into its .grad, unscaled (allocated when
+// this rank had none). Returns false when any value is inf or nan.
+bool DataParallel::unscaleInto(size_t i) {
+  const auto* src = static_cast<const uint16_t*>(wire_[bucket_of_[i]].data_ptr()) + offset_of_[i];
+  const auto n = static_cast<size_t>(params_[i].numel());
+  const auto s = static_cast<float>(1.0 / scale_);
+  at::Tensor& g = params_[i].mutable_grad();
+  if (!g.defined()) g = at::empty(params_[i].sizes(), params_[i].options());
+  at::Tensor out = g.is_contiguous() ? g : at::empty(g.sizes(), g.options());
+  const bool finite = opt_.transfer == TransferDtype::kFloat16 ? halfToFloat(src, out.data_ptr<float>(), n, s)
+                                                               : bf16ToFloat(src, out.data_ptr<float>(), n, s);
+  if (!out.is_same(g)) g.copy_(out);
+  return finite;
+}
+
+// After a reduce in fp16/bf16: on overflow the step is skipped everywhere and the fp16 scale
+// halves; after scale_growth_steps clean steps it doubles. Returns `finite`.
+bool DataParallel::afterUnscale(bool finite) {
   if (!finite) {
     if (opt_.transfer == TransferDtype::kFloat16) scale_ /= 2;
     clean_steps_ = 0;

@@ -75,6 +75,9 @@ struct DataParallelOptions {
   // to fp16, reduced (pairwise sums in fp32, F16C), cast back and unscaled. A non-finite value
   // after the reduce is seen identically by every rank: all skip the step (finishBackward returns
   // false) and halve the scale; after scale_growth_steps clean steps the scale doubles.
+  // On CPU each gradient is converted straight into the fp16 wire buffer and the result straight
+  // back into .grad (no fp32 bucket); so after a skipped step .grad holds the overflowed values,
+  // which the optimizer must not apply (it never sees them: finishBackward returned false).
   // Gradients stay fp32 in the model. Under GPU mixed precision the loss scaler unscales the
   // gradients before they reach DataParallel, so the two scales never compound.
   // bf16 transfer: the same path without a gradient scale (bf16 has fp32's range; what it lacks
@@ -134,6 +137,11 @@ class DataParallel : public GradientSync {
   at::Tensor centralReadiness();
   void rebalanceChannels();
   bool unscale();
+  bool unscaleInto(size_t i);
+  bool afterUnscale(bool finite);
+  void launchDirect(size_t b);
+  void noteBucketReady(size_t b);
+  void send(size_t b, const at::Tensor& wire);
   void resetStep();
   void tune(double exposed_this_step);
   void apply(const TuneConfig& c);
@@ -153,8 +161,10 @@ class DataParallel : public GradientSync {
   std::vector<uintptr_t> hook_keys_;
 
   BucketPlan plan_;
-  std::vector<at::Tensor> buffers_;          // one flat buffer per bucket
-  std::vector<at::Tensor> wire_;             // fp16 transfer: the bucket's fp16 copy
+  std::vector<at::Tensor> buffers_;          // one flat fp32 buffer per bucket (undefined when direct_)
+  std::vector<at::Tensor> wire_;             // fp16/bf16 transfer: the bucket's fp16/bf16 copy
+  std::vector<int64_t> bucket_numel_;        // per bucket: elements (gradients, then any flags)
+  bool direct_ = false;                      // CPU fp16/bf16: gradients convert straight to/from wire_
   std::vector<size_t> bucket_of_;            // param -> bucket
   std::vector<int64_t> offset_of_;           // param -> offset in its bucket buffer
   int64_t flags_at_ = -1;                    // detect_unused: offset of the flags in the last bucket

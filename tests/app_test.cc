@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <filesystem>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "app/amp.h"
 #include "app/checkpoint.h"
@@ -13,6 +16,7 @@
 #include "common/error.h"
 #include "app/config.h"
 #include "app/flags.h"
+#include "app/heap.h"
 #include "app/report.h"
 #include "models/resnet.h"
 #include "tests/test_util.h"
@@ -162,6 +166,24 @@ TEST(Schedule, ResizeScheduleAndStages) {
   EXPECT_THROW(parseResizeSchedule("5:128", 1, 0.1), InputError);        // must start at 0
   EXPECT_THROW(parseResizeSchedule("0:128,0:64", 1, 0.1), InputError);   // must increase
   EXPECT_THROW(parseResizeSchedule("0-128", 1, 0.1), InputError);
+}
+
+// --keep-freed-memory: after the heap settings, a 16 MiB block comes from the heap (not a fresh
+// mmap), and freeing it does not hand the memory back: the next step's tensors reuse it.
+TEST(Heap, FreedBlocksStayInTheHeap) {
+#if defined(__GLIBC__)
+  ASSERT_TRUE(aiacc::keepFreedMemoryInHeap());
+  const size_t mmapped_before = mallinfo2().hblkhd;
+  void* p = std::malloc(16 << 20);
+  ASSERT_NE(p, nullptr);
+  static_cast<volatile char*>(p)[0] = 1;
+  EXPECT_EQ(mallinfo2().hblkhd, mmapped_before) << "a 16 MiB block was mmapped";
+  const size_t heap_before_free = mallinfo2().arena;
+  std::free(p);
+  EXPECT_EQ(mallinfo2().arena, heap_before_free) << "the heap was trimmed after the free";
+#else
+  GTEST_SKIP() << "not glibc: keepFreedMemoryInHeap() is a no-op";
+#endif
 }
 
 TEST(Flags, HyphensBecomeUnderscores) {

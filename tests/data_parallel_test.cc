@@ -97,7 +97,8 @@ at::Tensor targets(int n, uint64_t seed) {
 // weights: DataParallel must broadcast them. Returns each rank's gradients (undefined where a
 // parameter has none).
 std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b, const DataParallelOptions& o,
-                                                   int ranks_per_node = 0, bool shm = false) {
+                                                   int ranks_per_node = 0, bool shm = false,
+                                                   bool channels_last = false) {
   const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
   torch::manual_seed(7);
   ref = Net();
@@ -107,8 +108,16 @@ std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b, const
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
     Net net;  // arbitrary init on ranks > 0
     if (r == 0) restore(*net, init);
+    at::Tensor xr = x.narrow(0, r * b, b);
+    if (channels_last) {  // conv weights and input channels-last: the weights' gradients come out so too
+      at::NoGradGuard no_grad;
+      for (auto* conv : {&net->c1, &net->c2}) {
+        (*conv)->weight.set_data((*conv)->weight.data().contiguous(at::MemoryFormat::ChannelsLast));
+      }
+      xr = xr.contiguous(at::MemoryFormat::ChannelsLast);
+    }
     DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
-    torch::nn::functional::cross_entropy(net->forward(x.narrow(0, r * b, b)), y.narrow(0, r * b, b)).backward();
+    torch::nn::functional::cross_entropy(net->forward(xr), y.narrow(0, r * b, b)).backward();
     ASSERT_TRUE(dp.finishBackward());
     for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
   }, 1, std::chrono::seconds(30), ranks_per_node, shm));
@@ -402,6 +411,25 @@ TEST_P(ReducedPrecision, TransferIsCloseToFp32) {
     const double bound = GetParam().bound * want.abs().max().item<double>() + 1e-6;
     EXPECT_LE((grads[0][i] - want).abs().max().item<double>(), bound) << "param " << i;
     EXPECT_TRUE(grads[0][i].equal(grads[W - 1][i])) << "identical on every rank";
+  }
+}
+
+// Channels-last gradients (not contiguous) take the same fp16 path: converted to the wire and
+// back into .grad in their own memory format, equal to what contiguous gradients give.
+TEST(DataParallel, Fp16TransferOfChannelsLastGradients) {
+  const int W = 2, b = 3;
+  DataParallelOptions o;
+  o.transfer = TransferDtype::kFloat16;
+  Net ref{nullptr};
+  const auto plain = rankGradients(ref, W, b, o);
+  const auto last = rankGradients(ref, W, b, o, 0, false, /*channels_last=*/true);
+  ASSERT_FALSE(last[0][0].is_contiguous()) << "c1.weight's gradient should be channels-last";
+  ASSERT_TRUE(last[0][0].is_contiguous(at::MemoryFormat::ChannelsLast));
+  for (size_t i = 0; i + 2 < plain[0].size(); ++i) {
+    // Same values up to the summation order of two convolution kernels, then one fp16 rounding.
+    const double bound = 2e-3 * plain[0][i].abs().max().item<double>() + 1e-6;
+    EXPECT_LE((last[0][i] - plain[0][i]).abs().max().item<double>(), bound) << "param " << i;
+    EXPECT_TRUE(last[0][i].equal(last[W - 1][i])) << "identical on every rank";
   }
 }
 
