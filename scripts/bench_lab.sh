@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench_lab.sh: aiacc against PyTorch DDP on the emulated cluster (scripts/netlab.sh), measured
 # in one run. For each layout (nodes x ranks per node), link rate and model it runs:
-#   aiacc with everything on (fp16 transfer, two-level, streams, overlap, autotune), then with
-#   each optimization off in turn; PyTorch DDP fp32; PyTorch DDP with its fp16 compression hook;
+#   aiacc with everything on (fp16 transfer, two-level, streams, overlap, autotune, heap
+#   settings), then with each optimization off in turn; PyTorch DDP fp32; PyTorch DDP with its
+#   fp16 compression hook; PyTorch DDP fp32 given aiacc's heap settings (ablation only);
 # and one rank of each alone (no network) for scaling efficiency. Same model, batch, resolution,
 # synthetic data and threads per rank everywhere. Prints a table of images/s with ratios to both
 # DDP modes and ends with one headline line.
@@ -101,17 +102,21 @@ aiacc() {
 }
 
 # ddp NODES PER ARCH BATCH SIZE THREADS [fp16]: PyTorch DDP (gloo) images/s, same launch shape.
+# DDP_ENV: extra environment for the peer (the ablation's "DDP with aiacc's heap settings" row).
+DDP_ENV=""
+# glibc's environment spelling of what aiacc_train's --keep-freed-memory sets with mallopt.
+HEAP_ENV="MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=67108864"
 ddp() {
   local nodes=$1 per=$2 arch=$3 batch=$4 size=$5 threads=$6 PORT; shift 6
   PORT=$(next_port)
   if [ "$nodes" -eq 0 ]; then
-    RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT GLOO_SOCKET_IFNAME=lo \
+    env $DDP_ENV RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$PORT GLOO_SOCKET_IFNAME=lo \
       $PY scripts/ddp_peer.py "$arch" "$batch" "$size" "$STEPS" "$threads" "$@" > "$tmp/ddp0" 2>&1
   else
     local pids=() i l
     for i in $(seq 0 $((nodes - 1))); do
       for l in $(seq 0 $((per - 1))); do
-        $LAB run "$i" -- env RANK=$((i * per + l)) WORLD_SIZE=$((nodes * per)) MASTER_ADDR="$($LAB addr 0)" \
+        $LAB run "$i" -- env $DDP_ENV RANK=$((i * per + l)) WORLD_SIZE=$((nodes * per)) MASTER_ADDR="$($LAB addr 0)" \
           MASTER_PORT=$PORT GLOO_SOCKET_IFNAME=eth0 \
           $PY scripts/ddp_peer.py "$arch" "$batch" "$size" "$STEPS" "$threads" "$@" > "$tmp/ddp$((i * per + l))" 2>&1 &
         pids+=($!)
@@ -124,7 +129,7 @@ ddp() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
 eff() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / (n * b); else print "-" }'; }
-row() { printf "%-44s %10s %12s %12s\n" "$1" "$2" "$3" "$4"; }
+row() { printf "%-50s %10s %12s %12s\n" "$1" "$2" "$3" "$4"; }
 
 CORES=$(nproc)
 HEADLINE=""
@@ -149,8 +154,17 @@ for layout in $LAYOUTS; do
       row "PyTorch DDP fp32" "$dF" "1.00x" "$(ratio "$dF" "$dH")"; rto_note dF
       row "PyTorch DDP fp16 compression hook" "$dH" "$(ratio "$dH" "$dF")" "1.00x"; rto_note dH
       row "aiacc, all on + autotune" "$aA" "$(ratio "$aA" "$dF")" "$(ratio "$aA" "$dH")"; rto_note aA
+      if [ "$ABLATION" = 1 ]; then
+        # The heap setting is not communication: DDP given the same one shows how much of the
+        # lead is aiacc's allocator use rather than its gradient exchange.
+        DDP_ENV=$HEAP_ENV
+        dK=$(counted dK "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads")
+        DDP_ENV=""
+        row "PyTorch DDP fp32, aiacc's heap settings" "$dK" "$(ratio "$dK" "$dF")" "$(ratio "$dK" "$dH")"; rto_note dK
+      fi
       for off in "fp16 transfer off:--allreduce-dtype fp32" "two-level off:--allreduce-dtype fp16 --hierarchical off" \
                  "multi-stream off:--allreduce-dtype fp16 --streams 1" "autotune off:--allreduce-dtype fp16 --noautotune" \
+                 "heap settings off (--nokeep-freed-memory):--allreduce-dtype fp16 --nokeep-freed-memory" \
                  "overlap off (central):--allreduce-dtype fp16 --negotiation central"; do
         [ "$ABLATION" = 1 ] || break
         name=${off%%:*}; flags=${off#*:}

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "app/config.h"
 #include "app/flags.h"
+#include "app/fused_sgd.h"
 #include "app/heap.h"
 #include "app/report.h"
 #include "models/resnet.h"
@@ -184,6 +185,70 @@ TEST(Heap, FreedBlocksStayInTheHeap) {
 #else
   GTEST_SKIP() << "not glibc: keepFreedMemoryInHeap() is a no-op";
 #endif
+}
+
+// FusedSgd takes the fused path on CPU fp32 and matches torch::optim::SGD step for step: two
+// groups (with and without weight decay), a parameter without gradient, momentum with and
+// without Nesterov, dampening, and a learning-rate change between steps.
+TEST(FusedSgd, MatchesLibTorchSgd) {
+  struct Case {
+    double momentum, dampening;
+    bool nesterov;
+  };
+  for (const Case c : {Case{0.9, 0, true}, Case{0.9, 0, false}, Case{0.8, 0.3, false}, Case{0, 0, false}}) {
+    auto gen = at::detail::createCPUGenerator(11);
+    std::vector<at::Tensor> init = {at::randn({37, 5}, gen), at::randn({13}, gen), at::randn({3, 3, 3, 3}, gen),
+                                    at::randn({8}, gen)};
+    auto make = [&] {
+      std::vector<at::Tensor> ps;
+      for (const auto& t : init) ps.push_back(t.clone().requires_grad_(true));
+      return ps;
+    };
+    std::vector<at::Tensor> a = make(), b = make();
+    auto groups = [&](std::vector<at::Tensor>& ps) {
+      auto opts = [&](double wd) {
+        return std::make_unique<torch::optim::SGDOptions>(
+            torch::optim::SGDOptions(0.1).momentum(c.momentum).dampening(c.dampening).nesterov(c.nesterov).weight_decay(wd));
+      };
+      std::vector<torch::optim::OptimizerParamGroup> g;
+      g.emplace_back(std::vector<at::Tensor>{ps[0], ps[2]}, opts(1e-3));
+      g.emplace_back(std::vector<at::Tensor>{ps[1], ps[3]}, opts(0));
+      return g;
+    };
+    torch::optim::SGD ref(groups(a), torch::optim::SGDOptions(0.1));
+    aiacc::app::FusedSgd fused(groups(b), torch::optim::SGDOptions(0.1));
+    for (int step = 0; step < 6; ++step) {
+      for (size_t i = 0; i < a.size(); ++i) {
+        const at::Tensor g = at::randn(init[i].sizes(), gen);
+        const bool none = i == 3 && step % 2 == 1;  // sometimes no gradient at all
+        a[i].mutable_grad() = none ? at::Tensor() : g.clone();
+        b[i].mutable_grad() = none ? at::Tensor() : g.clone();
+      }
+      if (step == 3) {
+        for (auto* o : {static_cast<torch::optim::Optimizer*>(&ref), static_cast<torch::optim::Optimizer*>(&fused)}) {
+          for (auto& pg : o->param_groups()) static_cast<torch::optim::SGDOptions&>(pg.options()).lr(0.03);
+        }
+      }
+      ref.step();
+      fused.step();
+      for (size_t i = 0; i < a.size(); ++i) {
+        const double diff = (a[i] - b[i]).abs().max().item<double>();
+        EXPECT_LE(diff, 1e-6 * (1 + a[i].abs().max().item<double>()))
+            << "param " << i << " step " << step << " momentum " << c.momentum << " nesterov " << c.nesterov;
+      }
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      EXPECT_EQ(fused.fusedSteps(), 6) << "the fused path was not taken";
+    }
+  }
+  // Not contiguous (a transposed view as parameter): the whole step goes to SGD::step.
+  at::Tensor t = at::randn({4, 6}).t().requires_grad_(true);
+  t.mutable_grad() = at::ones({4, 6}).t();
+  aiacc::app::FusedSgd plain(std::vector<at::Tensor>{t}, torch::optim::SGDOptions(0.5));
+  const at::Tensor before = t.detach().clone();
+  plain.step();
+  EXPECT_EQ(plain.fusedSteps(), 0);
+  EXPECT_TRUE(t.detach().allclose(before - 0.5));
 }
 
 TEST(Flags, HyphensBecomeUnderscores) {
