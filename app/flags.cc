@@ -79,9 +79,10 @@ DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (sc
 DEFINE_string(streams, "auto", "parallel communication channels (Gloo contexts), 1..16, or auto "
               "(the tuner tries 1, 2, 4; without --autotune: 2); a large bucket is split across them "
               "in proportion to each channel's measured speed");
-DEFINE_bool(autotune, true, "during the first ~20 steps try fusion sizes (and channel counts with "
+DEFINE_bool(autotune, true, "during the first 20-40 steps try fusion sizes (and channel counts with "
             "--streams auto, two-level reduction with --hierarchical auto between nodes), a few steps "
-            "each, from step times averaged over ranks; freeze and log the fastest");
+            "each, from step times averaged over ranks; re-time each change against the incumbent "
+            "before taking it; freeze and log the fastest");
 DEFINE_string(hierarchical, "auto", "two-level reduction: on | off | auto (on when there are "
               "several nodes with several ranks each): reduce-scatter inside the node, allreduce of "
               "each rank's shard between nodes, allgather inside the node");

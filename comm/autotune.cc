@@ -30,7 +30,22 @@ double Autotuner::exposed(const TuneConfig& c) const {
 }
 
 bool Autotuner::better(const TuneConfig& c, const TuneConfig& ref) const {
-  const double sc = score(c), sr = score(ref);
+  return decide(score(c), score(ref), c, ref);
+}
+
+// The confirmation: medians of every counted step of each (both have run two trials by then).
+bool Autotuner::confirmed(const TuneConfig& c, const TuneConfig& ref) const {
+  auto median = [&](const TuneConfig& x) {
+    std::vector<double> v = trials_.at(x).steps;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  return decide(median(c), median(ref), c, ref);
+}
+
+// c beats ref at step times sc, sr: faster by more than noise, or within noise with clearly
+// less communication exposed.
+bool Autotuner::decide(double sc, double sr, const TuneConfig& c, const TuneConfig& ref) const {
   if (sc < sr * (1 - space_.min_gain)) return true;
   if (sc > sr * (1 + space_.min_gain)) return false;
   const double ec = exposed(c), er = exposed(ref);
@@ -82,6 +97,7 @@ bool Autotuner::record(double step_s, double exposed_s) {
     Trial& t = trials_[current_];
     t.min_s = t.counted == 0 ? step_s : std::min(t.min_s, step_s);
     t.min_exposed = t.counted == 0 ? exposed_s : std::min(t.min_exposed, exposed_s);
+    t.steps.push_back(step_s);
     ++t.counted;
   }
   if (in_trial_ < space_.steps_per_trial) return false;
@@ -92,11 +108,33 @@ bool Autotuner::record(double step_s, double exposed_s) {
     in_trial_ = 0;
     return current_ != before;
   }
+  if (confirming_) {  // both re-timed: the change stands only if it still wins
+    confirming_ = false;
+    ++confirmations_;
+    if (confirmed(challenger_, best_)) {
+      best_ = challenger_;
+    } else {
+      ++overturned_;
+    }
+    nextDimension();
+    return current_ != before;
+  }
   // Dimension done: a candidate wins if it beats the best so far by more than noise (or leaves
   // clearly less communication exposed at a step time within noise).
+  TuneConfig winner = best_;
   for (const auto& [c, t] : trials_) {
-    if (t.counted > 0 && c != best_ && better(c, best_)) best_ = c;
+    if (t.counted > 0 && c != winner && better(c, winner)) winner = c;
   }
+  if (winner != best_ && space_.confirm) {
+    // Re-time both, the winner first: the best ran first in the dimension's own trials.
+    confirming_ = true;
+    challenger_ = winner;
+    queue_ = {winner, best_};
+    current_ = winner;
+    in_trial_ = 0;
+    return current_ != before;
+  }
+  best_ = winner;
   nextDimension();
   return current_ != before;
 }
@@ -107,6 +145,10 @@ std::string Autotuner::summary() const {
   os.precision(1);
   const bool two = space_.try_two_level;
   os << (frozen_ ? "chose " : "so far ") << best_.str(two) << " after " << steps_ << " steps";
+  if (confirmations_ > 0) {
+    os << ", " << confirmations_ << (confirmations_ == 1 ? " change" : " changes") << " re-timed, " << overturned_
+       << " overturned";
+  }
   bool first = true;
   for (const auto& [c, t] : trials_) {
     if (t.counted == 0) continue;

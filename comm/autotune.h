@@ -11,8 +11,13 @@
 // exposed after backward is clearly lower (by a fifth, and 5 ms) — exposed time is the direct
 // measure of what is being tuned and far less noisy than a step on a busy machine. So the tuner
 // never settles on a configuration slower than the default by more than noise. A configuration
-// measured once is not measured again. With the defaults (2 x 4 x 3 candidates, 3 steps each) it is frozen after
-// at most 21 steps.
+// measured once is not measured again, except to confirm a change: before the winner of a
+// dimension replaces the current best, both run one more trial, in the reverse of the order they
+// were first measured (so a machine that speeds up or slows down during the search favours
+// neither), and the change stands only if it still wins on the median of all its counted steps
+// (with the same margin and tie-break). One lucky step can no longer make the choice. With the
+// defaults (2 x 4 x 3 candidates, 3 steps each) it is frozen after at most 39 steps (21 without
+// confirmation).
 //
 // Pure logic: DataParallel feeds it measurements and applies what it returns.
 #pragma once
@@ -45,6 +50,7 @@ struct TuneSpace {
   bool try_two_level = false;      // also try the other two-level setting
   int steps_per_trial = 3;
   double min_gain = 0.03;
+  bool confirm = true;             // re-time a dimension's winner against the best before switching
 };
 
 class Autotuner {
@@ -69,8 +75,11 @@ class Autotuner {
   struct Trial {
     double min_s = 0, min_exposed = 0;
     int counted = 0;
+    std::vector<double> steps;     // every counted step time (the confirmation's median)
   };
   bool better(const TuneConfig& c, const TuneConfig& ref) const;
+  bool confirmed(const TuneConfig& c, const TuneConfig& ref) const;
+  bool decide(double sc, double sr, const TuneConfig& c, const TuneConfig& ref) const;
   void nextDimension();
   void startTrial();
 
@@ -82,6 +91,9 @@ class Autotuner {
   int in_trial_ = 0;       // steps run of the current trial
   std::map<TuneConfig, Trial> trials_;
   bool frozen_ = false;
+  bool confirming_ = false;  // the queue holds the confirmation of challenger_ against best_
+  TuneConfig challenger_;
+  int confirmations_ = 0, overturned_ = 0;
   int steps_ = 0;
 };
 

@@ -16,11 +16,11 @@
 #   --save DIR: keep each lab run of aiacc (rank 0's report JSON, timeline, and a .meta line with
 #   layout, link rate and model) for scripts/simulate.py validate DIR.
 #
-# aiacc's figure is its steady rate (after 3 warm-up steps and the tuner's ~20); DDP's is over
+# aiacc's figure is its steady rate (after 3 warm-up steps and the tuner's 20-40); DDP's is over
 # the steps after its 3 warm-up steps. Needs root (namespaces). Leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=12; SAVE=""; ABLATION=1
+LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=20; SAVE=""; ABLATION=1
 while [ $# -gt 0 ]; do
   case $1 in
     --layouts) LAYOUTS=$2; shift 2 ;;
@@ -42,7 +42,7 @@ tmp=$(mktemp -d)
 trap '$LAB down >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 echo 29800 > "$tmp/port"
 next_port() { local p; p=$(( $(cat "$tmp/port") + 1 )); echo "$p" > "$tmp/port"; echo "$p"; }  # survives $(...)
-TUNE_STEPS=22  # the tuner's trials (<= 21 steps) plus the rebuild step
+TUNE_STEPS=40  # the tuner's trials and confirmations (<= 39 steps) plus the rebuild step
 
 # TCP retransmission timeouts summed over the lab's nodes (each namespace keeps its own
 # counters). A timeout stalls a flow for 200 ms, then 400, 800, ... : a run that had any is
