@@ -45,9 +45,17 @@ bool Autotuner::confirmed(const TuneConfig& c, const TuneConfig& ref) const {
 
 // c beats ref at step times sc, sr: faster by more than noise, or within noise with clearly
 // less communication exposed.
+double Autotuner::margin() const {
+  if (spreads_.empty()) return space_.min_gain;
+  std::vector<double> v = spreads_;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return std::max(space_.min_gain, v[v.size() / 2]);
+}
+
 bool Autotuner::decide(double sc, double sr, const TuneConfig& c, const TuneConfig& ref) const {
-  if (sc < sr * (1 - space_.min_gain)) return true;
-  if (sc > sr * (1 + space_.min_gain)) return false;
+  const double m = margin();
+  if (sc < sr * (1 - m)) return true;
+  if (sc > sr * (1 + m)) return false;
   const double ec = exposed(c), er = exposed(ref);
   return ec < 0.8 * er && er - ec > 0.005;
 }
@@ -99,8 +107,14 @@ bool Autotuner::record(double step_s, double exposed_s) {
     t.min_exposed = t.counted == 0 ? exposed_s : std::min(t.min_exposed, exposed_s);
     t.steps.push_back(step_s);
     ++t.counted;
+    trial_steps_.push_back(step_s);
   }
   if (in_trial_ < space_.steps_per_trial) return false;
+  if (trial_steps_.size() >= 2) {
+    const auto [lo, hi] = std::minmax_element(trial_steps_.begin(), trial_steps_.end());
+    if (*lo > 0) spreads_.push_back((*hi - *lo) / *lo);
+  }
+  trial_steps_.clear();
   const TuneConfig before = current_;
   queue_.erase(queue_.begin());
   if (!queue_.empty()) {
@@ -145,6 +159,7 @@ std::string Autotuner::summary() const {
   os.precision(1);
   const bool two = space_.try_two_level;
   os << (frozen_ ? "chose " : "so far ") << best_.str(two) << " after " << steps_ << " steps";
+  os << ", step-time margin " << 100 * margin() << "%";
   if (confirmations_ > 0) {
     os << ", " << confirmations_ << (confirmations_ == 1 ? " change" : " changes") << " re-timed, " << overturned_
        << " overturned";

@@ -7,9 +7,13 @@
 // discarded (it pays for the switch: new buffers, a cold plan). A trial's score is the fastest of
 // its counted steps (interference only ever slows a step down, so the minimum is the least noisy
 // estimate). A candidate replaces the current value when its step time is lower by more than
-// `min_gain` (noise), or when its step time is within noise and the communication it leaves
+// the noise margin, or when its step time is within that margin and the communication it leaves
 // exposed after backward is clearly lower (by a fifth, and 5 ms) — exposed time is the direct
-// measure of what is being tuned and far less noisy than a step on a busy machine. So the tuner
+// measure of what is being tuned and far less noisy than a step on a busy machine. The noise
+// margin is `min_gain` or the machine's own step-to-step spread, whichever is larger: the median,
+// over the trials so far, of (slowest - fastest) / fastest of a trial's counted steps (a busy host
+// with ranks sharing cores varies 10% from step to step; a difference smaller than that is
+// not a measurement, so exposed communication decides). So the tuner
 // never settles on a configuration slower than the default by more than noise. A configuration
 // measured once is not measured again, except to confirm a change: before the winner of a
 // dimension replaces the current best, both run one more trial, in the reverse of the order they
@@ -80,6 +84,11 @@ class Autotuner {
   bool better(const TuneConfig& c, const TuneConfig& ref) const;
   bool confirmed(const TuneConfig& c, const TuneConfig& ref) const;
   bool decide(double sc, double sr, const TuneConfig& c, const TuneConfig& ref) const;
+ public:
+  // The step-time margin in use: max(min_gain, median spread of the trials so far).
+  double margin() const;
+
+ private:
   void nextDimension();
   void startTrial();
 
@@ -94,6 +103,8 @@ class Autotuner {
   bool confirming_ = false;  // the queue holds the confirmation of challenger_ against best_
   TuneConfig challenger_;
   int confirmations_ = 0, overturned_ = 0;
+  std::vector<double> trial_steps_;  // counted steps of the trial running now
+  std::vector<double> spreads_;      // per finished trial: (max - min) / min of its counted steps
   int steps_ = 0;
 };
 
