@@ -9,8 +9,10 @@
 # DDP modes and ends with one headline line.
 #
 #   sudo scripts/bench_lab.sh [--layouts "2x2 4x1"] [--bw "1gbit 5gbit"]
-#                             [--models "resnet18:64:16 resnet50:128:8"] [--steps N]
+#                             [--models "resnet18:64:16 resnet50:128:8"] [--steps N] [--repeat N]
 #   scripts/bench_lab.sh --quick        # 2x2 at 1gbit, resnet18@64 only (the headline case)
+#   --repeat N: run the three headline configurations (DDP fp32, DDP fp16, aiacc all on) N times
+#   each, interleaved, and report medians (every run is listed); single runs vary by 10-20% here.
 #   --no-ablation: skip the "each optimization off" rows (a resnet50@128 lab run takes ~11 min on
 #   2 cores: the ablation alone is most of an hour per layout).
 #   --save DIR: keep each lab run of aiacc (rank 0's report JSON, timeline, and a .meta line with
@@ -20,13 +22,14 @@
 # the steps after its 3 warm-up steps. Needs root (namespaces). Leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=20; SAVE=""; ABLATION=1
+LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=20; SAVE=""; ABLATION=1; REPEAT=1
 while [ $# -gt 0 ]; do
   case $1 in
     --layouts) LAYOUTS=$2; shift 2 ;;
     --bw) BWS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
     --quick) LAYOUTS="2x2"; BWS="1gbit"; MODELS="resnet18:64:16"; shift ;;
     --save) SAVE=$(realpath -m "$2"); mkdir -p "$SAVE"; shift 2 ;;
     --no-ablation) ABLATION=0; shift ;;
@@ -127,6 +130,7 @@ ddp() {
   sed -n 's/ddp: \([0-9.]*\) images\/s/\1/p' "$tmp/ddp0"
 }
 
+median_of() { printf "%s\n" "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
 eff() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / (n * b); else print "-" }'; }
 row() { printf "%-50s %10s %12s %12s\n" "$1" "$2" "$3" "$4"; }
@@ -146,10 +150,17 @@ for layout in $LAYOUTS; do
       echo "== $layout ($nodes nodes x $per ranks) at $bw: $arch batch $batch/rank @ $size px, $threads thread(s)/rank =="
       a1=$(aiacc 0 1 "$arch" "$batch" "$size" "$threads" --noautotune)
       d1=$(ddp 0 1 "$arch" "$batch" "$size" "$threads")
-      dF=$(counted dF "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads")
-      dH=$(counted dH "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads" fp16)
-      aA=$(counted aA "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" --allreduce-dtype fp16)
-      tuned=$(cat "$tmp/tuned")
+      # The three headline runs, --repeat times, interleaved (this host's speed drifts by 10-20%
+      # over minutes): the table shows each one's median, and every run is listed below it.
+      dFs=""; dHs=""; aAs=""; tuned=""; rF=0; rH=0; rA=0
+      for rep in $(seq 1 "$REPEAT"); do
+        dFs="$dFs $(counted dF "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads")"; rF=$((rF + $(cat "$tmp/rto.dF")))
+        dHs="$dHs $(counted dH "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads" fp16)"; rH=$((rH + $(cat "$tmp/rto.dH")))
+        aAs="$aAs $(counted aA "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" --allreduce-dtype fp16)"; rA=$((rA + $(cat "$tmp/rto.aA")))
+        tuned="$tuned${tuned:+; }$(sed 's/^autotune: //; s/ *$//' "$tmp/tuned")"
+      done
+      echo "$rF" > "$tmp/rto.dF"; echo "$rH" > "$tmp/rto.dH"; echo "$rA" > "$tmp/rto.aA"
+      dF=$(median_of $dFs); dH=$(median_of $dHs); aA=$(median_of $aAs)
       row "configuration" "images/s" "vs DDP fp32" "vs DDP fp16"
       row "PyTorch DDP fp32" "$dF" "1.00x" "$(ratio "$dF" "$dH")"; rto_note dF
       row "PyTorch DDP fp16 compression hook" "$dH" "$(ratio "$dH" "$dF")" "1.00x"; rto_note dH
@@ -172,7 +183,8 @@ for layout in $LAYOUTS; do
         v=$(counted off "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $flags)
         row "aiacc, $name" "$v" "$(ratio "$v" "$dF")" "$(ratio "$v" "$dH")"; rto_note off
       done
-      echo "tuner: ${tuned:-n/a}"
+      [ "$REPEAT" -eq 1 ] || echo "runs (medians above): DDP fp32$dFs; DDP fp16$dHs; aiacc all on$aAs"
+      echo "tuner (all on): ${tuned:-n/a}"
       echo "1 rank alone: aiacc $a1, DDP $d1 images/s; scaling efficiency ($world ranks): aiacc $(eff "$aA" "$a1" "$world"), DDP fp32 $(eff "$dF" "$d1" "$world"), DDP fp16 $(eff "$dH" "$d1" "$world")"
       if [ -z "$HEADLINE" ] || { [ "$layout" = 2x2 ] && [ "$bw" = 1gbit ] && [ "${HEADLINE%%|*}" != "2x2 1gbit" ]; }; then
         HEADLINE="$layout $bw|$layout at $bw, $arch@$size: aiacc $(ratio "$aA" "$dF") PyTorch DDP fp32, $(ratio "$aA" "$dH") DDP fp16 (targets 1.5x, 1.2x)"
