@@ -89,7 +89,7 @@ aiacc() {
     if [ -n "$SAVE" ]; then
       local id; id=$(printf "run%03d" "$PORT")
       save=(--timeline "$SAVE/$id.timeline.json")
-      echo "nodes=$nodes per_node=$per bw=$CUR_BW arch=$arch batch=$batch size=$size flags=$*" > "$SAVE/$id.meta"
+      echo "nodes=$nodes per_node=$per bw=$CUR_BW arch=$arch batch=$batch size=$size steps=$STEPS flags=$*" > "$SAVE/$id.meta"
     fi
     for i in $(seq 1 $((nodes - 1))); do
       $LAB run "$i" -- "$BIN" --nproc "$per" --nnodes "$nodes" --node-rank "$i" --master "$($LAB addr 0):$PORT" \

@@ -285,7 +285,10 @@ def validate(folder, tolerance, last):
         cfg = config_from_report(report)
         cfg.overlap = "central" not in flags
         net = Net(nodes, per, rate_gbit(meta["bw"]), **LAB)
-        profile = profile_from_timeline(events, last)
+        # The steps the measured rate covers: the bench's timed steps (the run's last ones),
+        # named in the .meta since lab runs save it; --last for older runs.
+        window = int(meta.get("steps", last))
+        profile = profile_from_timeline(events, window)
         predicted, exposed = step_time(profile, net, cfg)
         err = predicted / measured - 1
         rows.append((run, f"{nodes}x{per} {meta['bw']} {meta['arch']}@{meta['size']}", cfg.name(),
