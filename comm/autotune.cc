@@ -21,12 +21,12 @@ Autotuner::Autotuner(TuneConfig start, TuneSpace space) : space_(std::move(space
 
 double Autotuner::score(const TuneConfig& c) const {
   const auto it = trials_.find(c);
-  return it == trials_.end() || it->second.counted == 0 ? 0.0 : it->second.min_s;
+  return it == trials_.end() || it->second.steps.empty() ? 0.0 : it->second.min_s;
 }
 
 double Autotuner::exposed(const TuneConfig& c) const {
   const auto it = trials_.find(c);
-  return it == trials_.end() || it->second.counted == 0 ? 0.0 : it->second.min_exposed;
+  return it == trials_.end() || it->second.steps.empty() ? 0.0 : it->second.min_exposed;
 }
 
 bool Autotuner::better(const TuneConfig& c, const TuneConfig& ref) const {
@@ -43,8 +43,6 @@ bool Autotuner::confirmed(const TuneConfig& c, const TuneConfig& ref) const {
   return decide(median(c), median(ref), c, ref);
 }
 
-// c beats ref at step times sc, sr: faster by more than noise, or within noise with clearly
-// less communication exposed.
 double Autotuner::margin() const {
   if (spreads_.empty()) return space_.min_gain;
   std::vector<double> v = spreads_;
@@ -52,6 +50,8 @@ double Autotuner::margin() const {
   return std::max(space_.min_gain, v[v.size() / 2]);
 }
 
+// c beats ref at step times sc, sr: faster by more than noise, or within noise with clearly
+// less communication exposed.
 bool Autotuner::decide(double sc, double sr, const TuneConfig& c, const TuneConfig& ref) const {
   const double m = margin();
   if (sc < sr * (1 - m)) return true;
@@ -103,18 +103,19 @@ bool Autotuner::record(double step_s, double exposed_s) {
   ++steps_;
   if (++in_trial_ > 1) {  // the first step of a trial pays for the switch
     Trial& t = trials_[current_];
-    t.min_s = t.counted == 0 ? step_s : std::min(t.min_s, step_s);
-    t.min_exposed = t.counted == 0 ? exposed_s : std::min(t.min_exposed, exposed_s);
+    const bool first = t.steps.empty();
+    t.min_s = first ? step_s : std::min(t.min_s, step_s);
+    t.min_exposed = first ? exposed_s : std::min(t.min_exposed, exposed_s);
     t.steps.push_back(step_s);
-    ++t.counted;
-    trial_steps_.push_back(step_s);
   }
   if (in_trial_ < space_.steps_per_trial) return false;
-  if (trial_steps_.size() >= 2) {
-    const auto [lo, hi] = std::minmax_element(trial_steps_.begin(), trial_steps_.end());
+  // The trial's spread: its counted steps are the last steps_per_trial - 1 of the configuration's.
+  const std::vector<double>& all = trials_[current_].steps;
+  const auto counted = static_cast<std::ptrdiff_t>(space_.steps_per_trial - 1);
+  if (counted >= 2) {
+    const auto [lo, hi] = std::minmax_element(all.end() - counted, all.end());
     if (*lo > 0) spreads_.push_back((*hi - *lo) / *lo);
   }
-  trial_steps_.clear();
   const TuneConfig before = current_;
   queue_.erase(queue_.begin());
   if (!queue_.empty()) {
@@ -137,7 +138,7 @@ bool Autotuner::record(double step_s, double exposed_s) {
   // clearly less communication exposed at a step time within noise).
   TuneConfig winner = best_;
   for (const auto& [c, t] : trials_) {
-    if (t.counted > 0 && c != winner && better(c, winner)) winner = c;
+    if (!t.steps.empty() && c != winner && better(c, winner)) winner = c;
   }
   if (winner != best_ && space_.confirm) {
     // Re-time both, the winner first: the best ran first in the dimension's own trials.
@@ -166,7 +167,7 @@ std::string Autotuner::summary() const {
   }
   bool first = true;
   for (const auto& [c, t] : trials_) {
-    if (t.counted == 0) continue;
+    if (t.steps.empty()) continue;
     os << (first ? " (" : "; ") << c.str(two) << ": " << 1e3 * t.min_s << " ms/step, " << 1e3 * t.min_exposed
        << " ms exposed";
     first = false;

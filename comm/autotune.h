@@ -74,21 +74,17 @@ class Autotuner {
   // measured).
   double score(const TuneConfig& c) const;
   double exposed(const TuneConfig& c) const;
+  // The step-time margin in use: max(min_gain, median spread of the trials so far).
+  double margin() const;
 
  private:
   struct Trial {
     double min_s = 0, min_exposed = 0;
-    int counted = 0;
     std::vector<double> steps;     // every counted step time (the confirmation's median)
   };
   bool better(const TuneConfig& c, const TuneConfig& ref) const;
   bool confirmed(const TuneConfig& c, const TuneConfig& ref) const;
   bool decide(double sc, double sr, const TuneConfig& c, const TuneConfig& ref) const;
- public:
-  // The step-time margin in use: max(min_gain, median spread of the trials so far).
-  double margin() const;
-
- private:
   void nextDimension();
   void startTrial();
 
@@ -103,7 +99,6 @@ class Autotuner {
   bool confirming_ = false;  // the queue holds the confirmation of challenger_ against best_
   TuneConfig challenger_;
   int confirmations_ = 0, overturned_ = 0;
-  std::vector<double> trial_steps_;  // counted steps of the trial running now
   std::vector<double> spreads_;      // per finished trial: (max - min) / min of its counted steps
   int steps_ = 0;
 };

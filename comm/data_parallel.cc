@@ -165,6 +165,10 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
   offset_of_.assign(params_.size(), 0);
   pending_.assign(plan.buckets.size(), 0);
   flags_at_ = -1;
+  // CPU fp16/bf16 transfer converts each gradient straight into the wire buffer and back into
+  // .grad: no fp32 bucket (two fewer passes over the gradients, and its memory saved). The fp32
+  // buckets remain for fp32 transfer, and on the GPU, where the casts run on the device.
+  direct_ = opt_.transfer != TransferDtype::kFloat32 && !params_.empty() && params_.front().device().is_cpu();
   for (size_t b = 0; b < plan.buckets.size(); ++b) {
     int64_t numel = 0;
     for (size_t i : plan.buckets[b]) {
@@ -188,9 +192,6 @@ void DataParallel::buildBuckets(const BucketPlan& plan) {
       wire_.push_back(at::empty({numel}, options.dtype(opt_.transfer == TransferDtype::kFloat16 ? at::kHalf
                                                                                                 : at::kBFloat16)));
     }
-    // CPU fp16/bf16 transfer converts each gradient straight into the wire buffer and back into
-    // .grad: no fp32 bucket (two fewer passes over the gradients, and its memory saved).
-    direct_ = opt_.transfer != TransferDtype::kFloat32 && options.device().is_cpu();
     bucket_numel_.push_back(numel);
     buffers_.push_back(direct_ ? at::Tensor() : at::zeros({numel}, options));
     pending_[b] = static_cast<int>(plan.buckets[b].size());
@@ -253,17 +254,9 @@ void DataParallel::launch(size_t b) {
   noteBucketReady(b);
   at::Tensor wire = buf;
   if (opt_.transfer != TransferDtype::kFloat32) {
+    // GPU (CPU takes launchDirect): the cast runs on the device, on the current (backward) stream.
     wire = wire_[b];
-    auto* bits = static_cast<uint16_t*>(wire.data_ptr());
-    const auto n = static_cast<size_t>(buf.numel());
-    const auto s = static_cast<float>(scale_ / world_.world);
-    if (buf.is_cuda()) {  // GPU: the cast runs on the device, on the current (backward) stream
-      wire.copy_(buf.mul(s));
-    } else if (opt_.transfer == TransferDtype::kFloat16) {
-      floatToHalf(buf.data_ptr<float>(), bits, n, s);
-    } else {
-      floatToBf16(buf.data_ptr<float>(), bits, n, s);
-    }
+    wire.copy_(buf.mul(static_cast<float>(scale_ / world_.world)));
   } else {
     buf.div_(world_.world);
   }
@@ -490,22 +483,16 @@ void DataParallel::rebuildFromArrivalOrder() {
   arrival_.clear();
 }
 
-// fp16/bf16 transfer: the buckets back to fp32 and unscaled (GPU; CPU goes straight into .grad
-// through unscaleInto). Every rank holds the same reduced values, so every rank reaches the same
-// verdict on overflow without exchanging a word. Returns false when any value is inf or nan.
+// fp16/bf16 transfer on the GPU (CPU goes straight into .grad through unscaleInto): the buckets
+// back to fp32 and unscaled on the device, one flag read per bucket. Every rank holds the same
+// reduced values, so every rank reaches the same verdict on overflow without exchanging a word.
+// Returns false when any value is inf or nan.
 bool DataParallel::unscale() {
   bool finite = true;
+  const auto s = static_cast<float>(1.0 / scale_);
   for (size_t b = 0; b < buffers_.size(); ++b) {
-    const auto* bits = static_cast<const uint16_t*>(wire_[b].data_ptr());
-    const auto n = static_cast<size_t>(buffers_[b].numel());
-    const auto s = static_cast<float>(1.0 / scale_);
-    if (buffers_[b].is_cuda()) {  // GPU: cast and unscale on the device; one flag read per bucket
-      buffers_[b].copy_(wire_[b]).mul_(s);
-      finite &= at::isfinite(wire_[b]).all().item<bool>();
-      continue;
-    }
-    finite &= opt_.transfer == TransferDtype::kFloat16 ? halfToFloat(bits, buffers_[b].data_ptr<float>(), n, s)
-                                                       : bf16ToFloat(bits, buffers_[b].data_ptr<float>(), n, s);
+    buffers_[b].copy_(wire_[b]).mul_(s);
+    finite &= at::isfinite(wire_[b]).all().item<bool>();
   }
   return finite;
 }
