@@ -1,5 +1,7 @@
 #include "data/decode.h"
 
+#include "data/jpeg_index.h"
+
 #include <jpeglib.h>
 // jerror.h after jpeglib.h: message codes (JWRN_JPEG_EOF).
 #include <jerror.h>
@@ -123,42 +125,42 @@ int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h) {
   return 8;
 }
 
-DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h) {
-  if (size == 0) throw DecodeError("empty (zero-byte) file");
-  if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
-  if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
+namespace {
 
+// The libjpeg-turbo part of decodeCrop: decodes box (already chosen, inside the image) at DCT
+// scale scale/8 into out.crop; with pick, the box and scale are chosen from the header instead. Returns false for CMYK/YCCK data (the caller falls back to OpenCV).
+bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
+                   const CropPicker* pick, int out_w, int out_h) {
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
   std::vector<uint8_t> row;
-  DecodedCrop out;
   if (setjmp(d.err.jump)) {
     throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
   }
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    return decodeFallback(data, size, pick, "CMYK JPEG");
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) return false;
+  if (pick) {  // the box is chosen here, from the header's size
+    const int W = static_cast<int>(cinfo.image_width);
+    const int H = static_cast<int>(cinfo.image_height);
+    out.orig_width = W;
+    out.orig_height = H;
+    out.box = clampBox((*pick)(W, H), W, H);
+    out.scale_num = chooseDctScale(out.box.w, out.box.h, out_w, out_h);
   }
-  const int W = static_cast<int>(cinfo.image_width);
-  const int H = static_cast<int>(cinfo.image_height);
-  out.orig_width = W;
-  out.orig_height = H;
-  out.box = clampBox(pick(W, H), W, H);
-  out.scale_num = chooseDctScale(out.box.w, out.box.h, out_w, out_h);
+  const Box b = pick ? out.box : box;
+  const int n = pick ? out.scale_num : scale;
 
   cinfo.out_color_space = JCS_RGB;  // grayscale and YCbCr both come out as RGB
-  cinfo.scale_num = static_cast<unsigned>(out.scale_num);
+  cinfo.scale_num = static_cast<unsigned>(n);
   cinfo.scale_denom = 8;
   cinfo.dct_method = JDCT_ISLOW;
   jpeg_start_decompress(&cinfo);
   const int SW = static_cast<int>(cinfo.output_width);
   const int SH = static_cast<int>(cinfo.output_height);
   // Scaled crop box, inside the scaled image.
-  const int n = out.scale_num;
-  int sx = out.box.x * n / 8, sy = out.box.y * n / 8;
-  int sw = std::max(1, (out.box.w * n + 7) / 8), sh = std::max(1, (out.box.h * n + 7) / 8);
+  int sx = b.x * n / 8, sy = b.y * n / 8;
+  int sw = std::max(1, (b.w * n + 7) / 8), sh = std::max(1, (b.h * n + 7) / 8);
   sx = std::min(sx, SW - 1);
   sy = std::min(sy, SH - 1);
   sw = std::min(sw, SW - sx);
@@ -182,7 +184,51 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
   }
   if (d.err.premature_eof) throw DecodeError("truncated JPEG (premature end of data)");
   jpeg_abort_decompress(&cinfo);
-  return out;
+  return true;
+}
+
+}  // namespace
+
+DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
+                       int out_h, const JpegIndex* index) {
+  if (size == 0) throw DecodeError("empty (zero-byte) file");
+  if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
+  if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
+  DecodedCrop out;
+  if (index && index->matches(data, size)) {
+    const int W = index->width(), H = index->height();
+    out.orig_width = W;
+    out.orig_height = H;
+    out.box = clampBox(pick(W, H), W, H);
+    const Box& b = out.box;
+    const int n = out.scale_num = chooseDctScale(b.w, b.h, out_w, out_h);
+    // The extract's MCUs: the box plus a margin of 2 scaled pixels where the image goes on, as
+    // chroma upsampling reads one chroma sample beyond each output pixel; columns rounded out to
+    // the index's checkpoints.
+    const int margin = 16 / n;
+    const int mw = index->mcuWidth(), mh = index->mcuHeight(), k = index->colsPerCheckpoint();
+    int c0 = std::max(0, b.x - margin) / mw / k * k;
+    int c1 = std::min(index->mcusX(), (b.x + b.w + margin + mw - 1) / mw);
+    c1 = std::min(index->mcusX(), (c1 + k - 1) / k * k);
+    const int r0 = std::max(0, b.y - margin) / mh;
+    const int r1 = std::min(index->mcusY(), (b.y + b.h + margin + mh - 1) / mh);
+    thread_local std::vector<uint8_t> piece;
+    if (index->extract(data, size, r0, r1, c0, c1, piece)) {
+      const Box inside{b.x - c0 * mw, b.y - r0 * mh, b.w, b.h};
+      if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h)) {
+        out.path = DecodePath::kJpegIndex;
+        return out;
+      }
+    }
+    // Not extractable (a DC difference the file's table cannot code): decode the original,
+    // with the box already chosen.
+    const Box chosen = out.box;
+    const CropPicker again = [chosen](int, int) { return chosen; };
+    if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h)) return out;
+    return decodeFallback(data, size, again, "CMYK JPEG");
+  }
+  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h)) return out;
+  return decodeFallback(data, size, pick, "CMYK JPEG");  // the picker was not called yet
 }
 
 int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {

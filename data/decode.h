@@ -45,7 +45,9 @@ struct RgbImage {
 // Picks the crop box given the original image's width and height.
 using CropPicker = std::function<Box(int width, int height)>;
 
-enum class DecodePath { kJpegRegion, kFallback };
+enum class DecodePath { kJpegRegion, kJpegIndex, kFallback };
+
+class JpegIndex;
 
 struct DecodedCrop {
   RgbImage crop;        // the crop box's pixels, at DCT scale scale_num/8
@@ -57,8 +59,10 @@ struct DecodedCrop {
 };
 
 // Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.
+// With an index of the file (data/jpeg_index.h), only the crop's MCUs (plus a margin) are
+// entropy-decoded, from a small extract of the file; the pixels are the same (path kJpegIndex).
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h);
+                       int out_h, const JpegIndex* index = nullptr);
 
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);

@@ -29,6 +29,9 @@ ImageLoader::ImageLoader(ImageFolder folder, LoaderOptions options, std::shared_
   AIACC_CHECK_INPUT(opt_.workers >= 1, "--workers must be at least 1 (got ", opt_.workers, ")");
   AIACC_CHECK_INPUT(opt_.prefetch >= 1, "prefetch depth must be at least 1");
   if (!skips_) skips_ = std::make_shared<SkipLog>();
+  if (opt_.jpeg_index_bytes > 0) {
+    jpeg_index_ = std::make_unique<JpegIndexCache>(folder_.samples.size(), opt_.jpeg_index_bytes);
+  }
 }
 
 ImageLoader::~ImageLoader() { stopWorkers(); }
@@ -147,7 +150,9 @@ Batch ImageLoader::buildBatch(int64_t k) {
       } else {
         pick = [&](int w, int h) { return centerCropBox(w, h, opt_.crop_fraction); };
       }
-      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S);
+      const JpegIndex* ix =
+          jpeg_index_ ? jpeg_index_->get(static_cast<size_t>(idx), bytes.data(), bytes.size()) : nullptr;
+      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S, ix);
       const bool flip = opt_.train && rng.uniform(0.0, 1.0) < 0.5;
       if (opt_.bytes) {
         resizeToBytes(dc.crop, S, flip, base_bytes + static_cast<size_t>(i) * per_image);

@@ -26,6 +26,7 @@
 
 #include "data/image_folder.h"
 #include "data/transforms.h"
+#include "data/jpeg_index.h"
 
 namespace aiacc::data {
 
@@ -84,6 +85,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int rank = 0;
   int world = 1;
+  // Memory for JPEG entropy indexes (data/jpeg_index.h), built as files are first decoded; after
+  // that, only each crop's MCUs are entropy-decoded. 0: no indexes.
+  size_t jpeg_index_bytes = 0;
 };
 
 class ImageLoader : public BatchSource {
@@ -97,6 +101,8 @@ class ImageLoader : public BatchSource {
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return static_cast<int64_t>(folder_.classes.size()); }
   int64_t shardSize() const override;
+  // The JPEG index cache, null without one (LoaderOptions::jpeg_index_bytes 0).
+  const JpegIndexCache* jpegIndex() const { return jpeg_index_.get(); }
 
  private:
   void stopWorkers();
@@ -110,6 +116,7 @@ class ImageLoader : public BatchSource {
   const ImageFolder folder_;
   const LoaderOptions opt_;
   std::shared_ptr<SkipLog> skips_;
+  std::unique_ptr<JpegIndexCache> jpeg_index_;
 
   // Current epoch (written by startEpoch while no worker runs).
   EpochSpec spec_;
