@@ -17,6 +17,11 @@ DEFINE_string(data, "", "ImageNet-layout folder (train/<class>/*, val/<class>/*)
               "for random tensors at full speed (throughput runs without I/O)");
 DEFINE_int32(workers, 2, "decode threads per process");
 DEFINE_int32(prefetch, 4, "batches decoded ahead of training (memory bound: prefetch x batch)");
+DEFINE_int32(jpeg_index_mb, 1024, "memory (MiB) for JPEG entropy indexes, for each of the train and val "
+             "loaders: the first epoch records where each MCU row (and every other MCU) starts in a "
+             "file's Huffman data; later epochs then entropy-decode only the crop's MCUs (same pixels; "
+             "about 1.2x faster decoding at 128 px, and the first epoch about 1.4x slower). Files past "
+             "the budget, progressive JPEGs and JPEGs with restart markers decode as before. 0: off");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction (torchvision: 0.08)");
 DEFINE_double(max_scale, 1.0, "random-resized-crop maximum area fraction");
 DEFINE_double(min_ratio, 0.75, "random-resized-crop minimum aspect ratio (3/4)");
@@ -271,6 +276,8 @@ Config configFromFlags() {
   c.data = FLAGS_data;
   c.workers = FLAGS_workers;
   c.prefetch = FLAGS_prefetch;
+  AIACC_CHECK_INPUT(FLAGS_jpeg_index_mb >= 0, "--jpeg-index-mb must be 0 or more (got ", FLAGS_jpeg_index_mb, ")");
+  c.jpeg_index_mb = FLAGS_jpeg_index_mb;
   c.scale_max = FLAGS_max_scale;
   c.ratio_min = FLAGS_min_ratio;
   c.ratio_max = FLAGS_max_ratio;

@@ -129,6 +129,7 @@ void Trainer::State::setupData() {
   data::LoaderOptions lo;
   lo.workers = cfg.workers;
   lo.prefetch = cfg.prefetch;
+  lo.jpeg_index_bytes = static_cast<size_t>(cfg.jpeg_index_mb) << 20;
   lo.crop.scale_max = cfg.scale_max;
   lo.crop.ratio_min = cfg.ratio_min;
   lo.crop.ratio_max = cfg.ratio_max;

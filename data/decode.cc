@@ -203,9 +203,10 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     const Box& b = out.box;
     const int n = out.scale_num = chooseDctScale(b.w, b.h, out_w, out_h);
     // The extract's MCUs: the box plus a margin of 2 scaled pixels where the image goes on, as
-    // chroma upsampling reads one chroma sample beyond each output pixel; columns rounded out to
-    // the index's checkpoints.
-    const int margin = 16 / n;
+    // fancy chroma upsampling reads one chroma sample beyond each output pixel; columns rounded
+    // out to the index's checkpoints.
+    // At 1/8 scale libjpeg-turbo upsamples chroma by replication (no fancy upsampling): no margin.
+    const int margin = n == 1 ? 0 : 16 / n;
     const int mw = index->mcuWidth(), mh = index->mcuHeight(), k = index->colsPerCheckpoint();
     int c0 = std::max(0, b.x - margin) / mw / k * k;
     int c1 = std::min(index->mcusX(), (b.x + b.w + margin + mw - 1) / mw);

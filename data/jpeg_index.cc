@@ -27,10 +27,10 @@ struct Huffman {
   std::array<uint16_t, 256> code{};
   std::array<uint8_t, 256> size{};          // 0: the symbol has no code
   // For walking AC coefficients without their values (JpegIndex::build): per 11-bit lookahead,
-  // (bits the code and its value take) | (positions it advances, 64 for end-of-block) << 8;
-  // 0 for codes longer than 11 bits.
+  // (bits the code and its value take) | (positions it advances, 64 for end-of-block) << 8; for
+  // a prefix of longer codes, 0x8000 | the first of 32 entries in skip2 for their last 5 bits.
   static constexpr int kSkip = 11;
-  std::vector<uint16_t> skip;
+  std::vector<uint16_t> skip, skip2;
 
   bool build(const uint8_t* bits /* [16]: codes of length 1..16 */, const uint8_t* symbols) {
     int n = 0;
@@ -68,12 +68,26 @@ struct Huffman {
 
   void buildSkip() {
     skip.assign(1 << kSkip, 0);
+    skip2.clear();
     for (int sym = 0; sym < 256; ++sym) {
       const int l = size[static_cast<size_t>(sym)];
-      if (!l || l > kSkip) continue;
-      const int shift = kSkip - l;
+      if (!l) continue;
+      const uint32_t c = code[static_cast<size_t>(sym)];
       const uint16_t e = static_cast<uint16_t>((l + (sym & 15)) | advance(sym) << 8);
-      for (int j = 0; j < (1 << shift); ++j) skip[static_cast<size_t>((code[static_cast<size_t>(sym)] << shift) | j)] = e;
+      if (l <= kSkip) {
+        const int shift = kSkip - l;
+        for (int j = 0; j < (1 << shift); ++j) skip[(c << shift) | static_cast<uint32_t>(j)] = e;
+        continue;
+      }
+      const uint32_t prefix = c >> (l - kSkip);  // a code's first 11 bits
+      if (!(skip[prefix] & 0x8000)) {
+        skip[prefix] = static_cast<uint16_t>(0x8000 | skip2.size());
+        skip2.resize(skip2.size() + 32, 0);
+      }
+      uint16_t* sub = &skip2[skip[prefix] & 0x7FFF];
+      const int shift = 16 - l;
+      const uint32_t low = (c << shift) & 31;  // the code's bits 12..l, then free bits
+      for (int j = 0; j < (1 << shift); ++j) sub[low | static_cast<uint32_t>(j)] = e;
     }
   }
 
@@ -193,7 +207,7 @@ bool parseHeaders(const uint8_t* d, size_t size, Headers& h) {
 // out gets 256 zero bytes of padding past what was produced (not counted in *produced).
 size_t unstuff(const uint8_t* d, size_t size, size_t from, size_t want, std::vector<uint8_t>& out,
                size_t* produced, std::vector<uint32_t>* skipped) {
-  out.resize(std::min(want, size - from) + 256);
+  if (out.size() < std::min(want, size - from) + 256) out.resize(std::min(want, size - from) + 256);
   uint8_t* o = out.data();
   size_t n = 0, p = from;
   while (p < size && n < want) {
@@ -217,7 +231,7 @@ size_t unstuff(const uint8_t* d, size_t size, size_t from, size_t want, std::vec
       break;  // a marker ends the scan
     }
   }
-  std::memset(o + n, 0, out.size() - n);
+  std::memset(o + n, 0, 256);
   out.resize(n + 256);
   *produced = n;
   return p;
@@ -290,17 +304,11 @@ class FastWalker {
   bool ac(const Huffman& t) {
     for (int k = 1; k < 64;) {
       refill();
-      const uint16_t e = t.skip[static_cast<size_t>(bits_ >> (64 - Huffman::kSkip))];
-      if (e) {
-        consume(e & 0xFF);
-        k += e >> 8;
-        continue;
-      }
-      int rs;
-      const int len = t.decode(static_cast<uint32_t>(bits_ >> 32), rs);
-      if (!len) return false;
-      consume(len + (rs & 15));
-      k += Huffman::advance(rs);
+      uint16_t e = t.skip[static_cast<size_t>(bits_ >> (64 - Huffman::kSkip))];
+      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((bits_ >> (64 - 16)) & 31)];
+      if (__builtin_expect(!e, 0)) return false;  // not a code
+      consume(e & 0xFF);
+      k += e >> 8;
     }
     return true;
   }
@@ -488,7 +496,7 @@ bool JpegIndex::extract(const uint8_t* data, size_t size, int r0, int r1, int c0
   // Entropy-coded bytes of rows [r0, r1), unstuffed.
   const uint64_t base = static_cast<uint64_t>(bit_[entry(r0, 0)] >> 3) * 8;
   const uint64_t last = bit_[entry(r1 - 1, c1)];
-  std::vector<uint8_t> buf;
+  thread_local std::vector<uint8_t> buf;  // reused: no allocation or zero fill per extract
   size_t produced = 0;
   unstuff(data, size, row_byte_[static_cast<size_t>(r0)], static_cast<size_t>((last - base) / 8 + 8), buf,
           &produced, nullptr);

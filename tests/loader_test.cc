@@ -84,6 +84,38 @@ TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
                a[0].images.equal(c[0].images));
 }
 
+// JPEG entropy indexes (built in the first epoch, used after) change no pixel.
+TEST_F(LoaderTest, JpegIndexesChangeNoBatch) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.seed = 5;
+  o.workers = 2;
+  ImageLoader plain(l.train, o, nullptr);
+  o.jpeg_index_bytes = 16 << 20;
+  ImageLoader indexed(l.train, o, nullptr);
+  EXPECT_EQ(plain.jpegIndex(), nullptr);
+  ASSERT_NE(indexed.jpegIndex(), nullptr);
+  for (int64_t epoch : {1, 2, 3}) {
+    const EpochSpec spec{epoch, 24, 4, 0.08};
+    auto a = epochOf(plain, spec), b = epochOf(indexed, spec);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].images.equal(b[i].images)) << "epoch " << epoch << " batch " << i;
+      EXPECT_TRUE(a[i].labels.equal(b[i].labels));
+    }
+  }
+  EXPECT_EQ(indexed.jpegIndex()->indexedFiles(), l.train.samples.size());  // every file seen
+  EXPECT_EQ(indexed.jpegIndex()->refusedFiles(), 0u);
+  EXPECT_GT(indexed.jpegIndex()->bytes(), 0u);
+  // A spent budget: files decode without an index.
+  o.jpeg_index_bytes = 1;
+  ImageLoader tight(l.train, o, nullptr);
+  auto c = epochOf(tight, EpochSpec{1, 24, 4, 0.08});
+  auto d = epochOf(plain, EpochSpec{1, 24, 4, 0.08});
+  for (size_t i = 0; i < c.size(); ++i) EXPECT_TRUE(c[i].images.equal(d[i].images));
+  EXPECT_LE(tight.jpegIndex()->indexedFiles(), 2u);  // the first file(s) overran it
+}
+
 // Batch buffers are recycled, but never while a consumer still holds the batch.
 TEST_F(LoaderTest, HeldBatchesAreNeverOverwritten) {
   ImageNetLayout l = scanImageNet(root());
