@@ -130,7 +130,7 @@ namespace {
 // The libjpeg-turbo part of decodeCrop: decodes box (already chosen, inside the image) at DCT
 // scale scale/8 into out.crop; with pick, the box and scale are chosen from the header instead. Returns false for CMYK/YCCK data (the caller falls back to OpenCV).
 bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                   const CropPicker* pick, int out_w, int out_h) {
+                   const CropPicker* pick, int out_w, int out_h, bool packed) {
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
   std::vector<uint8_t> row;
@@ -169,18 +169,34 @@ bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, 
   JDIMENSION xoff = static_cast<JDIMENSION>(sx), cw = static_cast<JDIMENSION>(sw);
   if (sw < SW) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to iMCU boundaries
   if (sy > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sy));
-  row.resize(static_cast<size_t>(cinfo.output_width) * 3);
   out.crop.width = sw;
   out.crop.height = sh;
-  out.crop.pixels.resize(static_cast<size_t>(sw) * sh * 3);
   const size_t skip_cols = static_cast<size_t>(sx) - xoff;
-  for (int r = 0; r < sh; ++r) {
-    JSAMPROW rows[1] = {row.data()};
-    if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
-      throw DecodeError("corrupt JPEG: scanline read failed");
+  const size_t decoded_row = static_cast<size_t>(cinfo.output_width) * 3;
+  if (!packed) {
+    // The decoder writes straight into the crop; its columns left and right of the box (up to an
+    // iMCU's width, from jpeg_crop_scanline's widening) stay in the rows, skipped by the stride.
+    out.crop.pixels.resize(decoded_row * static_cast<size_t>(sh));
+    out.crop.offset = skip_cols * 3;
+    out.crop.stride = decoded_row;
+    std::vector<JSAMPROW> rows(static_cast<size_t>(sh));
+    for (int r = 0; r < sh; ++r) rows[static_cast<size_t>(r)] = out.crop.pixels.data() + static_cast<size_t>(r) * decoded_row;
+    for (JDIMENSION done = 0; done < static_cast<JDIMENSION>(sh);) {
+      const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows.data() + done, static_cast<JDIMENSION>(sh) - done);
+      if (got == 0) throw DecodeError("corrupt JPEG: scanline read failed");
+      done += got;
     }
-    std::memcpy(out.crop.pixels.data() + static_cast<size_t>(r) * sw * 3,
-                row.data() + skip_cols * 3, static_cast<size_t>(sw) * 3);
+  } else {
+    row.resize(decoded_row);
+    out.crop.pixels.resize(static_cast<size_t>(sw) * sh * 3);
+    for (int r = 0; r < sh; ++r) {
+      JSAMPROW rows[1] = {row.data()};
+      if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
+        throw DecodeError("corrupt JPEG: scanline read failed");
+      }
+      std::memcpy(out.crop.pixels.data() + static_cast<size_t>(r) * sw * 3,
+                  row.data() + skip_cols * 3, static_cast<size_t>(sw) * 3);
+    }
   }
   if (d.err.premature_eof) throw DecodeError("truncated JPEG (premature end of data)");
   jpeg_abort_decompress(&cinfo);
@@ -190,7 +206,7 @@ bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, 
 }  // namespace
 
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h, const JpegIndex* index) {
+                       int out_h, const JpegIndex* index, bool packed) {
   if (size == 0) throw DecodeError("empty (zero-byte) file");
   if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
   if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
@@ -216,7 +232,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     thread_local std::vector<uint8_t> piece;
     if (index->extract(data, size, r0, r1, c0, c1, piece)) {
       const Box inside{b.x - c0 * mw, b.y - r0 * mh, b.w, b.h};
-      if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h)) {
+      if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h, packed)) {
         out.path = DecodePath::kJpegIndex;
         return out;
       }
@@ -225,10 +241,10 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     // with the box already chosen.
     const Box chosen = out.box;
     const CropPicker again = [chosen](int, int) { return chosen; };
-    if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h)) return out;
+    if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h, packed)) return out;
     return decodeFallback(data, size, again, "CMYK JPEG");
   }
-  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h)) return out;
+  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed)) return out;
   return decodeFallback(data, size, pick, "CMYK JPEG");  // the picker was not called yet
 }
 

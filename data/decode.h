@@ -36,10 +36,16 @@ struct Box {
   int x = 0, y = 0, w = 0, h = 0;
 };
 
-// Interleaved 8-bit RGB, rows packed (stride = 3 * width).
+// Interleaved 8-bit RGB. Rows packed (3 * width bytes apart, from pixels[0]) unless stride is
+// set: then pixel (0, 0) is at pixels[offset] and rows are stride bytes apart (decodeCrop with
+// packed = false, which reads the decoder's rows in place instead of copying them).
 struct RgbImage {
   int width = 0, height = 0;
   std::vector<uint8_t> pixels;
+  size_t offset = 0;
+  size_t stride = 0;  // 0: packed
+  size_t rowBytes() const { return stride ? stride : static_cast<size_t>(width) * 3; }
+  const uint8_t* row(int y) const { return pixels.data() + offset + static_cast<size_t>(y) * rowBytes(); }
 };
 
 // Picks the crop box given the original image's width and height.
@@ -61,8 +67,9 @@ struct DecodedCrop {
 // Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.
 // With an index of the file (data/jpeg_index.h), only the crop's MCUs (plus a margin) are
 // entropy-decoded, from a small extract of the file; the pixels are the same (path kJpegIndex).
+// packed = false allows a strided crop (RgbImage::stride), which saves a copy of every row.
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h, const JpegIndex* index = nullptr);
+                       int out_h, const JpegIndex* index = nullptr, bool packed = true);
 
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);

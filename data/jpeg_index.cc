@@ -342,6 +342,25 @@ class BitSink {
     }
   }
   void copy(const BitSource& src, uint64_t from, uint64_t to) {
+    if (to - from >= 56) {
+      while (n_ >= 8) {  // fewer than 8 pending bits, so 56 more fit in acc_
+        n_ -= 8;
+        emitByte(static_cast<uint8_t>(acc_ >> n_));
+      }
+      do {  // 7 bytes at a time
+        acc_ = (acc_ << 56) | (load64be(src.buf + (from >> 3)) << (from & 7)) >> 8;
+        from += 56;
+        const uint64_t w = acc_ >> n_;  // its low 56 bits are the next 7 bytes
+        const uint64_t x = ~w | 0xFF00000000000000ull;  // an FF byte in w is a zero byte in x
+        if (((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) == 0) {
+          const uint64_t be = __builtin_bswap64(w << 8);
+          std::memcpy(o_, &be, 8);  // the 8th byte is overwritten next (the output has slack)
+          o_ += 7;
+        } else {
+          for (int i = 6; i >= 0; --i) emitByte(static_cast<uint8_t>(w >> (8 * i)));
+        }
+      } while (to - from >= 56);
+    }
     while (to - from >= 32) {
       put(src.read32At(from), 32);
       from += 32;
@@ -568,7 +587,9 @@ bool JpegIndex::extract(const uint8_t* data, size_t size, int r0, int r1, int c0
   o = sink.finish();
   *o++ = 0xFF;
   *o++ = 0xD9;
-  out.resize(static_cast<size_t>(o - out.data()));
+  const size_t end = static_cast<size_t>(o - out.data());
+  out.resize(end + kTailPadding);
+  std::memset(out.data() + end, 0, kTailPadding);
   return true;
 }
 

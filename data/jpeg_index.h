@@ -49,7 +49,11 @@ class JpegIndex {
   // indexed file): its pixels are the original's rows [r0*mcuHeight, ...) and columns
   // [c0*mcuWidth, ...). c0 must be a multiple of colsPerCheckpoint(), c1 one too or mcusX().
   // Returns false when the file's DC Huffman table has no code for a difference the extract
-  // needs (files with optimized tables); the caller then decodes the original.
+  // needs (files with optimized tables); the caller then decodes the original. The JPEG is
+  // followed by kTailPadding zero bytes (part of out): libjpeg-turbo's fast Huffman decoder runs
+  // only while that much data remains in its source; without them the extract's last rows, always
+  // inside the crop, would go through its slow decoder.
+  static constexpr size_t kTailPadding = 5120;  // 512 bytes x up to 10 blocks per MCU
   bool extract(const uint8_t* data, size_t size, int r0, int r1, int c0, int c1,
                std::vector<uint8_t>& out) const;
 

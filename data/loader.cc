@@ -152,7 +152,7 @@ Batch ImageLoader::buildBatch(int64_t k) {
       }
       const JpegIndex* ix =
           jpeg_index_ ? jpeg_index_->get(static_cast<size_t>(idx), bytes.data(), bytes.size()) : nullptr;
-      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S, ix);
+      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S, ix, /*packed=*/false);
       const bool flip = opt_.train && rng.uniform(0.0, 1.0) < 0.5;
       if (opt_.bytes) {
         resizeToBytes(dc.crop, S, flip, base_bytes + static_cast<size_t>(i) * per_image);

@@ -88,7 +88,7 @@ Box centerCropBox(int width, int height, double crop_fraction) {
 namespace {
 // Into `resized`: allocated when empty, else written in place (it must be size x size, 8UC3).
 void resizeFlip(const RgbImage& crop, int size, bool flip, cv::Mat& resized) {
-  cv::Mat src(crop.height, crop.width, CV_8UC3, const_cast<uint8_t*>(crop.pixels.data()));
+  cv::Mat src(crop.height, crop.width, CV_8UC3, const_cast<uint8_t*>(crop.row(0)), crop.rowBytes());
   const bool shrink2x = crop.width >= 2 * size && crop.height >= 2 * size;
   cv::resize(src, resized, cv::Size(size, size), 0, 0,
              shrink2x ? cv::INTER_AREA : cv::INTER_LINEAR);

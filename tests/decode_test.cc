@@ -216,3 +216,33 @@ TEST(Decode, ReadFileReturnsTheBytesOrRaisesDecodeError) {
 
 }  // namespace
 }  // namespace aiacc::data
+
+namespace aiacc::data {
+namespace {
+
+// packed = false reads rows in place (a strided crop): the same pixels, and the same network
+// input after resize + normalize.
+TEST(Decode, StridedCropsHoldTheSamePixels) {
+  const std::vector<uint8_t> jpg = encodeJpeg(testPicture(301, 217), 90);
+  const Box boxes[] = {{0, 0, 301, 217}, {37, 21, 150, 120}, {200, 100, 101, 117}, {5, 190, 60, 27}};
+  for (const Box& b : boxes) {
+    for (int S : {24, 64, 160}) {
+      const auto pick = [&](int, int) { return b; };
+      DecodedCrop p = decodeCrop(jpg.data(), jpg.size(), pick, S, S);
+      DecodedCrop s = decodeCrop(jpg.data(), jpg.size(), pick, S, S, nullptr, /*packed=*/false);
+      ASSERT_EQ(p.crop.stride, 0u);
+      ASSERT_EQ(s.crop.width, p.crop.width);
+      ASSERT_EQ(s.crop.height, p.crop.height);
+      for (int y = 0; y < p.crop.height; ++y) {
+        ASSERT_EQ(std::memcmp(s.crop.row(y), p.crop.row(y), static_cast<size_t>(p.crop.width) * 3), 0) << "row " << y;
+      }
+      std::vector<float> a(static_cast<size_t>(3) * S * S), c(a.size());
+      resizeNormalize(p.crop, S, true, Layout::kNCHW, a.data());
+      resizeNormalize(s.crop, S, true, Layout::kNCHW, c.data());
+      EXPECT_EQ(a, c);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::data

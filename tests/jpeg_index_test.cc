@@ -141,6 +141,12 @@ TEST(JpegIndex, ExtractIsAStandaloneJpegOfTheRegion) {
   std::vector<uint8_t> piece;
   // MCU rows 2..5, columns 4..13 (the right edge: a partial MCU).
   ASSERT_TRUE(ix->extract(jpg.data(), jpg.size(), 2, 6, 4, 13, piece));
+  // The JPEG, then kTailPadding zeros.
+  ASSERT_GT(piece.size(), JpegIndex::kTailPadding);
+  EXPECT_EQ(std::count(piece.end() - JpegIndex::kTailPadding, piece.end(), 0), static_cast<long>(JpegIndex::kTailPadding));
+  piece.resize(piece.size() - JpegIndex::kTailPadding);
+  EXPECT_EQ(piece[piece.size() - 2], 0xFF);
+  EXPECT_EQ(piece[piece.size() - 1], 0xD9);
   EXPECT_LT(piece.size(), jpg.size());
   const RgbImage whole = decodeFull(jpg.data(), jpg.size());
   const RgbImage part = decodeFull(piece.data(), piece.size());
