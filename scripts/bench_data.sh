@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data pipeline benchmark: aiacc_bench data beside torchvision (python3-torchvision) on the same
 # JPEG files, one thread each, at 224 and 128 px; prints both rates and the ratio.
-#   scripts/bench_data.sh [DIR] [IMAGES]
+#   scripts/bench_data.sh [DIR] [IMAGES]      (ROUNDS=N: interleaved runs per side, default 5)
 # Without DIR, generates a photo-sized JPEG set (bench_data/, 375..500 px sides) first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +20,13 @@ echo "data benchmark on $DIR ($IMAGES images per pass, 1 thread each)"
 echo "aiacc runs three passes over the files: the first builds the JPEG entropy indexes (--jpeg-index-mb),"
 echo "the later ones use them (an epoch after the first, in training); 'no index' is --jpeg-index-mb 0."
 printf "%-6s %14s %14s %14s %12s %8s %10s %10s\n" size "aiacc later" "aiacc 1st" "aiacc no-idx" torchvision ratio "1st ratio" "no-idx r."
-median() { tr ' ' '\n' | sort -g | sed -n 2p; }
+ROUNDS=${ROUNDS:-5}
+median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 for S in 224 128; do
-  # Three interleaved runs of each, medians compared: this machine's speed drifts by 10-20%
+  # ROUNDS (5) interleaved runs of each, medians compared: this machine's speed drifts by 10-20%
   # from second to second.
   ls=""; fs=""; ns=""; ts=""
-  for k in 1 2 3; do
+  for k in $(seq 1 "$ROUNDS"); do
     out=$("$BIN/aiacc_bench" data --data "$DIR" --image-size "$S" --workers 1 --images $((IMAGES * 3)) --repeat 3)
     fs="$fs $(echo "$out" | sed -n 's/.*first pass ([^)]*) \([0-9.]*\) images\/s.*/\1/p')"
     ls="$ls $(echo "$out" | sed -n 's/.*later passes (with them) \([0-9.]*\) images\/s.*/\1/p')"
