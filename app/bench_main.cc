@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "data/decode.h"
 #include "data/image_folder.h"
+#include "data/jpeg_index.h"
 #include "data/loader.h"
 #include "data/transforms.h"
 
@@ -43,7 +44,8 @@ DEFINE_int32(jpeg_index_mb, 1024, "data: memory for JPEG entropy indexes, built 
              "MCUs. The first pass and the later ones are reported apart. 0: no indexes");
 DEFINE_bool(breakdown, false, "data: time each stage of the training transform on one thread, per image: "
             "file read, Huffman decoding down to the crop's last row (the floor under the decode), the "
-            "crop's whole decode, resize+mirror+normalize");
+            "crop's whole decode, resize+mirror+normalize; then the crop's decode with a JPEG index, and "
+            "the index's build");
 DEFINE_bool(entropy_only, false, "data: only entropy-decode each whole file on one thread (no IDCT, "
             "colour, crop or resize): the floor under the full pipeline's time per image");
 DEFINE_bool(bytes, false, "data: uint8 batches, as the GPU input path makes them (normalized on the "
@@ -81,12 +83,21 @@ int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
   const auto us = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::micro>(b - a).count();
   };
-  for (const auto& s : folder.samples) {  // warm the page cache: the timed reads come from memory
+  // Warm the page cache (the timed reads come from memory) and build each file's JPEG index, timed.
+  std::vector<std::unique_ptr<data::JpegIndex>> index(folder.samples.size());
+  double index_us = 0;
+  int64_t indexed = 0;
+  for (size_t i = 0; i < folder.samples.size(); ++i) {
     try {
-      data::readFile(s.path);
+      const std::vector<uint8_t> bytes = data::readFile(folder.samples[i].path);
+      const auto t0 = Clock::now();
+      index[i] = data::JpegIndex::build(bytes.data(), bytes.size());
+      index_us += us(t0, Clock::now());
+      indexed += index[i] != nullptr;
     } catch (const data::DecodeError&) {
     }
   }
+  double indexed_decode_us = 0;
   for (int r = 0; r < std::max(1, FLAGS_repeat); ++r) {
     for (size_t i = 0; i < folder.samples.size(); ++i) {
       try {
@@ -100,10 +111,14 @@ int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
         data::entropyDecodeOnly(bytes.data(), bytes.size(), box.y + box.h);
         const auto t3 = Clock::now();
         const data::DecodedCrop dc =
-            data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, S, S);
+            data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, S, S, nullptr, false);
         const auto t4 = Clock::now();
         data::resizeNormalize(dc.crop, S, rng.uniform(0.0, 1.0) < 0.5, data::Layout::kNCHW, out.data());
         const auto t5 = Clock::now();
+        if (index[i]) {  // the same crop from the index's extract
+          data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, S, S, index[i].get(), false);
+          indexed_decode_us += us(t5, Clock::now());
+        }
         read_us += us(t0, t1);
         floor_us += us(t2, t3);
         decode_us += us(t3, t4);
@@ -128,12 +143,16 @@ int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
               "  decode the crop                   %7.1f   (%.0f decoded pixels on average; DCT scale "
               "1/8: %lld, 2/8: %lld, 4/8: %lld, 8/8: %lld)\n"
               "  resize + mirror + normalize       %7.1f\n"
-              "  total                             %7.1f   (%.0f images/s)\n",
+              "  total                             %7.1f   (%.0f images/s)\n"
+              "  with JPEG indexes (%lld of the files): decode the crop %.1f, total %.1f (%.0f images/s); "
+              "building an index (first epoch) %.1f per file\n",
               static_cast<long long>(images), S, read_us * k, floor_us * k, decode_us * k,
               static_cast<double>(crop_pixels) * k, static_cast<long long>(scales[1]),
               static_cast<long long>(scales[2]), static_cast<long long>(scales[4]),
               static_cast<long long>(scales[8]), resize_us * k, (read_us + decode_us + resize_us) * k,
-              images / ((read_us + decode_us + resize_us) * 1e-6));
+              images / ((read_us + decode_us + resize_us) * 1e-6), static_cast<long long>(indexed),
+              indexed_decode_us * k, (read_us + indexed_decode_us + resize_us) * k,
+              images / ((read_us + indexed_decode_us + resize_us) * 1e-6), index_us / std::max<int64_t>(1, indexed));
   return 0;
 }
 
