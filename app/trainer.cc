@@ -323,6 +323,7 @@ Report Trainer::run() {
   double run_train_s = 0;
   int64_t run_images = 0;
   // Steady state: after 3 warm-up steps and once the communication tuner has frozen.
+  bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
   double steady_s = 0;
   int64_t steady_images = 0;
   bool stop = false;
@@ -437,6 +438,14 @@ Report Trainer::run() {
     if (epoch_complete) {
       s.pos.epochs_done = epoch + 1;
       epoch_pos = epoch + 1;
+      const auto* loader = dynamic_cast<const data::ImageLoader*>(s.train.get());
+      if (s.isRank0() && loader && loader->jpegIndex() && !index_logged) {
+        const data::JpegIndexCache& ix = *loader->jpegIndex();
+        LOG(INFO) << "JPEG indexes (--jpeg-index-mb): " << ix.indexedFiles() << " train files indexed, "
+                  << (ix.bytes() + 1023) / 1024 << " KiB; " << ix.refusedFiles() << " not indexable (progressive, restart markers, "
+                  << "not baseline JPEG); later epochs decode only each crop's MCUs";
+        index_logged = true;
+      }
     }
     if (cfg.eval_every == 0 && !r.target_reached) do_eval();
     if (epoch_complete) s.checkpoint();  // resume restarts at an epoch boundary

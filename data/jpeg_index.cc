@@ -404,9 +404,16 @@ uint64_t fnv1a(uint64_t h, const uint8_t* p, size_t n) {
   return h;
 }
 
+// A hash of the file's first bytes, of the last bytes before its scan (the tables and the frame)
+// and of its last bytes: checked on every decode, so bounded (EXIF and ICC segments can make the
+// headers tens of KB).
 uint64_t fingerprint(const uint8_t* d, size_t size, size_t scan_at) {
-  uint64_t h = fnv1a(0xcbf29ce484222325ull, d, std::min(scan_at, size));
-  const size_t tail = std::min<size_t>(size - std::min(scan_at, size), 64);
+  scan_at = std::min(scan_at, size);
+  const size_t head = std::min<size_t>(scan_at, 256);
+  const size_t tables = std::min<size_t>(scan_at - head, 768);
+  const size_t tail = std::min<size_t>(size - scan_at, 64);
+  uint64_t h = fnv1a(0xcbf29ce484222325ull, d, head);
+  h = fnv1a(h, d + scan_at - tables, tables);
   return fnv1a(h, d + size - tail, tail);
 }
 
