@@ -187,6 +187,8 @@ bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, 
       done += got;
     }
   } else {
+    out.crop.offset = 0;
+    out.crop.stride = 0;
     row.resize(decoded_row);
     out.crop.pixels.resize(static_cast<size_t>(sw) * sh * 3);
     for (int r = 0; r < sh; ++r) {
@@ -232,9 +234,13 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     thread_local std::vector<uint8_t> piece;
     if (index->extract(data, size, r0, r1, c0, c1, piece)) {
       const Box inside{b.x - c0 * mw, b.y - r0 * mh, b.w, b.h};
-      if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h, packed)) {
-        out.path = DecodePath::kJpegIndex;
-        return out;
+      try {
+        if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h, packed)) {
+          out.path = DecodePath::kJpegIndex;
+          return out;
+        }
+      } catch (const DecodeError&) {
+        // Not expected (the extract holds the original's coefficients); the original decides.
       }
     }
     // Not extractable (a DC difference the file's table cannot code): decode the original,
