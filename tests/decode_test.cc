@@ -7,6 +7,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "data/jpeg_index.h"
 #include "data/transforms.h"
 #include "tests/test_util.h"
 
@@ -163,6 +164,16 @@ TEST(Decode, CmykJpegFallsBackToOpenCV) {
   EXPECT_EQ(dc.crop.width, w);
   EXPECT_EQ(dc.crop.height, h);
   EXPECT_EQ(dc.crop.pixels.size(), static_cast<size_t>(w) * h * 3);
+  // With an index (a 4-component baseline scan is indexable): the same fallback, the same box, the
+  // picker called once.
+  auto ix = JpegIndex::build(jpg.data(), jpg.size());
+  ASSERT_NE(ix, nullptr);
+  int picks = 0;
+  DecodedCrop di = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { ++picks; return Box{8, 8, 40, 30}; }, 16, 16, ix.get());
+  EXPECT_EQ(picks, 1);
+  EXPECT_EQ(di.path, DecodePath::kFallback);
+  EXPECT_EQ(di.crop.width, 40);
+  EXPECT_EQ(di.crop.height, 30);
 }
 
 TEST(Decode, PngUnderJpegNameFallsBackExactly) {

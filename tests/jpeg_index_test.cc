@@ -114,6 +114,7 @@ TEST(JpegIndex, CropsDecodeToTheSamePixelsInEverySubsampling) {
       {"4:2:0", {2, 2}, 333, 250},
       {"4:2:2", {2, 1}, 301, 217},
       {"4:4:4", {1, 1}, 250, 203},
+      {"4:4:0", {1, 2}, 227, 260},
       {"4:1:1-like 4x1", {4, 1}, 270, 140},
       {"grayscale", {1, 1, true}, 241, 199},
       {"tiny", {2, 2}, 19, 13},
