@@ -32,10 +32,15 @@ struct Huffman {
   static constexpr int kSkip = 11;
   std::vector<uint16_t> skip, skip2;
 
+  std::array<uint8_t, 16> counts{};  // the DHT's code counts per length (with vals: the table)
+  int nsym = 0;
+
   bool build(const uint8_t* bits /* [16]: codes of length 1..16 */, const uint8_t* symbols) {
     int n = 0;
     for (int l = 1; l <= 16; ++l) n += bits[l - 1];
     if (n > 256) return false;
+    std::copy(bits, bits + 16, counts.begin());
+    nsym = n;
     std::copy(symbols, symbols + n, vals.begin());
     fast.fill(0);
     size.fill(0);
@@ -89,6 +94,34 @@ struct Huffman {
       const uint32_t low = (c << shift) & 31;  // the code's bits 12..l, then free bits
       for (int j = 0; j < (1 << shift); ++j) sub[low | static_cast<uint32_t>(j)] = e;
     }
+  }
+
+  // Two AC symbols per lookup, for the index walker: per 12-bit lookahead whose first symbol and
+  // its value fit in it, (bits of the first) | (its advance) << 5 | (bits of both, or of the first
+  // when the second does not fit) << 12 | (their advance) << 17; 0 when the first does not fit.
+  static constexpr int kPair = 12;
+  std::vector<uint32_t> buildPairs() const {
+    std::vector<uint32_t> t(1 << kPair, 0);
+    for (uint32_t v = 0; v < (1u << kPair); ++v) {
+      const uint32_t w = v << (32 - kPair);
+      int rs1;
+      const int l1 = decode(w, rs1);
+      const int n1 = l1 + (rs1 & 15);
+      if (!l1 || n1 > kPair) continue;
+      const int a1 = advance(rs1);
+      int n = n1, a = a1;
+      if (a1 < 64) {
+        int rs2;
+        const int l2 = decode(w << n1, rs2);
+        if (l2 && n1 + l2 + (rs2 & 15) <= kPair) {
+          n = n1 + l2 + (rs2 & 15);
+          a = a1 + advance(rs2);
+        }
+      }
+      t[v] = static_cast<uint32_t>(n1) | static_cast<uint32_t>(a1) << 5 | static_cast<uint32_t>(n) << 12 |
+             static_cast<uint32_t>(a) << 17;
+    }
+    return t;
   }
 
   // Decodes one symbol from the next 32 bits (most significant first). Returns its code length,
@@ -301,6 +334,30 @@ class FastWalker {
     return true;
   }
 
+  // With pairs (Huffman::buildPairs): up to two symbols per lookup while the block goes on.
+  bool ac(const Huffman& t, const uint32_t* pairs) {
+    for (int k = 1; k < 64;) {
+      refill();
+      const uint32_t p = pairs[bits_ >> (64 - Huffman::kPair)];
+      if (p) {
+        const int a1 = (p >> 5) & 127;
+        if (k + a1 >= 64) {  // the block ends with the first symbol: the next bits are not its
+          consume(p & 31);
+          break;
+        }
+        consume((p >> 12) & 31);
+        k += static_cast<int>(p >> 17);
+        continue;
+      }
+      uint16_t e = t.skip[static_cast<size_t>(bits_ >> (64 - Huffman::kSkip))];
+      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((bits_ >> (64 - 16)) & 31)];
+      if (__builtin_expect(!e, 0)) return false;  // not a code
+      consume(e & 0xFF);
+      k += e >> 8;
+    }
+    return true;
+  }
+
   bool ac(const Huffman& t) {
     for (int k = 1; k < 64;) {
       refill();
@@ -471,8 +528,33 @@ std::unique_ptr<JpegIndex> JpegIndex::build(const uint8_t* data, size_t size, in
   ix->bit_.resize(entries);
   ix->dc_.resize(entries * static_cast<size_t>(ix->ncomp_));
   ix->row_byte_.resize(static_cast<size_t>(ix->mcus_y_));
+  // The walker's AC tables, derived once per thread for each distinct DHT table (most files of a
+  // dataset share a few, often the JPEG standard's).
+  struct Derived {
+    std::array<uint8_t, 16> counts;
+    std::vector<uint8_t> vals;
+    std::vector<uint16_t> skip, skip2;
+    std::vector<uint32_t> pairs;
+  };
+  thread_local std::vector<Derived> derived;
+  const uint32_t* pairs[4] = {nullptr, nullptr, nullptr, nullptr};
   for (const Component& c : ix->comps_) {
-    if (h.ac[c.ac_table].skip.empty()) h.ac[c.ac_table].buildSkip();
+    Huffman& t = h.ac[c.ac_table];
+    if (pairs[c.ac_table]) continue;
+    auto it = std::find_if(derived.begin(), derived.end(), [&](const Derived& d) {
+      return d.counts == t.counts && d.vals.size() == static_cast<size_t>(t.nsym) &&
+             std::equal(d.vals.begin(), d.vals.end(), t.vals.begin());
+    });
+    if (it == derived.end()) {
+      if (derived.size() >= 8) derived.erase(derived.begin());
+      t.buildSkip();
+      derived.push_back({t.counts, std::vector<uint8_t>(t.vals.begin(), t.vals.begin() + t.nsym), t.skip, t.skip2,
+                         t.buildPairs()});
+      it = derived.end() - 1;
+    }
+    t.skip = it->skip;
+    t.skip2 = it->skip2;
+    pairs[c.ac_table] = it->pairs.data();
   }
   buf.resize(buf.size() + 256);  // FastWalker's padding (unstuff left 256)
   FastWalker src(buf.data());
@@ -498,7 +580,7 @@ std::unique_ptr<JpegIndex> JpegIndex::build(const uint8_t* data, size_t size, in
         const Component& comp = ix->comps_[static_cast<size_t>(c)];
         for (int b = 0; b < comp.blocks; ++b) {
           int diff;
-          if (!src.dc(h.dc[comp.dc_table], diff) || !src.ac(h.ac[comp.ac_table])) return nullptr;
+          if (!src.dc(h.dc[comp.dc_table], diff) || !src.ac(h.ac[comp.ac_table], pairs[comp.ac_table])) return nullptr;
           pred[c] += diff;
           if (src.pos() > nbits) return nullptr;  // ran past the data: corrupt or truncated
         }
