@@ -20,7 +20,7 @@ DEFINE_int32(prefetch, 4, "batches decoded ahead of training (memory bound: pref
 DEFINE_int32(jpeg_index_mb, 1024, "memory (MiB) for JPEG entropy indexes, for each of the train and val "
              "loaders: the first epoch records where each MCU row (and every other MCU) starts in a "
              "file's Huffman data; later epochs then entropy-decode only the crop's MCUs (same pixels; "
-             "about 1.2x faster decoding at 128 px, and the first epoch about 1.5x slower). Files past "
+             "about 1.2x faster decoding at 128 px, and the first epoch about 1.4x slower). Files past "
              "the budget, progressive JPEGs and JPEGs with restart markers decode as before. 0: off");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction (torchvision: 0.08)");
 DEFINE_double(max_scale, 1.0, "random-resized-crop maximum area fraction");
