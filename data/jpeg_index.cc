@@ -26,12 +26,6 @@ struct Huffman {
   std::array<uint8_t, 256> vals{};
   std::array<uint16_t, 256> code{};
   std::array<uint8_t, 256> size{};          // 0: the symbol has no code
-  // For walking AC coefficients without their values (JpegIndex::build): per 11-bit lookahead,
-  // (bits the code and its value take) | (positions it advances, 64 for end-of-block) << 8; for
-  // a prefix of longer codes, 0x8000 | the first of 32 entries in skip2 for their last 5 bits.
-  static constexpr int kSkip = 11;
-  std::vector<uint16_t> skip, skip2;
-
   std::array<uint8_t, 16> counts{};  // the DHT's code counts per length (with vals: the table)
   int nsym = 0;
 
@@ -66,62 +60,10 @@ struct Huffman {
     return true;
   }
 
+  // Coefficient positions an AC symbol advances (64 for end-of-block), as libjpeg-turbo counts.
   static int advance(int rs) {
     const int r = rs >> 4, s = rs & 15;
     return s ? r + 1 : r == 15 ? 16 : 64;
-  }
-
-  void buildSkip() {
-    skip.assign(1 << kSkip, 0);
-    skip2.clear();
-    for (int sym = 0; sym < 256; ++sym) {
-      const int l = size[static_cast<size_t>(sym)];
-      if (!l) continue;
-      const uint32_t c = code[static_cast<size_t>(sym)];
-      const uint16_t e = static_cast<uint16_t>((l + (sym & 15)) | advance(sym) << 8);
-      if (l <= kSkip) {
-        const int shift = kSkip - l;
-        for (int j = 0; j < (1 << shift); ++j) skip[(c << shift) | static_cast<uint32_t>(j)] = e;
-        continue;
-      }
-      const uint32_t prefix = c >> (l - kSkip);  // a code's first 11 bits
-      if (!(skip[prefix] & 0x8000)) {
-        skip[prefix] = static_cast<uint16_t>(0x8000 | skip2.size());
-        skip2.resize(skip2.size() + 32, 0);
-      }
-      uint16_t* sub = &skip2[skip[prefix] & 0x7FFF];
-      const int shift = 16 - l;
-      const uint32_t low = (c << shift) & 31;  // the code's bits 12..l, then free bits
-      for (int j = 0; j < (1 << shift); ++j) sub[low | static_cast<uint32_t>(j)] = e;
-    }
-  }
-
-  // Two AC symbols per lookup, for the index walker: per 12-bit lookahead whose first symbol and
-  // its value fit in it, (bits of the first) | (its advance) << 5 | (bits of both, or of the first
-  // when the second does not fit) << 12 | (their advance) << 17; 0 when the first does not fit.
-  static constexpr int kPair = 12;
-  std::vector<uint32_t> buildPairs() const {
-    std::vector<uint32_t> t(1 << kPair, 0);
-    for (uint32_t v = 0; v < (1u << kPair); ++v) {
-      const uint32_t w = v << (32 - kPair);
-      int rs1;
-      const int l1 = decode(w, rs1);
-      const int n1 = l1 + (rs1 & 15);
-      if (!l1 || n1 > kPair) continue;
-      const int a1 = advance(rs1);
-      int n = n1, a = a1;
-      if (a1 < 64) {
-        int rs2;
-        const int l2 = decode(w << n1, rs2);
-        if (l2 && n1 + l2 + (rs2 & 15) <= kPair) {
-          n = n1 + l2 + (rs2 & 15);
-          a = a1 + advance(rs2);
-        }
-      }
-      t[v] = static_cast<uint32_t>(n1) | static_cast<uint32_t>(a1) << 5 | static_cast<uint32_t>(n) << 12 |
-             static_cast<uint32_t>(a) << 17;
-    }
-    return t;
   }
 
   // Decodes one symbol from the next 32 bits (most significant first). Returns its code length,
@@ -142,6 +84,80 @@ struct Huffman {
     return 0;
   }
 };
+
+// Tables for walking AC coefficients without their values, derived from a Huffman table:
+// - skip, per 11-bit lookahead: (bits the code and its value take) | (its advance) << 8; for the
+//   prefix of longer codes, 0x8000 | the first of 32 entries in skip2 for their last 5 bits;
+// - pairs, two symbols per lookup: per 12-bit lookahead whose first symbol and its value fit in
+//   it, (bits of the first) | (its advance) << 5 | (bits of both, or of the first when the second
+//   does not fit) << 12 | (their advance) << 17; 0 when the first does not fit.
+struct WalkTables {
+  static constexpr int kSkip = 11, kPair = 12;
+  std::array<uint8_t, 16> counts;  // the table they come from
+  std::vector<uint8_t> vals;
+  std::vector<uint16_t> skip, skip2;
+  std::vector<uint32_t> pairs;
+
+  explicit WalkTables(const Huffman& t)
+      : counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), skip(1 << kSkip, 0), pairs(1 << kPair, 0) {
+    for (int sym = 0; sym < 256; ++sym) {
+      const int l = t.size[static_cast<size_t>(sym)];
+      if (!l) continue;
+      const uint32_t c = t.code[static_cast<size_t>(sym)];
+      const uint16_t e = static_cast<uint16_t>((l + (sym & 15)) | Huffman::advance(sym) << 8);
+      if (l <= kSkip) {
+        const int shift = kSkip - l;
+        for (int j = 0; j < (1 << shift); ++j) skip[(c << shift) | static_cast<uint32_t>(j)] = e;
+        continue;
+      }
+      const uint32_t prefix = c >> (l - kSkip);  // a code's first 11 bits
+      if (!(skip[prefix] & 0x8000)) {
+        skip[prefix] = static_cast<uint16_t>(0x8000 | skip2.size());
+        skip2.resize(skip2.size() + 32, 0);
+      }
+      uint16_t* sub = &skip2[skip[prefix] & 0x7FFF];
+      const int shift = 16 - l;
+      const uint32_t low = (c << shift) & 31;  // the code's bits 12..l, then free bits
+      for (int j = 0; j < (1 << shift); ++j) sub[low | static_cast<uint32_t>(j)] = e;
+    }
+    for (uint32_t v = 0; v < (1u << kPair); ++v) {
+      const uint32_t w = v << (32 - kPair);
+      int rs1;
+      const int l1 = t.decode(w, rs1);
+      const int n1 = l1 + (rs1 & 15);
+      if (!l1 || n1 > kPair) continue;
+      const int a1 = Huffman::advance(rs1);
+      int n = n1, a = a1;
+      if (a1 < 64) {
+        int rs2;
+        const int l2 = t.decode(w << n1, rs2);
+        if (l2 && n1 + l2 + (rs2 & 15) <= kPair) {
+          n = n1 + l2 + (rs2 & 15);
+          a = a1 + Huffman::advance(rs2);
+        }
+      }
+      pairs[v] = static_cast<uint32_t>(n1) | static_cast<uint32_t>(a1) << 5 | static_cast<uint32_t>(n) << 12 |
+                 static_cast<uint32_t>(a) << 17;
+    }
+  }
+
+  bool derivedFrom(const Huffman& t) const {
+    return counts == t.counts && vals.size() == static_cast<size_t>(t.nsym) &&
+           std::equal(vals.begin(), vals.end(), t.vals.begin());
+  }
+};
+
+// t's walk tables, derived once per thread for each distinct table (most files of a dataset share
+// a few, often the JPEG standard's). The reference stays valid until 8 other tables were derived.
+const WalkTables& walkTables(const Huffman& t) {
+  thread_local std::vector<std::unique_ptr<WalkTables>> derived;
+  for (const auto& d : derived) {
+    if (d->derivedFrom(t)) return *d;
+  }
+  if (derived.size() >= 8) derived.erase(derived.begin());
+  derived.push_back(std::make_unique<WalkTables>(t));
+  return *derived.back();
+}
 
 struct Headers {
   int width = 0, height = 0;
@@ -270,57 +286,24 @@ size_t unstuff(const uint8_t* d, size_t size, size_t from, size_t want, std::vec
   return p;
 }
 
-// Reads bits, most significant first, from an unstuffed buffer with at least 8 bytes of zero
-// padding past any position read.
-struct BitSource {
-  const uint8_t* buf;
-  uint64_t pos = 0;
-  uint32_t peek32() const { return static_cast<uint32_t>((load64be(buf + (pos >> 3)) << (pos & 7)) >> 32); }
-  uint32_t read32At(uint64_t at) const {
-    return static_cast<uint32_t>((load64be(buf + (at >> 3)) << (at & 7)) >> 32);
-  }
-};
+// The 32 bits at bit offset at of an unstuffed buffer (zero padding past the data).
+uint32_t read32(const uint8_t* buf, uint64_t at) {
+  return static_cast<uint32_t>((load64be(buf + (at >> 3)) << (at & 7)) >> 32);
+}
 
 int extend(uint32_t v, int s) { return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v); }
 
-// Decodes a DC difference; returns false on a bad code.
-inline bool walkDc(BitSource& b, const Huffman& t, int& diff) {
-  int s;
-  const int len = t.decode(b.peek32(), s);
-  if (!len || s > 15) return false;
-  b.pos += static_cast<uint64_t>(len);
-  diff = 0;
-  if (s) {
-    diff = extend(b.peek32() >> (32 - s), s);
-    b.pos += static_cast<uint64_t>(s);
-  }
-  return true;
-}
-
-// Skips a block's AC coefficients exactly as libjpeg-turbo's decode_mcu consumes them.
-inline bool walkAc(BitSource& b, const Huffman& t) {
-  for (int k = 1; k < 64; ++k) {
-    int rs;
-    const int len = t.decode(b.peek32(), rs);
-    if (!len) return false;
-    const int r = rs >> 4, s = rs & 15;
-    b.pos += static_cast<uint64_t>(len + s);
-    if (s) {
-      k += r;
-    } else {
-      if (r != 15) break;
-      k += 15;
-    }
-  }
-  return true;
-}
-
-// The index build's reader: a 64-bit bit buffer refilled before every symbol (at least 56 bits
-// after a refill; a symbol and its value take at most 31), over an unstuffed buffer with at
-// least 512 bytes of zero padding.
+// Walks blocks (the index build, each extract row's first MCU) in an unstuffed buffer from bit
+// offset start: a 64-bit bit buffer refilled before every symbol (at least 56 bits after a
+// refill; a symbol and its value take at most 31). The buffer needs zero padding past the data:
+// 512 bytes where the data may be corrupt (a block may run on for 64 x 31 bits before the
+// caller's check), 16 where an index build already walked it.
 class FastWalker {
  public:
-  explicit FastWalker(const uint8_t* buf) : base_(buf), p_(buf) {}
+  FastWalker(const uint8_t* buf, uint64_t start) : base_(buf), p_(buf + (start >> 3)) {
+    refill();
+    consume(static_cast<int>(start & 7));
+  }
   uint64_t pos() const { return static_cast<uint64_t>(p_ - base_) * 8 - static_cast<uint64_t>(count_); }
 
   bool dc(const Huffman& t, int& diff) {
@@ -334,11 +317,12 @@ class FastWalker {
     return true;
   }
 
-  // With pairs (Huffman::buildPairs): up to two symbols per lookup while the block goes on.
-  bool ac(const Huffman& t, const uint32_t* pairs) {
+  // Skips a block's AC coefficients exactly as libjpeg-turbo's decode_mcu consumes them, up to
+  // two symbols per lookup while the block goes on.
+  bool ac(const WalkTables& t) {
     for (int k = 1; k < 64;) {
       refill();
-      const uint32_t p = pairs[bits_ >> (64 - Huffman::kPair)];
+      const uint32_t p = t.pairs[bits_ >> (64 - WalkTables::kPair)];
       if (p) {
         const int a1 = (p >> 5) & 127;
         if (k + a1 >= 64) {  // the block ends with the first symbol: the next bits are not its
@@ -349,19 +333,7 @@ class FastWalker {
         k += static_cast<int>(p >> 17);
         continue;
       }
-      uint16_t e = t.skip[static_cast<size_t>(bits_ >> (64 - Huffman::kSkip))];
-      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((bits_ >> (64 - 16)) & 31)];
-      if (__builtin_expect(!e, 0)) return false;  // not a code
-      consume(e & 0xFF);
-      k += e >> 8;
-    }
-    return true;
-  }
-
-  bool ac(const Huffman& t) {
-    for (int k = 1; k < 64;) {
-      refill();
-      uint16_t e = t.skip[static_cast<size_t>(bits_ >> (64 - Huffman::kSkip))];
+      uint16_t e = t.skip[static_cast<size_t>(bits_ >> (64 - WalkTables::kSkip))];
       if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((bits_ >> (64 - 16)) & 31)];
       if (__builtin_expect(!e, 0)) return false;  // not a code
       consume(e & 0xFF);
@@ -398,14 +370,15 @@ class BitSink {
       emit32(static_cast<uint32_t>(acc_ >> n_));
     }
   }
-  void copy(const BitSource& src, uint64_t from, uint64_t to) {
+  // Copies bits [from, to) of an unstuffed buffer (zero padding past the data).
+  void copy(const uint8_t* src, uint64_t from, uint64_t to) {
     if (to - from >= 56) {
       while (n_ >= 8) {  // fewer than 8 pending bits, so 56 more fit in acc_
         n_ -= 8;
         emitByte(static_cast<uint8_t>(acc_ >> n_));
       }
       do {  // 7 bytes at a time
-        acc_ = (acc_ << 56) | (load64be(src.buf + (from >> 3)) << (from & 7)) >> 8;
+        acc_ = (acc_ << 56) | (load64be(src + (from >> 3)) << (from & 7)) >> 8;
         from += 56;
         const uint64_t w = acc_ >> n_;  // its low 56 bits are the next 7 bytes
         const uint64_t x = ~w | 0xFF00000000000000ull;  // an FF byte in w is a zero byte in x
@@ -419,11 +392,11 @@ class BitSink {
       } while (to - from >= 56);
     }
     while (to - from >= 32) {
-      put(src.read32At(from), 32);
+      put(read32(src, from), 32);
       from += 32;
     }
     const int rest = static_cast<int>(to - from);
-    if (rest) put(src.read32At(from) >> (32 - rest), rest);
+    if (rest) put(read32(src, from) >> (32 - rest), rest);
   }
   // Pads with 1 bits to a byte boundary and writes what is left; returns the end pointer.
   uint8_t* finish() {
@@ -528,36 +501,10 @@ std::unique_ptr<JpegIndex> JpegIndex::build(const uint8_t* data, size_t size, in
   ix->bit_.resize(entries);
   ix->dc_.resize(entries * static_cast<size_t>(ix->ncomp_));
   ix->row_byte_.resize(static_cast<size_t>(ix->mcus_y_));
-  // The walker's AC tables, derived once per thread for each distinct DHT table (most files of a
-  // dataset share a few, often the JPEG standard's).
-  struct Derived {
-    std::array<uint8_t, 16> counts;
-    std::vector<uint8_t> vals;
-    std::vector<uint16_t> skip, skip2;
-    std::vector<uint32_t> pairs;
-  };
-  thread_local std::vector<Derived> derived;
-  const uint32_t* pairs[4] = {nullptr, nullptr, nullptr, nullptr};
-  for (const Component& c : ix->comps_) {
-    Huffman& t = h.ac[c.ac_table];
-    if (pairs[c.ac_table]) continue;
-    auto it = std::find_if(derived.begin(), derived.end(), [&](const Derived& d) {
-      return d.counts == t.counts && d.vals.size() == static_cast<size_t>(t.nsym) &&
-             std::equal(d.vals.begin(), d.vals.end(), t.vals.begin());
-    });
-    if (it == derived.end()) {
-      if (derived.size() >= 8) derived.erase(derived.begin());
-      t.buildSkip();
-      derived.push_back({t.counts, std::vector<uint8_t>(t.vals.begin(), t.vals.begin() + t.nsym), t.skip, t.skip2,
-                         t.buildPairs()});
-      it = derived.end() - 1;
-    }
-    t.skip = it->skip;
-    t.skip2 = it->skip2;
-    pairs[c.ac_table] = it->pairs.data();
-  }
-  buf.resize(buf.size() + 256);  // FastWalker's padding (unstuff left 256)
-  FastWalker src(buf.data());
+  const WalkTables* walk[4] = {nullptr, nullptr, nullptr, nullptr};
+  for (const Component& c : ix->comps_) walk[c.ac_table] = &walkTables(h.ac[c.ac_table]);
+  buf.resize(buf.size() + 256);  // FastWalker's padding: unstuff left 256
+  FastWalker src(buf.data(), 0);
   int pred[4] = {0, 0, 0, 0};
   size_t e = 0;
   auto checkpoint = [&] {
@@ -580,7 +527,7 @@ std::unique_ptr<JpegIndex> JpegIndex::build(const uint8_t* data, size_t size, in
         const Component& comp = ix->comps_[static_cast<size_t>(c)];
         for (int b = 0; b < comp.blocks; ++b) {
           int diff;
-          if (!src.dc(h.dc[comp.dc_table], diff) || !src.ac(h.ac[comp.ac_table], pairs[comp.ac_table])) return nullptr;
+          if (!src.dc(h.dc[comp.dc_table], diff) || !src.ac(*walk[comp.ac_table])) return nullptr;
           pred[c] += diff;
           if (src.pos() > nbits) return nullptr;  // ran past the data: corrupt or truncated
         }
@@ -637,40 +584,41 @@ bool JpegIndex::extract(const uint8_t* data, size_t size, int r0, int r1, int c0
     p += 2 + len;
   }
 
+  const WalkTables* walk[4] = {nullptr, nullptr, nullptr, nullptr};
+  for (const Component& c : comps_) walk[c.ac_table] = &walkTables(h.ac[c.ac_table]);
   BitSink sink(o);
-  BitSource src{buf.data()};
   int pred[4] = {0, 0, 0, 0};  // the extract's predictors
   for (int r = r0; r < r1; ++r) {
     const size_t eb = entry(r, c0), ee = entry(r, c1);
     const int16_t* before = &dc_[eb * static_cast<size_t>(ncomp_)];
     const int16_t* after = &dc_[ee * static_cast<size_t>(ncomp_)];
     const uint64_t end = bit_[ee] - base;
-    src.pos = bit_[eb] - base;
-    uint64_t copied = src.pos;
+    FastWalker src(buf.data(), bit_[eb] - base);
+    uint64_t copied = src.pos();
     // The first MCU: each component's first DC difference is re-encoded against the extract's
     // predictor; everything else is copied bit for bit.
     for (int c = 0; c < ncomp_; ++c) {
       const Component& comp = comps_[static_cast<size_t>(c)];
       const Huffman& dct = h.dc[comp.dc_table];
       for (int b = 0; b < comp.blocks; ++b) {
-        const uint64_t dc_at = src.pos;
+        const uint64_t dc_at = src.pos();
         int diff;
-        if (!walkDc(src, dct, diff)) return false;
+        if (!src.dc(dct, diff)) return false;
         if (b == 0) {
           const int nd = before[c] + diff - pred[c];
           const int mag = nd < 0 ? -nd : nd;
           const int cat = mag ? 32 - __builtin_clz(static_cast<unsigned>(mag)) : 0;
           if (cat > 15 || !dct.size[cat]) return false;
-          sink.copy(src, copied, dc_at);
+          sink.copy(buf.data(), copied, dc_at);
           sink.put(dct.code[cat], dct.size[cat]);
           if (cat) sink.put(static_cast<uint32_t>(nd < 0 ? nd + (1 << cat) - 1 : nd) & ((1u << cat) - 1), cat);
-          copied = src.pos;
+          copied = src.pos();
         }
-        if (!walkAc(src, h.ac[comp.ac_table])) return false;
+        if (!src.ac(*walk[comp.ac_table])) return false;
       }
     }
-    if (src.pos > end) return false;
-    sink.copy(src, copied, end);
+    if (src.pos() > end) return false;
+    sink.copy(buf.data(), copied, end);
     for (int c = 0; c < ncomp_; ++c) pred[c] = after[c];
   }
   o = sink.finish();
