@@ -24,6 +24,8 @@
 #include <memory>
 #include <vector>
 
+#include "data/jpeg_entropy.h"
+
 namespace aiacc::data {
 
 class JpegIndex {
@@ -57,13 +59,6 @@ class JpegIndex {
   bool extract(const uint8_t* data, size_t size, int r0, int r1, int c0, int c1,
                std::vector<uint8_t>& out) const;
 
-  // Sampling and table layout parsed from the headers (public for the implementation's
-  // helpers; not an API).
-  struct Component {
-    int h = 1, v = 1;       // sampling factors
-    int blocks = 1;         // blocks per MCU
-    int dc_table = 0, ac_table = 0;
-  };
 
  private:
   JpegIndex() = default;
@@ -73,7 +68,7 @@ class JpegIndex {
   int mcu_w_ = 8, mcu_h_ = 8, mcus_x_ = 0, mcus_y_ = 0;
   int k_ = 2, per_row_ = 0;  // checkpoints per MCU row
   int ncomp_ = 0;
-  std::vector<Component> comps_;
+  std::vector<jpeg::ScanComponent> comps_;
   size_t size_ = 0;             // file size
   size_t sof_at_ = 0;           // offset of the SOF marker
   size_t scan_at_ = 0;          // first byte of the entropy-coded data
