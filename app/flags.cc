@@ -96,8 +96,11 @@ DEFINE_int32(ranks_per_node, 0, "ranks per node for two-level reduction; 0: the 
 DEFINE_bool(shm, true, "shared memory between ranks of one host (NCCL-style SHM transport): for "
             "all collectives in a one-node job, for the intra-node stages of two-level reduction; "
             "--noshm: Gloo over loopback TCP");
-DEFINE_string(bn_sync, "broadcast", "BatchNorm running stats across ranks: broadcast (rank 0's) | "
-              "average | none");
+DEFINE_string(bn_sync, "lazy", "BatchNorm running stats across ranks. lazy: every rank's averaged "
+              "only before they are read (evaluation, checkpoint, end of training): the same values "
+              "as 'average', with no collective per step | average: averaged before each forward | "
+              "broadcast: rank 0's, before each forward (PyTorch DDP's default) | none: each rank "
+              "keeps its own (evaluation mixes them)");
 DEFINE_bool(find_unused, false, "agree each step (one bitmask allreduce) which parameters got no "
             "gradient on any rank; they are left out of the optimizer step");
 DEFINE_string(negotiation, "decentralized", "who decides what to reduce: decentralized (every "
@@ -153,8 +156,9 @@ DistSpec distSpecFromFlags() {
                     FLAGS_allreduce_dtype == "bf16",
                     "--allreduce-dtype must be fp32, fp16 or bf16 (got '", FLAGS_allreduce_dtype, "')");
   d.allreduce_dtype = FLAGS_allreduce_dtype;
-  AIACC_CHECK_INPUT(FLAGS_bn_sync == "broadcast" || FLAGS_bn_sync == "average" || FLAGS_bn_sync == "none",
-                    "--bn-sync must be broadcast, average or none (got '", FLAGS_bn_sync, "')");
+  AIACC_CHECK_INPUT(FLAGS_bn_sync == "lazy" || FLAGS_bn_sync == "broadcast" || FLAGS_bn_sync == "average" ||
+                        FLAGS_bn_sync == "none",
+                    "--bn-sync must be lazy, average, broadcast or none (got '", FLAGS_bn_sync, "')");
   d.bn_sync = FLAGS_bn_sync;
   d.find_unused = FLAGS_find_unused;
   AIACC_CHECK_INPUT(FLAGS_hierarchical == "on" || FLAGS_hierarchical == "off" || FLAGS_hierarchical == "auto",

@@ -35,7 +35,7 @@ struct DistSpec {
   std::string allreduce_dtype = "fp32";  // --allreduce-dtype fp32|fp16|bf16
   std::string timeline;  // --timeline FILE (rank 0)
   double timeout_s = 120;
-  std::string bn_sync = "broadcast";
+  std::string bn_sync = "lazy";  // --bn-sync lazy|average|broadcast|none
   bool find_unused = false;
   bool central = false;  // --negotiation central
   std::string hierarchical = "auto";  // --hierarchical on|off|auto

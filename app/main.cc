@@ -61,9 +61,10 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
     aiacc::comm::DataParallelOptions dp;
     dp.bucket_mb = dist.bucket_mb;
-    dp.buffers = dist.bn_sync == "average" ? aiacc::comm::BufferSync::kAverage
-                 : dist.bn_sync == "none"  ? aiacc::comm::BufferSync::kNone
-                                           : aiacc::comm::BufferSync::kBroadcast;
+    dp.buffers = dist.bn_sync == "average"     ? aiacc::comm::BufferSync::kAverage
+                 : dist.bn_sync == "broadcast" ? aiacc::comm::BufferSync::kBroadcast
+                 : dist.bn_sync == "none"      ? aiacc::comm::BufferSync::kNone
+                                               : aiacc::comm::BufferSync::kAverageWhenRead;
     dp.detect_unused = dist.find_unused;
     dp.transfer = dist.allreduce_dtype == "fp16"   ? aiacc::comm::TransferDtype::kFloat16
                   : dist.allreduce_dtype == "bf16" ? aiacc::comm::TransferDtype::kBFloat16

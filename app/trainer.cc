@@ -210,6 +210,7 @@ int64_t Trainer::State::plannedSteps() const {
 }
 
 EvalPoint Trainer::State::evaluate(double epoch_pos) {
+  sync().syncBuffers();  // every rank evaluates its shard with the same BN statistics
   torch::NoGradGuard no_grad;
   model->eval();
   const Stage& st = stageAt(cfg, static_cast<int>(epoch_pos));
@@ -266,7 +267,9 @@ void Trainer::State::writeMetric(const std::string& json) {
 }
 
 void Trainer::State::checkpoint() {
-  if (cfg.checkpoint_dir.empty() || !isRank0()) return;
+  if (cfg.checkpoint_dir.empty()) return;
+  sync().syncBuffers();  // on every rank (a collective); rank 0 writes
+  if (!isRank0()) return;
   std::error_code ec;
   std::filesystem::create_directories(cfg.checkpoint_dir, ec);
   const std::string path = cfg.checkpoint_dir + "/last.ckpt";

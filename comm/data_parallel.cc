@@ -203,6 +203,16 @@ void DataParallel::beforeForward() {
   if (world_.world == 1) return;
   if (opt_.buffers == BufferSync::kBroadcast) broadcastState(false, true);
   if (opt_.buffers == BufferSync::kAverage) averageBuffers();
+  buffers_dirty_ = true;
+}
+
+// Only after a training forward changed them: averaging values that already agree would be
+// a wasted collective (and, for world sizes that are not powers of two, not quite a no-op).
+void DataParallel::syncBuffers() {
+  if (world_.world == 1 || !buffers_dirty_) return;
+  if (opt_.buffers == BufferSync::kBroadcast) broadcastState(false, true);
+  if (opt_.buffers == BufferSync::kAverage || opt_.buffers == BufferSync::kAverageWhenRead) averageBuffers();
+  buffers_dirty_ = false;
 }
 
 // Floating-point buffers (running mean/var) are averaged; integer ones (num_batches_tracked)

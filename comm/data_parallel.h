@@ -40,10 +40,18 @@ struct Node;
 
 namespace aiacc::comm {
 
+// BN running statistics (floating-point buffers) across ranks. Training never reads them (train-
+// mode BN normalizes with the batch's own statistics); evaluation and checkpoints do, after
+// syncBuffers().
 enum class BufferSync {
-  kBroadcast,  // rank 0's BN running statistics, broadcast before each forward (DDP's default)
-  kAverage,    // every rank's statistics averaged before each forward
-  kNone,       // each rank keeps its own
+  kBroadcast,  // rank 0's, broadcast before each forward (DDP's default) and in syncBuffers()
+  kAverage,    // every rank's averaged before each forward and in syncBuffers()
+  // Every rank's averaged only in syncBuffers(), i.e. when they are about to be read: the same
+  // values as kAverage (a running statistic is an exponential moving average, linear in its
+  // updates, so the average of the ranks' averages is the average kAverage keeps), without a
+  // collective, and the synchronisation point it forces, before every forward.
+  kAverageWhenRead,
+  kNone,  // each rank keeps its own
 };
 
 enum class Negotiation {
@@ -108,6 +116,7 @@ class DataParallel : public GradientSync {
 
   const WorldInfo& world() const override { return world_; }
   void beforeForward() override;
+  void syncBuffers() override;
   bool finishBackward() override;
   void allreduceSum(at::Tensor& t) override;
   double exposedCommSeconds() const override { return exposed_s_; }
@@ -178,6 +187,7 @@ class DataParallel : public GradientSync {
   std::vector<std::shared_ptr<Work>> works_;
   std::vector<size_t> arrival_;              // first step: order gradients arrived
   int64_t steps_ = 0;
+  bool buffers_dirty_ = false;  // a training forward ran since the buffers last agreed
   std::atomic<bool> sync_{true};
   int channels_ = 1;
   std::vector<double> weights_;              // per channel, sums to 1

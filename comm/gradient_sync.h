@@ -25,8 +25,11 @@ class GradientSync {
  public:
   virtual ~GradientSync() = default;
   virtual const WorldInfo& world() const = 0;
-  // Called before each training forward (DataParallel: BN buffers from rank 0).
+  // Called before each training forward (DataParallel: BN buffers, per its BufferSync).
   virtual void beforeForward() {}
+  // Called by every rank before the model's buffers are read (evaluation, checkpoint, the end of
+  // training): makes them agree across ranks. A collective: all ranks call it at the same point.
+  virtual void syncBuffers() {}
   // Called after loss.backward(). Returns false when every rank must skip this optimizer step
   // (e.g. a non-finite reduced gradient); the gradients are then undefined.
   virtual bool finishBackward() = 0;

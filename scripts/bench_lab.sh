@@ -2,8 +2,9 @@
 # bench_lab.sh: aiacc against PyTorch DDP on the emulated cluster (scripts/netlab.sh), measured
 # in one run. For each layout (nodes x ranks per node), link rate and model it runs:
 #   aiacc with everything on (fp16 transfer, two-level, streams, overlap, autotune, heap
-#   settings), then with each optimization off in turn; PyTorch DDP fp32; PyTorch DDP with its
-#   fp16 compression hook; PyTorch DDP fp32 given aiacc's heap settings (ablation only);
+#   settings, BN statistics averaged when read), then with each optimization off in turn;
+#   PyTorch DDP fp32; PyTorch DDP with its fp16 compression hook; PyTorch DDP fp32 given aiacc's
+#   heap settings, and with broadcast_buffers=False (ablation only);
 # and one rank of each alone (no network) for scaling efficiency. Same model, batch, resolution,
 # synthetic data and threads per rank everywhere. Prints a table of images/s with ratios to both
 # DDP modes and ends with one headline line.
@@ -172,11 +173,16 @@ for layout in $LAYOUTS; do
         dK=$(counted dK "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads")
         DDP_ENV=""
         row "PyTorch DDP fp32, aiacc's heap settings" "$dK" "$(ratio "$dK" "$dF")" "$(ratio "$dK" "$dH")"; rto_note dK
+        # aiacc averages BN statistics only when they are read (--bn-sync lazy); DDP's
+        # broadcast_buffers=False is the nearest DDP setting (it never syncs them).
+        dB=$(counted dB "$nodes" ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads" no-buffer-broadcast)
+        row "PyTorch DDP fp32, broadcast_buffers=False" "$dB" "$(ratio "$dB" "$dF")" "$(ratio "$dB" "$dH")"; rto_note dB
       fi
       for off in "fp16 transfer off:--allreduce-dtype fp32" "two-level off:--allreduce-dtype fp16 --hierarchical off" \
                  "multi-stream off:--allreduce-dtype fp16 --streams 1" "autotune off:--allreduce-dtype fp16 --noautotune" \
                  "heap settings off (--nokeep-freed-memory):--allreduce-dtype fp16 --nokeep-freed-memory" \
-                 "overlap off (central):--allreduce-dtype fp16 --negotiation central"; do
+                 "overlap off (central):--allreduce-dtype fp16 --negotiation central" \
+                 "BN stats broadcast each step (DDP's way):--allreduce-dtype fp16 --bn-sync broadcast"; do
         [ "$ABLATION" = 1 ] || break
         name=${off%%:*}; flags=${off#*:}
         # shellcheck disable=SC2086

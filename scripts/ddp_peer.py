@@ -2,11 +2,12 @@
 """PyTorch DDP reference peer: the same training step aiacc_train runs, on synthetic data.
 
 Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (set by bench_ddp.sh).
-Usage: ddp_peer.py ARCH BATCH SIZE STEPS THREADS [fp16]
+Usage: ddp_peer.py ARCH BATCH SIZE STEPS THREADS [fp16] [no-buffer-broadcast]
 torchvision ARCH, SGD momentum 0.9 nesterov, label smoothing 0.1, gloo backend, one fixed random
 batch per rank (no I/O). Rank 0 prints "ddp: X images/s" over the steps after 3 warm-up steps,
 and "ddp-rss: Y MiB", the largest peak resident memory of any rank.
-With "fp16", gradients travel through DDP's fp16 compression hook.
+With "fp16", gradients travel through DDP's fp16 compression hook; with "no-buffer-broadcast",
+DDP(broadcast_buffers=False): no broadcast of rank 0's BN statistics before each forward.
 """
 import os
 import resource
@@ -25,8 +26,13 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    model = DDP(getattr(torchvision.models, arch)(num_classes=1000))
-    if len(sys.argv) > 6 and sys.argv[6] == "fp16":
+    options = set(sys.argv[6:])
+    unknown = options - {"fp16", "no-buffer-broadcast"}
+    if unknown:
+        sys.exit(f"ddp_peer: unknown option(s) {sorted(unknown)}; expected fp16, no-buffer-broadcast")
+    model = DDP(getattr(torchvision.models, arch)(num_classes=1000),
+                broadcast_buffers="no-buffer-broadcast" not in options)
+    if "fp16" in options:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4)

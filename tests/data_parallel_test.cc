@@ -281,6 +281,53 @@ TEST(DataParallel, BatchNormBuffersBroadcastOrAveraged) {
   }
 }
 
+// kAverageWhenRead exchanges nothing per step, yet after syncBuffers() every rank holds exactly
+// what averaging before every forward (kAverage) gives: the running statistics' updates are
+// linear. kBroadcast's syncBuffers() leaves every rank with rank 0's.
+TEST(DataParallel, BatchNormBuffersAveragedWhenReadEqualAveragedEveryStep) {
+  const int W = 3, steps = 4;
+  auto train = [&](BufferSync mode, std::vector<std::vector<float>>& before, std::vector<std::vector<float>>& after) {
+    before.assign(W, {});
+    after.assign(W, {});
+    expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+      torch::manual_seed(3);  // the same weights on every rank (DataParallel broadcasts them too)
+      auto seq = torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::BatchNorm1d(4));
+      DataParallelOptions o;
+      o.buffers = mode;
+      DataParallel dp(seq.ptr(), t, WorldInfo{r, W, r, W}, o);
+      torch::NoGradGuard no_grad;
+      for (int s = 0; s < steps; ++s) {
+        dp.beforeForward();
+        // Each rank's batches differ, in mean and in spread.
+        seq->forward(at::randn({8, 4}, at::detail::createCPUGenerator(100 * s + r), at::kFloat) * (1.0 + r) + r);
+      }
+      auto stats = [&] {
+        auto b = seq->named_buffers();
+        at::Tensor both = at::cat({b["1.running_mean"], b["1.running_var"]});
+        return std::vector<float>(both.data_ptr<float>(), both.data_ptr<float>() + both.numel());
+      };
+      before[r] = stats();
+      dp.syncBuffers();
+      after[r] = stats();
+      dp.syncBuffers();  // nothing changed since: no collective, the same values
+      EXPECT_EQ(stats(), after[r]);
+    }));
+  };
+  std::vector<std::vector<float>> every_before, every, lazy_before, lazy, bc_before, bc;
+  train(BufferSync::kAverage, every_before, every);
+  train(BufferSync::kAverageWhenRead, lazy_before, lazy);
+  train(BufferSync::kBroadcast, bc_before, bc);
+  EXPECT_NE(lazy_before[0], lazy_before[1]);  // nothing was exchanged before syncBuffers()
+  for (int r = 0; r < W; ++r) {
+    ASSERT_EQ(lazy[r].size(), 8u);
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_NEAR(lazy[r][i], every[0][i], 1e-5 * (1 + std::abs(every[0][i]))) << "rank " << r << " value " << i;
+      EXPECT_EQ(every[r][i], every[0][i]);
+      EXPECT_EQ(bc[r][i], bc_before[0][i]);  // rank 0's, as they were after its last forward
+    }
+  }
+}
+
 TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
   const int W = 2, b = 2, micro = 3;
   const at::Tensor x = inputs(W * b * micro, 5), y = targets(W * b * micro, 6);
