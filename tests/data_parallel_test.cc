@@ -556,6 +556,45 @@ TEST(DataParallel, Fp16OverflowSkipsTheStepEverywhere) {
   }
 }
 
+// Offered a two-level transport as the alternative, the tuner starts on it (flat must then win
+// by more than noise), and the trial of flat still reduces correctly: every rank ends each step
+// with the same gradients.
+TEST(Autotune, StartsOnTwoLevelWhenOffered) {
+  const int W = 4;  // 2 "nodes" x 2 ranks
+  auto store = makeHashStore();
+  std::vector<int> started_two_level(W, -1);
+  std::vector<std::string> described(W);
+  std::vector<std::vector<float>> step_sums(W);
+  expectNoErrors(test::runThreads(W, [&](int r) {
+    GlooOptions flat_o = test::glooOptions(r, W, 1);
+    GlooOptions two_o = flat_o;
+    two_o.name = "gloo2";
+    two_o.row_base = 1;
+    auto flat = std::make_shared<GlooTransport>(store, flat_o);
+    torch::manual_seed(5);
+    Net net;
+    DataParallelOptions o;
+    o.autotune = true;
+    o.tune_space.try_two_level = true;
+    o.two_level = makeGlooHierarchical(store, two_o, /*ranks_per_node=*/2, /*min_shard_bytes=*/1, /*shm=*/false);
+    DataParallel dp(net.ptr(), flat, WorldInfo{r, W, r % 2, 2}, o);
+    started_two_level[r] = dp.tuner()->current().two_level ? 1 : 0;
+    described[r] = dp.describe();
+    for (int step = 0; step < 8; ++step) {
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      torch::nn::functional::cross_entropy(net->forward(inputs(2, 10 * step + r)), targets(2, 10 * step + r)).backward();
+      ASSERT_TRUE(dp.finishBackward());
+      float sum = 0;  // every parameter's gradient, this step
+      for (auto& p : net->parameters()) sum += p.grad().abs().sum().item<float>();
+      step_sums[r].push_back(sum);
+    }
+  }));
+  for (int r = 0; r < W; ++r) {
+    EXPECT_EQ(started_two_level[r], 1) << described[r];
+    EXPECT_EQ(step_sums[r], step_sums[0]) << "rank " << r;
+  }
+}
+
 // Many small tensors, one bucket each at the start: fusing them into one bucket is much faster,
 // and the tuner, fed real step times, picks it, identically on every rank.
 TEST(Autotune, ManySmallTensorsFusionWins) {
