@@ -16,6 +16,11 @@
 #   each, interleaved, and report medians (every run is listed); single runs vary by 10-20% here.
 #   --no-ablation: skip the "each optimization off" rows (a resnet50@128 lab run takes ~11 min on
 #   2 cores: the ablation alone is most of an hour per layout).
+#   --ab "FLAGS A" "FLAGS B": instead of the table, aiacc with flag set A against flag set B,
+#   --repeat N (default 4) interleaved rounds on the first layout, link and model; prints every
+#   run, the medians and each round's B/A ratio. Single runs (the ablation rows) vary by 10-20%
+#   on a 2-core host; this is the way to tell whether one lever matters.
+#     scripts/bench_lab.sh --quick --ab "--bn-sync broadcast" "--bn-sync lazy"
 #   --save DIR: keep each lab run of aiacc (rank 0's report JSON, timeline, and a .meta line with
 #   layout, link rate and model) for scripts/simulate.py validate DIR.
 #
@@ -23,17 +28,18 @@
 # the steps after its 3 warm-up steps. Needs root (namespaces). Leaves nothing behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=20; SAVE=""; ABLATION=1; REPEAT=1
+LAYOUTS="2x2 4x1"; BWS="1gbit 5gbit"; MODELS="resnet18:64:16 resnet50:128:8"; STEPS=20; SAVE=""; ABLATION=1; REPEAT=1; AB=0; AB_A=""; AB_B=""; REPEAT_SET=0
 while [ $# -gt 0 ]; do
   case $1 in
     --layouts) LAYOUTS=$2; shift 2 ;;
     --bw) BWS=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
-    --repeat) REPEAT=$2; shift 2 ;;
+    --repeat) REPEAT=$2; REPEAT_SET=1; shift 2 ;;
     --quick) LAYOUTS="2x2"; BWS="1gbit"; MODELS="resnet18:64:16"; shift ;;
     --save) SAVE=$(realpath -m "$2"); mkdir -p "$SAVE"; shift 2 ;;
     --no-ablation) ABLATION=0; shift ;;
+    --ab) AB_A=$2; AB_B=$3; AB=1; shift 3 ;;
     *) echo "bench_lab: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -137,6 +143,32 @@ eff() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { if (b > 0) printf "%.0f%%", 1
 row() { printf "%-50s %10s %12s %12s\n" "$1" "$2" "$3" "$4"; }
 
 CORES=$(nproc)
+if [ "$AB" = 1 ]; then
+  layout=${LAYOUTS%% *}; bw=${BWS%% *}; m=${MODELS%% *}
+  nodes=${layout%x*}; per=${layout#*x}; world=$((nodes * per))
+  threads=$(( CORES / world )); [ "$threads" -ge 1 ] || threads=1
+  IFS=: read -r arch size batch <<< "$m"
+  [ "$REPEAT_SET" = 1 ] || REPEAT=4
+  $LAB up --nodes "$nodes" --bw "$bw" > /dev/null
+  CUR_BW=$bw
+  echo "A/B on $layout at $bw, $arch batch $batch/rank @ $size px, $threads thread(s)/rank, $REPEAT interleaved rounds"
+  echo "  A: $AB_A"
+  echo "  B: $AB_B"
+  as=""; bs=""; rs=""
+  for rep in $(seq 1 "$REPEAT"); do
+    # shellcheck disable=SC2086
+    a=$(counted abA "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $AB_A)
+    # shellcheck disable=SC2086
+    b=$(counted abB "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $AB_B)
+    r=$(ratio "$b" "$a")
+    echo "round $rep: A $a, B $b images/s (B/A $r)"; rto_note abA; rto_note abB
+    as="$as $a"; bs="$bs $b"; rs="$rs ${r%x}"
+  done
+  $LAB down > /dev/null
+  # shellcheck disable=SC2086
+  echo "medians: A $(median_of $as), B $(median_of $bs) images/s; B/A per round:$rs (median $(printf "%s\n" $rs | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')x)"
+  exit 0
+fi
 HEADLINE=""
 echo "bench_lab: $CORES cores; layouts: $LAYOUTS; links: $BWS; models: $MODELS; $STEPS timed steps"
 for layout in $LAYOUTS; do
