@@ -21,6 +21,9 @@
 #   run, the medians and each round's B/A ratio. Single runs (the ablation rows) vary by 10-20%
 #   on a 2-core host; this is the way to tell whether one lever matters.
 #     scripts/bench_lab.sh --quick --ab "--bn-sync broadcast" "--bn-sync lazy"
+#   A side that starts with "ddp" runs the PyTorch DDP peer instead: its VAR=value words become
+#   its environment, other words its options (fp16, no-buffer-broadcast), e.g.
+#     scripts/bench_lab.sh --quick --ab "ddp" "ddp MALLOC_TRIM_THRESHOLD_=1073741824"
 #   --save DIR: keep each lab run of aiacc (rank 0's report JSON, timeline, and a .meta line with
 #   layout, link rate and model) for scripts/simulate.py validate DIR.
 #
@@ -154,12 +157,26 @@ if [ "$AB" = 1 ]; then
   echo "A/B on $layout at $bw, $arch batch $batch/rank @ $size px, $threads thread(s)/rank, $REPEAT interleaved rounds"
   echo "  A: $AB_A"
   echo "  B: $AB_B"
+  # side SPEC: aiacc with the flags in SPEC; or, when SPEC starts with "ddp", the DDP peer, its
+  # VAR=value words as environment and its other words as peer options (fp16, no-buffer-broadcast).
+  side() {
+    local spec=$1 w env="" opts=()
+    if [ "${spec%% *}" != ddp ]; then
+      # shellcheck disable=SC2086
+      aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $spec
+      return
+    fi
+    for w in ${spec#ddp}; do
+      case $w in *=*) env="$env $w" ;; *) opts+=("$w") ;; esac
+    done
+    DDP_ENV=$env
+    ddp "$nodes" "$per" "$arch" "$batch" "$size" "$threads" "${opts[@]}"
+    DDP_ENV=""
+  }
   as=""; bs=""; rs=""
   for rep in $(seq 1 "$REPEAT"); do
-    # shellcheck disable=SC2086
-    a=$(counted abA "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $AB_A)
-    # shellcheck disable=SC2086
-    b=$(counted abB "$nodes" aiacc "$nodes" "$per" "$arch" "$batch" "$size" "$threads" $AB_B)
+    a=$(counted abA "$nodes" side "$AB_A")
+    b=$(counted abB "$nodes" side "$AB_B")
     r=$(ratio "$b" "$a")
     echo "round $rep: A $a, B $b images/s (B/A $r)"; rto_note abA; rto_note abB
     as="$as $a"; bs="$bs $b"; rs="$rs ${r%x}"
