@@ -290,8 +290,12 @@ TEST(DataParallel, BatchNormBuffersAveragedWhenReadEqualAveragedEveryStep) {
     before.assign(W, {});
     after.assign(W, {});
     expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
-      torch::manual_seed(3);  // the same weights on every rank (DataParallel broadcasts them too)
       auto seq = torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::BatchNorm1d(4));
+      {  // the same weights in every run and on every rank: not from the global generator, which
+         // the rank threads share (so its draws would depend on their interleaving)
+        at::NoGradGuard no_grad;
+        for (auto& p : seq->parameters()) p.copy_(at::randn(p.sizes(), at::detail::createCPUGenerator(3), at::kFloat));
+      }
       DataParallelOptions o;
       o.buffers = mode;
       DataParallel dp(seq.ptr(), t, WorldInfo{r, W, r, W}, o);
@@ -571,8 +575,7 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
     two_o.name = "gloo2";
     two_o.row_base = 1;
     auto flat = std::make_shared<GlooTransport>(store, flat_o);
-    torch::manual_seed(5);
-    Net net;
+    Net net;  // arbitrary weights: DataParallel broadcasts rank 0's
     DataParallelOptions o;
     o.autotune = true;
     o.tune_space.try_two_level = true;
