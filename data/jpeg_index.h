@@ -59,7 +59,6 @@ class JpegIndex {
   bool extract(const uint8_t* data, size_t size, int r0, int r1, int c0, int c1,
                std::vector<uint8_t>& out) const;
 
-
  private:
   JpegIndex() = default;
   size_t entry(int r, int c) const;  // checkpoint before MCU (r, c); c a multiple of k_ or mcus_x_

@@ -140,16 +140,22 @@ ddp() {
   sed -n 's/ddp: \([0-9.]*\) images\/s/\1/p' "$tmp/ddp0"
 }
 
-median_of() { printf "%s\n" "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# median_fmt FORMAT VALUES...: the median (the mean of the middle two for an even count).
+median_fmt() { local f=$1; shift; printf "%s\n" "$@" | sort -g | awk -v f="$f" '{ v[NR] = $1 } END { printf f "\n", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median_of() { median_fmt "%.1f" "$@"; }  # images/s
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }'; }
 eff() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / (n * b); else print "-" }'; }
 row() { printf "%-50s %10s %12s %12s\n" "$1" "$2" "$3" "$4"; }
+# shape LAYOUT: nodes, per (ranks per node), world and threads (per rank: the cores shared out).
+shape() {
+  nodes=${1%x*}; per=${1#*x}; world=$((nodes * per))
+  threads=$(( CORES / world )); [ "$threads" -ge 1 ] || threads=1
+}
 
 CORES=$(nproc)
 if [ "$AB" = 1 ]; then
   layout=${LAYOUTS%% *}; bw=${BWS%% *}; m=${MODELS%% *}
-  nodes=${layout%x*}; per=${layout#*x}; world=$((nodes * per))
-  threads=$(( CORES / world )); [ "$threads" -ge 1 ] || threads=1
+  shape "$layout"
   IFS=: read -r arch size batch <<< "$m"
   [ "$REPEAT_SET" = 1 ] || REPEAT=4
   $LAB up --nodes "$nodes" --bw "$bw" > /dev/null
@@ -183,14 +189,13 @@ if [ "$AB" = 1 ]; then
   done
   $LAB down > /dev/null
   # shellcheck disable=SC2086
-  echo "medians: A $(median_of $as), B $(median_of $bs) images/s; B/A per round:$rs (median $(printf "%s\n" $rs | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')x)"
+  echo "medians: A $(median_of $as), B $(median_of $bs) images/s; B/A per round:$rs (median $(median_fmt "%.2f" $rs)x)"
   exit 0
 fi
 HEADLINE=""
 echo "bench_lab: $CORES cores; layouts: $LAYOUTS; links: $BWS; models: $MODELS; $STEPS timed steps"
 for layout in $LAYOUTS; do
-  nodes=${layout%x*}; per=${layout#*x}; world=$((nodes * per))
-  threads=$(( CORES / world )); [ "$threads" -ge 1 ] || threads=1
+  shape "$layout"
   for bw in $BWS; do
     $LAB up --nodes "$nodes" --bw "$bw" > /dev/null
     CUR_BW=$bw
