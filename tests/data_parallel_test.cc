@@ -30,14 +30,7 @@
 namespace aiacc::comm {
 namespace {
 
-using test::expectNoErrors;
-using test::inputs;
-using test::Net;
-using test::rankGradients;
-using test::restore;
-using test::runRanks;
-using test::snapshot;
-using test::targets;
+using namespace test;  // runRanks, expectNoErrors, the test net and its data
 
 TEST(BucketPlan, PureFunctionOfTheParameterList) {
   std::vector<ParamInfo> params;
