@@ -42,7 +42,8 @@ while [ $# -gt 0 ]; do
     --quick) LAYOUTS="2x2"; BWS="1gbit"; MODELS="resnet18:64:16"; shift ;;
     --save) SAVE=$(realpath -m "$2"); mkdir -p "$SAVE"; shift 2 ;;
     --no-ablation) ABLATION=0; shift ;;
-    --ab) AB_A=$2; AB_B=$3; AB=1; shift 3 ;;
+    --ab) [ $# -ge 3 ] || { echo "bench_lab: --ab needs two flag sets, e.g. --ab \"--bn-sync broadcast\" \"--bn-sync lazy\"" >&2; exit 2; }
+          AB_A=$2; AB_B=$3; AB=1; shift 3 ;;
     *) echo "bench_lab: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
