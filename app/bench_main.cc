@@ -27,6 +27,7 @@
 #include "comm/store.h"
 #include "common/error.h"
 #include "data/decode.h"
+#include "data/entropy_hook.h"
 #include "data/image_folder.h"
 #include "data/jpeg_index.h"
 #include "data/loader.h"
@@ -48,6 +49,8 @@ DEFINE_bool(breakdown, false, "data: time each stage of the training transform o
             "the index's build");
 DEFINE_bool(entropy_only, false, "data: only entropy-decode each whole file on one thread (no IDCT, "
             "colour, crop or resize): the floor under the full pipeline's time per image");
+DEFINE_bool(libjpeg_huffman, false, "data: entropy-decode with libjpeg-turbo's own Huffman decoder instead of "
+            "aiacc's (data/entropy_hook.h), for comparison; the pixels are the same");
 DEFINE_bool(bytes, false, "data: uint8 batches, as the GPU input path makes them (normalized on the "
             "device afterwards), instead of normalized floats");
 DEFINE_int32(nproc, 2, "allreduce: ranks (processes) on this machine");
@@ -163,6 +166,7 @@ int benchData() {
   aiacc::data::ImageFolder folder =
       aiacc::data::scanImageFolder(fs::is_directory(train) ? train : FLAGS_data);
   const int64_t n = static_cast<int64_t>(folder.samples.size());
+  aiacc::data::EntropyHook::enable(!FLAGS_libjpeg_huffman);
   if (FLAGS_breakdown) return benchDataBreakdown(folder);
   if (FLAGS_entropy_only) {
     std::vector<std::vector<uint8_t>> files;

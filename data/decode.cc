@@ -1,5 +1,6 @@
 #include "data/decode.h"
 
+#include "data/entropy_hook.h"
 #include "data/jpeg_index.h"
 
 #include <jpeglib.h>
@@ -127,10 +128,15 @@ int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h) {
 
 namespace {
 
+enum class BoxResult { kDone, kCmyk, kRetryWithLibjpegHuffman };
+
 // The libjpeg-turbo part of decodeCrop: decodes box (already chosen, inside the image) at DCT
-// scale scale/8 into out.crop; with pick, the box and scale are chosen from the header instead. Returns false for CMYK/YCCK data (the caller falls back to OpenCV).
-bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                   const CropPicker* pick, int out_w, int out_h, bool packed) {
+// scale scale/8 into out.crop; with pick, the box and scale are chosen from the header instead
+// (into out.box, out.scale_num). kCmyk for CMYK/YCCK data (the caller falls back to OpenCV).
+// own_entropy: our Huffman decoder (data/entropy_hook.h) where it takes the file;
+// kRetryWithLibjpegHuffman when it found the data invalid (the caller decodes again without it).
+BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
+                            const CropPicker* pick, int out_w, int out_h, bool packed, bool own_entropy) {
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
   std::vector<uint8_t> row;
@@ -139,7 +145,7 @@ bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, 
   }
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) return false;
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) return BoxResult::kCmyk;
   if (pick) {  // the box is chosen here, from the header's size
     const int W = static_cast<int>(cinfo.image_width);
     const int H = static_cast<int>(cinfo.image_height);
@@ -168,6 +174,8 @@ bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, 
 
   JDIMENSION xoff = static_cast<JDIMENSION>(sx), cw = static_cast<JDIMENSION>(sw);
   if (sw < SW) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to iMCU boundaries
+  EntropyHook hook;
+  const bool hooked = own_entropy && hook.install(&cinfo, data, size, sw < SW, xoff, cw);
   if (sy > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sy));
   out.crop.width = sw;
   out.crop.height = sh;
@@ -200,9 +208,21 @@ bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, 
                   row.data() + skip_cols * 3, static_cast<size_t>(sw) * 3);
     }
   }
+  if (hooked && hook.failed()) return BoxResult::kRetryWithLibjpegHuffman;
   if (d.err.premature_eof) throw DecodeError("truncated JPEG (premature end of data)");
   jpeg_abort_decompress(&cinfo);
-  return true;
+  return BoxResult::kDone;
+}
+
+// decodeJpegBoxOnce with our Huffman decoder, and again with libjpeg-turbo's where ours found the
+// data invalid (same box and scale). Returns false for CMYK/YCCK data.
+bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
+                   const CropPicker* pick, int out_w, int out_h, bool packed) {
+  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, true);
+  if (r != BoxResult::kRetryWithLibjpegHuffman) return r == BoxResult::kDone;
+  const Box chosen = pick ? out.box : box;
+  const int n = pick ? out.scale_num : scale;
+  return decodeJpegBoxOnce(data, size, chosen, n, out, nullptr, out_w, out_h, packed, false) == BoxResult::kDone;
 }
 
 }  // namespace
@@ -264,6 +284,8 @@ int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
   cinfo.scale_num = 1;
   cinfo.scale_denom = 8;
   jpeg_start_decompress(&cinfo);
+  EntropyHook hook;  // skipped rows: walked without their values
+  hook.install(&cinfo, data, size, false, 0, 0);
   // Output rows at 1/8 scale: one per 8 image rows.
   const JDIMENSION all = cinfo.output_height;
   const JDIMENSION want = rows < 0 ? all : std::min<JDIMENSION>(all, std::max<JDIMENSION>(1, (static_cast<JDIMENSION>(rows) + 7) / 8));

@@ -78,15 +78,50 @@ WalkTables::WalkTables(const Huffman& t)
   }
 }
 
-const WalkTables& walkTables(const Huffman& t) {
-  thread_local std::vector<std::unique_ptr<WalkTables>> derived;
+ValueTables::ValueTables(const Huffman& t)
+    : counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), fast(1 << kBits, 0) {
+  for (uint32_t v = 0; v < (1u << kBits); ++v) {
+    const uint32_t w = v << (32 - kBits);
+    int rs;
+    const int l = t.decode(w, rs);
+    const int r = rs >> 4, s = rs & 15;
+    if (!l || l > kBits) continue;  // (a longer code's length depends on bits past the lookahead)
+    if (l + s > kBits) {  // s > 0 here
+      fast[v] = static_cast<int32_t>(0x80u | static_cast<uint32_t>(l) | static_cast<uint32_t>(r + 1) << 8 |
+                                     static_cast<uint32_t>(s) << 16);
+      continue;
+    }
+    int value = 0, advance;
+    if (s) {
+      value = extend((w << l) >> (32 - s), s);
+      advance = r + 1;
+    } else {
+      advance = r == 15 ? 16 : 64;
+    }
+    fast[v] = static_cast<int32_t>(static_cast<uint32_t>(value) << 16 | static_cast<uint32_t>(advance) << 8 |
+                                   static_cast<uint32_t>(l + s));
+  }
+}
+
+namespace {
+
+// Tables derived from Huffman tables, kept per thread for the last 8 distinct tables.
+template <typename Derived>
+const Derived& derivedTables(const Huffman& t) {
+  thread_local std::vector<std::unique_ptr<Derived>> derived;
   for (const auto& d : derived) {
     if (d->derivedFrom(t)) return *d;
   }
   if (derived.size() >= 8) derived.erase(derived.begin());
-  derived.push_back(std::make_unique<WalkTables>(t));
+  derived.push_back(std::make_unique<Derived>(t));
   return *derived.back();
 }
+
+}  // namespace
+
+const ValueTables& valueTables(const Huffman& t) { return derivedTables<ValueTables>(t); }
+
+const WalkTables& walkTables(const Huffman& t) { return derivedTables<WalkTables>(t); }
 
 bool parseHeaders(const uint8_t* d, size_t size, Headers& h) {
   if (size < 4 || d[0] != 0xFF || d[1] != 0xD8) return false;

@@ -82,6 +82,37 @@ struct WalkTables {
   }
 };
 
+// Tables for decoding AC coefficients with their values (our decoder in place of libjpeg-turbo's,
+// data/entropy_hook.h), derived from a Huffman table, per 10-bit lookahead:
+//   - a symbol and its value that fit in it: (bits both take) | (positions it advances: run + 1,
+//     16 for ZRL, 64 for end of block) << 8 | (the coefficient, sign-extended; 0 for ZRL and end
+//     of block) << 16;
+//   - a code that fits but whose value does not: 0x80 | (the code's bits) | (run + 1) << 8 |
+//     (the value's bit count) << 16;
+//   - 0 for a longer code (the caller decodes the symbol with Huffman::decode).
+struct ValueTables {
+  static constexpr int kBits = 10;
+  std::array<uint8_t, 16> counts;  // the table they come from
+  std::vector<uint8_t> vals;
+  std::vector<int32_t> fast;
+
+  explicit ValueTables(const Huffman& t);
+
+  bool derivedFrom(const Huffman& t) const {
+    return counts == t.counts && vals.size() == static_cast<size_t>(t.nsym) &&
+           std::equal(vals.begin(), vals.end(), t.vals.begin());
+  }
+};
+
+// t's value tables, derived once per thread as walkTables below.
+const ValueTables& valueTables(const Huffman& t);
+
+// Natural (row-major) position of each zigzag index.
+inline constexpr uint8_t kNaturalOrder[64] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,
+    41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
+    30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+
 // t's walk tables, derived once per thread for each distinct table (most files of a dataset share
 // a few, often the JPEG standard's). The reference stays valid until 8 other tables were derived.
 const WalkTables& walkTables(const Huffman& t);
@@ -126,62 +157,147 @@ inline int extend(uint32_t v, int s) { return v < (1u << (s - 1)) ? static_cast<
 // caller's check), 16 where an index build already walked it.
 class FastWalker {
  public:
-  FastWalker(const uint8_t* buf, uint64_t start) : base_(buf), p_(buf + (start >> 3)) {
-    refill();
-    consume(static_cast<int>(start & 7));
+  FastWalker(const uint8_t* buf, uint64_t start) : base_(buf) {
+    s_.p = buf + (start >> 3);
+    s_.refill();
+    s_.consume(static_cast<int>(start & 7));
   }
-  uint64_t pos() const { return static_cast<uint64_t>(p_ - base_) * 8 - static_cast<uint64_t>(count_); }
+  uint64_t pos() const { return static_cast<uint64_t>(s_.p - base_) * 8 - static_cast<uint64_t>(s_.count); }
 
   bool dc(const Huffman& t, int& diff) {
-    refill();
+    s_.refill();
     int s;
-    const int len = t.decode(static_cast<uint32_t>(bits_ >> 32), s);
+    const int len = t.decode(static_cast<uint32_t>(s_.bits >> 32), s);
     if (!len || s > 15) return false;
-    consume(len);
-    diff = s ? extend(static_cast<uint32_t>(bits_ >> (64 - s)), s) : 0;
-    consume(s);
+    s_.consume(len);
+    diff = s ? extend(static_cast<uint32_t>(s_.bits >> (64 - s)), s) : 0;
+    s_.consume(s);
     return true;
+  }
+
+  // Decodes a block's AC coefficients into block (natural order, zeroed by the caller), as
+  // libjpeg-turbo's decode_mcu does. False for data that is not a valid code, and for a
+  // coefficient past the block's end (corrupt data libjpeg-turbo clamps; the caller then lets
+  // libjpeg-turbo decode the file).
+  bool acValues(const ValueTables& v, const Huffman& t, int16_t* block) {
+    // The bit buffer in a local for the loop: as members, each symbol's decode waited for the
+    // previous one's stores to come back from memory (the block stores may alias them).
+    Bits b = s_;
+    uint64_t& bits = b.bits;
+    int& count = b.count;
+    bool ok = true;
+    for (int k = 1; k < 64;) {
+      b.refill();
+      const int32_t e = v.fast[static_cast<size_t>(bits >> (64 - ValueTables::kBits))];
+      if (e & 0x80) {  // the code fits, its value does not
+        const int l = e & 0x1F, sz = (e >> 16) & 15;
+        bits <<= l;
+        count -= l;
+        const int pos = k + ((e >> 8) & 0xFF) - 1;
+        if (pos > 63) {
+          ok = false;
+          break;
+        }
+        block[kNaturalOrder[pos]] = static_cast<int16_t>(extend(static_cast<uint32_t>(bits >> (64 - sz)), sz));
+        bits <<= sz;
+        count -= sz;
+        k = pos + 1;
+        continue;
+      }
+      if (e) {
+        bits <<= e & 0xFF;
+        count -= e & 0xFF;
+        const int pos = k + ((e >> 8) & 0xFF) - 1;
+        if (pos > 63) {
+          ok = (e >> 16) == 0;  // end of block, or a zero run reaching the end; else corrupt
+          break;
+        }
+        block[kNaturalOrder[pos]] = static_cast<int16_t>(e >> 16);
+        k = pos + 1;
+        continue;
+      }
+      int rs;
+      const int len = t.decode(static_cast<uint32_t>(bits >> 32), rs);
+      if (!len) {
+        ok = false;
+        break;
+      }
+      bits <<= len;
+      count -= len;
+      const int r = rs >> 4, s = rs & 15;
+      if (s) {
+        k += r;
+        if (k > 63) {
+          ok = false;
+          break;
+        }
+        block[kNaturalOrder[k]] = static_cast<int16_t>(extend(static_cast<uint32_t>(bits >> (64 - s)), s));
+        bits <<= s;
+        count -= s;
+        ++k;
+      } else if (r == 15) {
+        k += 16;
+      } else {
+        break;
+      }
+    }
+    s_ = b;
+    return ok;
   }
 
   // Skips a block's AC coefficients exactly as libjpeg-turbo's decode_mcu consumes them, up to
   // two symbols per lookup while the block goes on.
   bool ac(const WalkTables& t) {
+    Bits b = s_;  // a local, as in acValues
+    uint64_t& bits = b.bits;
+    int& count = b.count;
+    bool ok = true;
     for (int k = 1; k < 64;) {
-      refill();
-      const uint32_t p = t.pairs[bits_ >> (64 - WalkTables::kPair)];
-      if (p) {
-        const int a1 = (p >> 5) & 127;
+      b.refill();
+      const uint32_t e2 = t.pairs[bits >> (64 - WalkTables::kPair)];
+      if (e2) {
+        const int a1 = (e2 >> 5) & 127;
         if (k + a1 >= 64) {  // the block ends with the first symbol: the next bits are not its
-          consume(p & 31);
+          bits <<= e2 & 31;
+          count -= static_cast<int>(e2 & 31);
           break;
         }
-        consume((p >> 12) & 31);
-        k += static_cast<int>(p >> 17);
+        bits <<= (e2 >> 12) & 31;
+        count -= static_cast<int>((e2 >> 12) & 31);
+        k += static_cast<int>(e2 >> 17);
         continue;
       }
-      uint16_t e = t.skip[static_cast<size_t>(bits_ >> (64 - WalkTables::kSkip))];
-      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((bits_ >> (64 - 16)) & 31)];
-      if (__builtin_expect(!e, 0)) return false;  // not a code
-      consume(e & 0xFF);
+      uint16_t e = t.skip[static_cast<size_t>(bits >> (64 - WalkTables::kSkip))];
+      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((bits >> (64 - 16)) & 31)];
+      if (__builtin_expect(!e, 0)) {  // not a code
+        ok = false;
+        break;
+      }
+      bits <<= e & 0xFF;
+      count -= e & 0xFF;
       k += e >> 8;
     }
-    return true;
+    s_ = b;
+    return ok;
   }
 
  private:
-  void refill() {
-    bits_ |= load64be(p_) >> count_;
-    p_ += (63 - count_) >> 3;
-    count_ |= 56;
-  }
-  void consume(int n) {
-    bits_ <<= n;
-    count_ -= n;
-  }
+  struct Bits {
+    uint64_t bits = 0;
+    int count = 0;  // valid bits at the top of bits
+    const uint8_t* p = nullptr;
+    void refill() {
+      bits |= load64be(p) >> count;
+      p += (63 - count) >> 3;
+      count |= 56;
+    }
+    void consume(int n) {
+      bits <<= n;
+      count -= n;
+    }
+  };
   const uint8_t* base_;
-  const uint8_t* p_;
-  uint64_t bits_ = 0;
-  int count_ = 0;  // valid bits at the top of bits_
+  Bits s_;
 };
 
 // Writes bits most significant first, stuffing a 00 after every FF byte.

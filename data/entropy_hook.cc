@@ -1,0 +1,150 @@
+#include "data/entropy_hook.h"
+
+#include <cstdio>  // jpeglib.h needs FILE
+#include <jpeglib.h>
+
+#include <atomic>
+
+namespace aiacc::data {
+namespace {
+
+std::atomic<bool> g_enabled{true};
+std::atomic<uint64_t> g_installed{0}, g_failed{0};
+
+// The public head of libjpeg's entropy decoder module (jpegint.h's struct
+// jpeg_entropy_decoder, which jpeglib.h leaves incomplete): the same three members in every
+// libjpeg 6.2 build.
+struct EntropyModule {
+  void (*start_pass)(j_decompress_ptr cinfo);
+  boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW* MCU_data);
+  boolean insufficient_data;
+};
+
+boolean hookedDecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
+  auto* hook = static_cast<EntropyHook*>(cinfo->client_data);
+  // A JBLOCKROW points at a block of 64 JCOEFs (short).
+  static_assert(sizeof(JCOEF) == sizeof(int16_t));
+  return hook->mcu(reinterpret_cast<int16_t* const*>(MCU_data));
+}
+
+bool buildTable(const JHUFF_TBL* t, jpeg::Huffman& out) {
+  return t != nullptr && out.build(t->bits + 1, t->huffval);
+}
+
+}  // namespace
+
+void EntropyHook::enable(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+bool EntropyHook::enabled() { return g_enabled.load(std::memory_order_relaxed); }
+EntropyHook::Counts EntropyHook::counts() {
+  return {g_installed.load(std::memory_order_relaxed), g_failed.load(std::memory_order_relaxed)};
+}
+
+bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size,
+                          bool crop, unsigned crop_xoffset, unsigned crop_width) {
+  if (!enabled() || cinfo->entropy == nullptr || cinfo->src == nullptr) return false;
+  if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
+      cinfo->restart_interval != 0 || cinfo->comps_in_scan != cinfo->num_components ||
+      cinfo->comps_in_scan > 4 || cinfo->blocks_in_MCU > 10 || cinfo->blocks_in_MCU < 1) {
+    return false;
+  }
+  // libjpeg read the markers up to the end of the SOS segment and nothing after it: the source
+  // (jpeg_mem_src over data) stands at the first byte of the entropy-coded data.
+  const uint8_t* next = reinterpret_cast<const uint8_t*>(cinfo->src->next_input_byte);
+  if (next < data || next > data + size) return false;
+  const size_t scan_at = static_cast<size_t>(next - data);
+
+  bool used_dc[4] = {false, false, false, false}, used_ac[4] = {false, false, false, false};
+  for (int ci = 0; ci < cinfo->comps_in_scan; ++ci) {
+    const jpeg_component_info* c = cinfo->cur_comp_info[ci];
+    if (c->dc_tbl_no < 0 || c->dc_tbl_no > 3 || c->ac_tbl_no < 0 || c->ac_tbl_no > 3) return false;
+    if (!used_dc[c->dc_tbl_no] && !buildTable(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no], dc_[c->dc_tbl_no])) return false;
+    if (!used_ac[c->ac_tbl_no] && !buildTable(cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no], ac_[c->ac_tbl_no])) return false;
+    used_dc[c->dc_tbl_no] = used_ac[c->ac_tbl_no] = true;
+  }
+  nblocks_ = cinfo->blocks_in_MCU;
+  for (int b = 0; b < nblocks_; ++b) {
+    const int ci = cinfo->MCU_membership[b];
+    if (ci < 0 || ci >= cinfo->comps_in_scan) return false;
+    const jpeg_component_info* c = cinfo->cur_comp_info[ci];
+    Block& k = blocks_[b];
+    k.comp = ci;
+    k.dc = &dc_[c->dc_tbl_no];
+    k.ac = &ac_[c->ac_tbl_no];
+    k.values = &jpeg::valueTables(*k.ac);
+    k.walk = &jpeg::walkTables(*k.ac);
+    // A component whose inverse DCT gives 1x1 (at 1/8 scale; chroma may get 2x2 there) reads
+    // the DC coefficient only.
+    k.ac_needed = c->DCT_scaled_size > 1;
+  }
+  mcus_per_row_ = static_cast<int>(cinfo->MCUs_per_row);
+  if (mcus_per_row_ < 1) return false;
+  first_col_ = 0;
+  last_col_ = mcus_per_row_ - 1;
+  if (crop) {
+    // The columns libjpeg-turbo's jpeg_crop_scanline keeps (first_iMCU_col, last_iMCU_col),
+    // from the same arithmetic on the offset and width it returned.
+    const unsigned align = (cinfo->comps_in_scan == 1 && cinfo->num_components == 1)
+                               ? static_cast<unsigned>(cinfo->min_DCT_scaled_size)
+                               : static_cast<unsigned>(cinfo->min_DCT_scaled_size * cinfo->max_h_samp_factor);
+    if (align == 0) return false;
+    first_col_ = static_cast<int>(crop_xoffset / align);
+    last_col_ = static_cast<int>((crop_xoffset + crop_width + align - 1) / align) - 1;
+  }
+
+  thread_local std::vector<uint8_t> scan;
+  size_t produced = 0;
+  jpeg::unstuff(data, size, scan_at, size, scan, &produced, nullptr);
+  // Padding past the data: a corrupt MCU can run on for 10 blocks x 64 x 31 bits (2.5 KB) before
+  // the check at its end.
+  scan.resize(produced + 4096, 0);
+  buf_ = &scan;
+  pos_ = 0;
+  limit_ = static_cast<uint64_t>(produced) * 8;
+  col_ = 0;
+  failed_ = false;
+  for (int& p : pred_) p = 0;
+
+  g_installed.fetch_add(1, std::memory_order_relaxed);
+  cinfo->client_data = this;
+  reinterpret_cast<EntropyModule*>(cinfo->entropy)->decode_mcu = hookedDecodeMcu;
+  return true;
+}
+
+void EntropyHook::fail() {
+  failed_ = true;
+  g_failed.fetch_add(1, std::memory_order_relaxed);
+}
+
+int EntropyHook::mcu(int16_t* const* blocks) {
+  const int col = col_;
+  if (++col_ == mcus_per_row_) col_ = 0;
+  if (failed_) return TRUE;  // the caller decodes the file again; the rest stays zero
+  const bool store = blocks != nullptr && col >= first_col_ && col <= last_col_;
+  jpeg::FastWalker w(buf_->data(), pos_);
+  for (int b = 0; b < nblocks_; ++b) {
+    const Block& k = blocks_[b];
+    int diff;
+    if (!w.dc(*k.dc, diff)) {
+      fail();
+      return TRUE;
+    }
+    // int arithmetic as libjpeg's (the stored coefficient keeps the low 16 bits)
+    pred_[k.comp] += diff;
+    bool ok;
+    if (store) {
+      blocks[b][0] = static_cast<int16_t>(pred_[k.comp]);
+      ok = k.ac_needed ? w.acValues(*k.values, *k.ac, blocks[b]) : w.ac(*k.walk);
+    } else {
+      ok = w.ac(*k.walk);
+    }
+    if (!ok) {
+      fail();
+      return TRUE;
+    }
+  }
+  pos_ = w.pos();
+  if (pos_ > limit_) fail();  // ran past the scan's end: libjpeg-turbo would pad with zeros
+  return TRUE;
+}
+
+}  // namespace aiacc::data

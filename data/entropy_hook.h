@@ -1,0 +1,82 @@
+// Our Huffman decoder in place of libjpeg-turbo's, on one decompressor.
+//
+// On photo-sized images cropped to 128 px, about 75% of decodeCrop's time is libjpeg-turbo's
+// Huffman decoding: every coefficient of every MCU above the crop's last row is decoded with its
+// value and stored, including the MCU rows jpeg_skip_scanlines passes over and the MCUs left and
+// right of jpeg_crop_scanline's columns, which are then thrown away. This decoder takes over the
+// entropy decoder's decode_mcu method (libjpeg's module interface, an ABI every libjpeg 6.2
+// build keeps) after jpeg_start_decompress:
+//   - MCUs whose coefficients are thrown away (skipped rows, columns outside the crop) are walked
+//     without their values, two symbols per table look-up (jpeg::FastWalker::ac, the index's
+//     walker);
+//   - the others are decoded with a table that gives a symbol's run and sign-extended value in
+//     one look-up for most symbols (jpeg::ValueTables).
+// The coefficients it stores are libjpeg-turbo's, so the pixels are the same (tests compare them
+// with libjpeg-turbo's own decoder, byte for byte). It takes only single-scan sequential Huffman
+// files without restart markers; on data that is not valid (a bad code, a coefficient past the
+// block's end, the scan ending early) it stops decoding and says so through failed(), and the
+// caller decodes the file again with libjpeg-turbo's decoder, which then handles the damage its
+// usual way.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "data/jpeg_entropy.h"
+
+struct jpeg_decompress_struct;
+
+namespace aiacc::data {
+
+class EntropyHook {
+ public:
+  // Takes over cinfo's entropy decoding. Call after jpeg_start_decompress and after any
+  // jpeg_crop_scanline (crop: its xoffset and width results were given), before the first
+  // jpeg_read_scanlines or jpeg_skip_scanlines. data/size: the buffer given to jpeg_mem_src.
+  // Sets cinfo->client_data. Returns false, changing nothing, for files it does not take.
+  bool install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, bool crop,
+               unsigned crop_xoffset, unsigned crop_width);
+
+  // True when the data was not valid somewhere: the decoded pixels are not to be used.
+  bool failed() const { return failed_; }
+
+  // Process-wide switch (tests and aiacc_bench's A/B): false keeps libjpeg-turbo's decoder.
+  static void enable(bool on);
+  static bool enabled();
+
+  // Process-wide counts since start: decodes it took over, and those that found invalid data.
+  struct Counts {
+    uint64_t installed = 0, failed = 0;
+  };
+  static Counts counts();
+
+  // One MCU (the installed decode_mcu calls it): blocks[i] receives the i-th block's
+  // coefficients, or blocks is null (coefficients not wanted). Returns libjpeg's TRUE.
+  int mcu(int16_t* const* blocks);
+
+ private:
+  void fail();
+
+  struct Block {
+    int comp = 0;
+    const jpeg::Huffman* dc = nullptr;
+    const jpeg::Huffman* ac = nullptr;
+    const jpeg::ValueTables* values = nullptr;
+    const jpeg::WalkTables* walk = nullptr;
+    bool ac_needed = true;
+  };
+
+  jpeg::Huffman dc_[4], ac_[4];
+  Block blocks_[10];
+  int nblocks_ = 0;
+  int mcus_per_row_ = 1;
+  int col_ = 0;
+  int first_col_ = 0, last_col_ = 0;  // MCU columns whose coefficients are used
+  int pred_[4] = {0, 0, 0, 0};
+  std::vector<uint8_t>* buf_ = nullptr;  // the unstuffed scan, zero-padded
+  uint64_t pos_ = 0, limit_ = 0;         // bits
+  bool failed_ = false;
+};
+
+}  // namespace aiacc::data
