@@ -135,8 +135,10 @@ enum class BoxResult { kDone, kCmyk, kRetryWithLibjpegHuffman };
 // (into out.box, out.scale_num). kCmyk for CMYK/YCCK data (the caller falls back to OpenCV).
 // own_entropy: our Huffman decoder (data/entropy_hook.h) where it takes the file;
 // kRetryWithLibjpegHuffman when it found the data invalid (the caller decodes again without it).
+// build: the file's index from our decoder's walk, where it decodes the file.
 BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                            const CropPicker* pick, int out_w, int out_h, bool packed, bool own_entropy) {
+                            const CropPicker* pick, int out_w, int out_h, bool packed, bool own_entropy,
+                            IndexBuild* build) {
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
   std::vector<uint8_t> row;
@@ -175,7 +177,15 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   JDIMENSION xoff = static_cast<JDIMENSION>(sx), cw = static_cast<JDIMENSION>(sw);
   if (sw < SW) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to iMCU boundaries
   EntropyHook hook;
-  const bool hooked = own_entropy && hook.install(&cinfo, data, size, sw < SW, xoff, cw);
+  std::unique_ptr<JpegIndexBuilder> builder;
+  if (build && own_entropy && EntropyHook::enabled()) {
+    builder = JpegIndexBuilder::start(data, size, build->cols_per_checkpoint);  // null: not indexable
+    if (builder && SH - (sy + sh) > build->max_rest_below * SH) {
+      builder.reset();
+      build->deferred = true;
+    }
+  }
+  const bool hooked = own_entropy && hook.install(&cinfo, data, size, sw < SW, xoff, cw, builder.get());
   if (sy > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sy));
   out.crop.width = sw;
   out.crop.height = sh;
@@ -211,24 +221,33 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   if (hooked && hook.failed()) return BoxResult::kRetryWithLibjpegHuffman;
   if (d.err.premature_eof) throw DecodeError("truncated JPEG (premature end of data)");
   jpeg_abort_decompress(&cinfo);
+  if (hooked && builder) build->index = hook.finishIndex();
   return BoxResult::kDone;
 }
 
 // decodeJpegBoxOnce with our Huffman decoder, and again with libjpeg-turbo's where ours found the
 // data invalid (same box and scale). Returns false for CMYK/YCCK data.
 bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                   const CropPicker* pick, int out_w, int out_h, bool packed) {
-  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, true);
+                   const CropPicker* pick, int out_w, int out_h, bool packed, IndexBuild* build = nullptr) {
+  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, true, build);
   if (r != BoxResult::kRetryWithLibjpegHuffman) return r == BoxResult::kDone;
   const Box chosen = pick ? out.box : box;
   const int n = pick ? out.scale_num : scale;
-  return decodeJpegBoxOnce(data, size, chosen, n, out, nullptr, out_w, out_h, packed, false) == BoxResult::kDone;
+  return decodeJpegBoxOnce(data, size, chosen, n, out, nullptr, out_w, out_h, packed, false, nullptr) ==
+         BoxResult::kDone;
 }
 
 }  // namespace
 
+IndexBuild::IndexBuild() = default;
+IndexBuild::~IndexBuild() = default;
+
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h, const JpegIndex* index, bool packed) {
+                       int out_h, const JpegIndex* index, bool packed, IndexBuild* build) {
+  if (build) {
+    build->index.reset();
+    build->deferred = false;
+  }
   if (size == 0) throw DecodeError("empty (zero-byte) file");
   if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
   if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
@@ -270,7 +289,14 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h, packed)) return out;
     return decodeFallback(data, size, again, "CMYK JPEG");
   }
-  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed)) return out;
+  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, build)) {
+    // Not built along (libjpeg-turbo's decoder did the work, or the file is not indexable):
+    // a walk of its own.
+    if (build && !build->index && !build->deferred) {
+      build->index = JpegIndex::build(data, size, build->cols_per_checkpoint);
+    }
+    return out;
+  }
   return decodeFallback(data, size, pick, "CMYK JPEG");  // the picker was not called yet
 }
 

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,12 +65,28 @@ struct DecodedCrop {
   DecodePath path = DecodePath::kJpegRegion;
 };
 
+// Asks decodeCrop for the file's JPEG index (data/jpeg_index.h) when it has none: our Huffman
+// decoder builds it as a by-product of the decode, walking the MCUs below the crop besides;
+// where it does not decode the file, JpegIndex::build does. When more than max_rest_below of the
+// image's rows lie below the crop, the build is deferred to a later decode of the file (whose
+// random crop ends lower), so that no decode pays for walking much more than it decodes.
+struct IndexBuild {
+  int cols_per_checkpoint = 2;
+  double max_rest_below = 0.25;
+  std::unique_ptr<JpegIndex> index;  // out: null when the file cannot be indexed, or deferred
+  bool deferred = false;             // out
+  IndexBuild();
+  ~IndexBuild();
+};
+
 // Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.
 // With an index of the file (data/jpeg_index.h), only the crop's MCUs (plus a margin) are
 // entropy-decoded, from a small extract of the file; the pixels are the same (path kJpegIndex).
 // packed = false allows a strided crop (RgbImage::stride), which saves a copy of every row.
+// build (optional, without index): also builds the file's index.
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h, const JpegIndex* index = nullptr, bool packed = true);
+                       int out_h, const JpegIndex* index = nullptr, bool packed = true,
+                       IndexBuild* build = nullptr);
 
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);

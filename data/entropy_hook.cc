@@ -1,5 +1,7 @@
 #include "data/entropy_hook.h"
 
+#include "data/jpeg_index.h"
+
 #include <cstdio>  // jpeglib.h needs FILE
 #include <jpeglib.h>
 
@@ -40,7 +42,7 @@ EntropyHook::Counts EntropyHook::counts() {
 }
 
 bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size,
-                          bool crop, unsigned crop_xoffset, unsigned crop_width) {
+                          bool crop, unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index) {
   if (!enabled() || cinfo->entropy == nullptr || cinfo->src == nullptr) return false;
   if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
       cinfo->restart_interval != 0 || cinfo->comps_in_scan != cinfo->num_components ||
@@ -91,9 +93,15 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
     last_col_ = static_cast<int>((crop_xoffset + crop_width + align - 1) / align) - 1;
   }
 
+  // The index's MCU grid must be libjpeg's (it is, for every file JpegIndexBuilder takes).
+  if (index && (index->mcusPerRow() != mcus_per_row_ || index->scanAt() != scan_at)) index = nullptr;
   thread_local std::vector<uint8_t> scan;
+  thread_local std::vector<uint32_t> skipped;
+  skipped.clear();
   size_t produced = 0;
-  jpeg::unstuff(data, size, scan_at, size, scan, &produced, nullptr);
+  stop_ = jpeg::unstuff(data, size, scan_at, size, scan, &produced, index ? &skipped : nullptr);
+  index_ = index;
+  skipped_ = &skipped;
   // Padding past the data: a corrupt MCU can run on for 10 blocks x 64 x 31 bits (2.5 KB) before
   // the check at its end.
   scan.resize(produced + 4096, 0);
@@ -110,6 +118,11 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
   return true;
 }
 
+std::unique_ptr<JpegIndex> EntropyHook::finishIndex() {
+  if (failed_ || !index_) return nullptr;
+  return index_->finish(buf_->data(), limit_, pos_, pred_, *skipped_, stop_);
+}
+
 void EntropyHook::fail() {
   failed_ = true;
   g_failed.fetch_add(1, std::memory_order_relaxed);
@@ -119,6 +132,7 @@ int EntropyHook::mcu(int16_t* const* blocks) {
   const int col = col_;
   if (++col_ == mcus_per_row_) col_ = 0;
   if (failed_) return TRUE;  // the caller decodes the file again; the rest stays zero
+  if (index_ && !index_->mcu(pos_, pred_, *skipped_)) index_ = nullptr;  // not indexable after all
   const bool store = blocks != nullptr && col >= first_col_ && col <= last_col_;
   jpeg::FastWalker w(buf_->data(), pos_);
   for (int b = 0; b < nblocks_; ++b) {

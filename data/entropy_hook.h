@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "data/jpeg_entropy.h"
@@ -29,14 +30,22 @@ struct jpeg_decompress_struct;
 
 namespace aiacc::data {
 
+class JpegIndex;
+class JpegIndexBuilder;
+
 class EntropyHook {
  public:
   // Takes over cinfo's entropy decoding. Call after jpeg_start_decompress and after any
   // jpeg_crop_scanline (crop: its xoffset and width results were given), before the first
   // jpeg_read_scanlines or jpeg_skip_scanlines. data/size: the buffer given to jpeg_mem_src.
   // Sets cinfo->client_data. Returns false, changing nothing, for files it does not take.
+  // index (optional): reported every MCU as it is decoded or walked, for finishIndex.
   bool install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, bool crop,
-               unsigned crop_xoffset, unsigned crop_width);
+               unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index = nullptr);
+
+  // After the decode: the file's index, the MCUs the decode did not reach walked now; null when
+  // install had no builder, or the data was not valid.
+  std::unique_ptr<JpegIndex> finishIndex();
 
   // True when the data was not valid somewhere: the decoded pixels are not to be used.
   bool failed() const { return failed_; }
@@ -75,6 +84,9 @@ class EntropyHook {
   int first_col_ = 0, last_col_ = 0;  // MCU columns whose coefficients are used
   int pred_[4] = {0, 0, 0, 0};
   std::vector<uint8_t>* buf_ = nullptr;  // the unstuffed scan, zero-padded
+  JpegIndexBuilder* index_ = nullptr;
+  std::vector<uint32_t>* skipped_ = nullptr;  // unstuff's dropped bytes, for index_
+  size_t stop_ = 0;                           // file offset where unstuff stopped
   uint64_t pos_ = 0, limit_ = 0;         // bits
   bool failed_ = false;
 };

@@ -187,7 +187,7 @@ class FastWalker {
     int& count = b.count;
     bool ok = true;
     for (int k = 1; k < 64;) {
-      b.refill();
+      if (count < 32) b.refill();  // a symbol and its value take at most 31 bits
       const int32_t e = v.fast[static_cast<size_t>(bits >> (64 - ValueTables::kBits))];
       if (e & 0x80) {  // the code fits, its value does not
         const int l = e & 0x1F, sz = (e >> 16) & 15;
@@ -253,7 +253,7 @@ class FastWalker {
     int& count = b.count;
     bool ok = true;
     for (int k = 1; k < 64;) {
-      b.refill();
+      if (count < 32) b.refill();
       const uint32_t e2 = t.pairs[bits >> (64 - WalkTables::kPair)];
       if (e2) {
         const int a1 = (e2 >> 5) & 127;

@@ -51,10 +51,14 @@ bool JpegIndex::matches(const uint8_t* data, size_t size) const {
   return size == size_ && fingerprint(data, size, scan_at_) == fingerprint_;
 }
 
-std::unique_ptr<JpegIndex> JpegIndex::build(const uint8_t* data, size_t size, int cols_per_checkpoint) {
-  Headers h;
+std::unique_ptr<JpegIndexBuilder> JpegIndexBuilder::start(const uint8_t* data, size_t size, int cols_per_checkpoint) {
+  std::unique_ptr<JpegIndexBuilder> b(new JpegIndexBuilder());
+  Headers& h = b->h_;
   if (cols_per_checkpoint < 1 || !jpeg::parseHeaders(data, size, h)) return nullptr;
-  std::unique_ptr<JpegIndex> ix(new JpegIndex());
+  b->data_ = data;
+  b->size_ = size;
+  b->ix_.reset(new JpegIndex());
+  JpegIndex* ix = b->ix_.get();
   ix->width_ = h.width;
   ix->height_ = h.height;
   ix->ncomp_ = static_cast<int>(h.comps.size());
@@ -71,60 +75,89 @@ std::unique_ptr<JpegIndex> JpegIndex::build(const uint8_t* data, size_t size, in
     ix->mcus_x_ = (h.width + ix->mcu_w_ - 1) / ix->mcu_w_;
     ix->mcus_y_ = (h.height + ix->mcu_h_ - 1) / ix->mcu_h_;
   }
-  ix->k_ = cols_per_checkpoint;
+  ix->k_ = b->k_ = cols_per_checkpoint;
+  b->mcus_x_ = ix->mcus_x_;
   ix->per_row_ = (ix->mcus_x_ + ix->k_ - 1) / ix->k_;
   ix->size_ = size;
   ix->sof_at_ = h.sof_at;
   ix->scan_at_ = h.scan_at;
-
-  std::vector<uint8_t> buf;
-  std::vector<uint32_t> skipped;
-  size_t produced = 0;
-  const size_t stop = jpeg::unstuff(data, size, h.scan_at, size, buf, &produced, &skipped);
-  // The scan must end with the image: EOI next (a second scan or a DNL marker: not indexed).
-  if (stop + 1 >= size || data[stop] != 0xFF || data[stop + 1] != 0xD9) return nullptr;
-  const uint64_t nbits = static_cast<uint64_t>(produced) * 8;
-
   const size_t entries = static_cast<size_t>(ix->mcus_y_) * ix->per_row_ + 1;
   ix->bit_.resize(entries);
   ix->dc_.resize(entries * static_cast<size_t>(ix->ncomp_));
   ix->row_byte_.resize(static_cast<size_t>(ix->mcus_y_));
-  const WalkTables* walk[4] = {nullptr, nullptr, nullptr, nullptr};
-  for (const ScanComponent& c : ix->comps_) walk[c.ac_table] = &jpeg::walkTables(h.ac[c.ac_table]);
-  buf.resize(buf.size() + 256);  // FastWalker's padding: unstuff left 256
-  FastWalker src(buf.data(), 0);
-  int pred[4] = {0, 0, 0, 0};
-  size_t e = 0;
-  auto checkpoint = [&] {
-    if (src.pos() > 0xFFFFFFFFull) return false;
-    ix->bit_[e] = static_cast<uint32_t>(src.pos());
-    for (int c = 0; c < ix->ncomp_; ++c) {
-      if (pred[c] < -32768 || pred[c] > 32767) return false;
-      ix->dc_[e * static_cast<size_t>(ix->ncomp_) + static_cast<size_t>(c)] = static_cast<int16_t>(pred[c]);
-    }
-    ++e;
-    return true;
-  };
-  for (int r = 0; r < ix->mcus_y_; ++r) {
-    const size_t ubyte = src.pos() >> 3;
+  return b;
+}
+
+JpegIndexBuilder::~JpegIndexBuilder() = default;
+
+int JpegIndexBuilder::mcusPerRow() const { return ix_->mcus_x_; }
+int JpegIndexBuilder::mcuRows() const { return ix_->mcus_y_; }
+size_t JpegIndexBuilder::scanAt() const { return h_.scan_at; }
+
+bool JpegIndexBuilder::checkpoint(uint64_t pos, const int* pred) {
+  JpegIndex& ix = *ix_;
+  if (pos > 0xFFFFFFFFull || e_ >= ix.bit_.size()) return false;
+  ix.bit_[e_] = static_cast<uint32_t>(pos);
+  for (int c = 0; c < ix.ncomp_; ++c) {
+    if (pred[c] < -32768 || pred[c] > 32767) return false;
+    ix.dc_[e_ * static_cast<size_t>(ix.ncomp_) + static_cast<size_t>(c)] = static_cast<int16_t>(pred[c]);
+  }
+  ++e_;
+  return true;
+}
+
+bool JpegIndexBuilder::mcuSlow(uint64_t pos, const int* pred, const std::vector<uint32_t>& skipped) {
+  JpegIndex& ix = *ix_;
+  const int r = row_, x = col_;
+  if (++col_ == ix.mcus_x_) {
+    col_ = 0;
+    ++row_;
+  }
+  if (r >= ix.mcus_y_) return false;
+  if (x == 0) {
+    const size_t ubyte = static_cast<size_t>(pos >> 3);
     const size_t dropped = static_cast<size_t>(std::upper_bound(skipped.begin(), skipped.end(), ubyte) - skipped.begin());
-    ix->row_byte_[static_cast<size_t>(r)] = static_cast<uint32_t>(h.scan_at + ubyte + dropped);
-    for (int x = 0; x < ix->mcus_x_; ++x) {
-      if (x % ix->k_ == 0 && !checkpoint()) return nullptr;
-      for (int c = 0; c < ix->ncomp_; ++c) {
-        const ScanComponent& comp = ix->comps_[static_cast<size_t>(c)];
-        for (int b = 0; b < comp.blocks; ++b) {
-          int diff;
-          if (!src.dc(h.dc[comp.dc_table], diff) || !src.ac(*walk[comp.ac_table])) return nullptr;
-          pred[c] += diff;
-          if (src.pos() > nbits) return nullptr;  // ran past the data: corrupt or truncated
-        }
+    ix.row_byte_[static_cast<size_t>(r)] = static_cast<uint32_t>(h_.scan_at + ubyte + dropped);
+  }
+  return x % ix.k_ != 0 || checkpoint(pos, pred);
+}
+
+std::unique_ptr<JpegIndex> JpegIndexBuilder::finish(const uint8_t* buf, uint64_t nbits, uint64_t pos, int* pred,
+                                                    const std::vector<uint32_t>& skipped, size_t stop) {
+  JpegIndex& ix = *ix_;
+  // The scan must end with the image: EOI next (a second scan or a DNL marker: not indexed).
+  if (stop + 1 >= size_ || data_[stop] != 0xFF || data_[stop + 1] != 0xD9) return nullptr;
+  const WalkTables* walk[4] = {nullptr, nullptr, nullptr, nullptr};
+  for (const ScanComponent& c : ix.comps_) walk[c.ac_table] = &jpeg::walkTables(h_.ac[c.ac_table]);
+  FastWalker src(buf, pos);
+  while (row_ < ix.mcus_y_) {
+    if (!mcu(src.pos(), pred, skipped)) return nullptr;
+    for (int c = 0; c < ix.ncomp_; ++c) {
+      const ScanComponent& comp = ix.comps_[static_cast<size_t>(c)];
+      for (int b = 0; b < comp.blocks; ++b) {
+        int diff;
+        if (!src.dc(h_.dc[comp.dc_table], diff) || !src.ac(*walk[comp.ac_table])) return nullptr;
+        pred[c] += diff;
+        if (src.pos() > nbits) return nullptr;  // ran past the data: corrupt or truncated
       }
     }
   }
-  if (!checkpoint()) return nullptr;
-  ix->fingerprint_ = fingerprint(data, size, h.scan_at);
-  return ix;
+  if (!checkpoint(src.pos(), pred) || e_ != ix.bit_.size()) return nullptr;
+  ix.fingerprint_ = fingerprint(data_, size_, h_.scan_at);
+  return std::move(ix_);
+}
+
+std::unique_ptr<JpegIndex> JpegIndex::build(const uint8_t* data, size_t size, int cols_per_checkpoint) {
+  std::unique_ptr<JpegIndexBuilder> b = JpegIndexBuilder::start(data, size, cols_per_checkpoint);
+  if (!b) return nullptr;
+  thread_local std::vector<uint8_t> buf;
+  thread_local std::vector<uint32_t> skipped;
+  skipped.clear();
+  size_t produced = 0;
+  const size_t stop = jpeg::unstuff(data, size, b->scanAt(), size, buf, &produced, &skipped);
+  buf.resize(buf.size() + 256);  // FastWalker's padding: unstuff left 256
+  int pred[4] = {0, 0, 0, 0};
+  return b->finish(buf.data(), static_cast<uint64_t>(produced) * 8, 0, pred, skipped, stop);
 }
 
 bool JpegIndex::extract(const uint8_t* data, size_t size, int r0, int r1, int c0, int c1,
@@ -231,11 +264,16 @@ JpegIndexCache::~JpegIndexCache() {
   for (size_t i = 0; i < files_; ++i) delete slots_[i].load();
 }
 
-const JpegIndex* JpegIndexCache::get(size_t i, const uint8_t* data, size_t size) {
+const JpegIndex* JpegIndexCache::find(size_t i, bool* wanted) const {
+  *wanted = false;
   if (i >= files_) return nullptr;
   if (const JpegIndex* ix = slots_[i].load(std::memory_order_acquire)) return ix;
-  if (state_[i].load() == kRefused || bytes_.load() >= budget_) return nullptr;
-  std::unique_ptr<JpegIndex> built = JpegIndex::build(data, size, k_);
+  *wanted = state_[i].load() != kRefused && bytes_.load() < budget_;
+  return nullptr;
+}
+
+const JpegIndex* JpegIndexCache::offer(size_t i, std::unique_ptr<JpegIndex> built) {
+  if (i >= files_) return nullptr;
   if (!built) {
     if (state_[i].exchange(kRefused) == kUnknown) refused_.fetch_add(1);
     return nullptr;
@@ -248,6 +286,12 @@ const JpegIndex* JpegIndexCache::get(size_t i, const uint8_t* data, size_t size)
   bytes_.fetch_add(built->bytes());
   indexed_.fetch_add(1);
   return built.release();
+}
+
+const JpegIndex* JpegIndexCache::get(size_t i, const uint8_t* data, size_t size) {
+  bool wanted;
+  if (const JpegIndex* ix = find(i, &wanted)) return ix;
+  return wanted ? offer(i, JpegIndex::build(data, size, k_)) : nullptr;
 }
 
 }  // namespace aiacc::data

@@ -60,6 +60,7 @@ class JpegIndex {
                std::vector<uint8_t>& out) const;
 
  private:
+  friend class JpegIndexBuilder;
   JpegIndex() = default;
   size_t entry(int r, int c) const;  // checkpoint before MCU (r, c); c a multiple of k_ or mcus_x_
 
@@ -77,6 +78,51 @@ class JpegIndex {
   std::vector<uint32_t> row_byte_;  // per MCU row: file offset of the byte holding its first bit
 };
 
+// Builds a file's index from a walk over its MCUs in scan order: JpegIndex::build walks them
+// itself; our Huffman decoder (data/entropy_hook.h) reports them while it decodes the file, so
+// the first decode of a file yields its index for the cost of walking only the MCUs below the
+// crop (finish).
+class JpegIndexBuilder {
+ public:
+  // Null when the file cannot be indexed (see JpegIndex).
+  static std::unique_ptr<JpegIndexBuilder> start(const uint8_t* data, size_t size, int cols_per_checkpoint);
+  ~JpegIndexBuilder();
+
+  int mcusPerRow() const;
+  int mcuRows() const;
+  size_t scanAt() const;  // file offset of the entropy-coded data
+
+  // The next MCU in scan order starts at bit pos of the unstuffed scan, with the DC predictors
+  // pred (scan order) before it; skipped: unstuff's list of dropped bytes. False when the index
+  // cannot hold it (the caller gives up on the index).
+  bool mcu(uint64_t pos, const int* pred, const std::vector<uint32_t>& skipped) {
+    if (col_ != 0 && col_ % k_ != 0 && col_ + 1 < mcus_x_) {  // the common case: nothing to note
+      ++col_;
+      return true;
+    }
+    return mcuSlow(pos, pred, skipped);
+  }
+
+  // Walks the MCUs not reported yet through buf (the unstuffed scan: nbits of data, then zero
+  // padding), from bit pos with the predictors pred (updated), and returns the index; null when
+  // the data is not valid. stop: the file offset unstuff stopped at (EOI must follow the scan).
+  std::unique_ptr<JpegIndex> finish(const uint8_t* buf, uint64_t nbits, uint64_t pos, int* pred,
+                                    const std::vector<uint32_t>& skipped, size_t stop);
+
+ private:
+  JpegIndexBuilder() = default;
+  bool mcuSlow(uint64_t pos, const int* pred, const std::vector<uint32_t>& skipped);
+  bool checkpoint(uint64_t pos, const int* pred);
+
+  std::unique_ptr<JpegIndex> ix_;
+  jpeg::Headers h_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  int row_ = 0, col_ = 0;  // the next MCU
+  int k_ = 2, mcus_x_ = 1;
+  size_t e_ = 0;  // checkpoints written
+};
+
 // Indexes of a dataset's files, built on first use by whichever loader thread decodes the file,
 // within a memory budget: once it is spent, further files decode without one. Thread-safe.
 class JpegIndexCache {
@@ -89,6 +135,14 @@ class JpegIndexCache {
   // The index of file i (whose bytes are data), building it on the first call; null when the file
   // cannot be indexed or the budget is spent.
   const JpegIndex* get(size_t i, const uint8_t* data, size_t size);
+
+  // The index of file i when it has one, else null; *wanted: whether the caller should build it
+  // and offer() it (not refused before, budget left).
+  const JpegIndex* find(size_t i, bool* wanted) const;
+  // Stores a built index for file i (null: the file cannot be indexed); returns the one kept.
+  const JpegIndex* offer(size_t i, std::unique_ptr<JpegIndex> built);
+
+  int colsPerCheckpoint() const { return k_; }
 
   size_t indexedFiles() const { return indexed_.load(); }
   size_t refusedFiles() const { return refused_.load(); }  // not indexable (progressive, ...)

@@ -150,9 +150,14 @@ Batch ImageLoader::buildBatch(int64_t k) {
       } else {
         pick = [&](int w, int h) { return centerCropBox(w, h, opt_.crop_fraction); };
       }
-      const JpegIndex* ix =
-          jpeg_index_ ? jpeg_index_->get(static_cast<size_t>(idx), bytes.data(), bytes.size()) : nullptr;
-      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S, ix, /*packed=*/false);
+      // The file's index when it has one; on its first decode, the decode builds it.
+      bool build_index = false;
+      const JpegIndex* ix = jpeg_index_ ? jpeg_index_->find(static_cast<size_t>(idx), &build_index) : nullptr;
+      IndexBuild build;
+      if (build_index) build.cols_per_checkpoint = jpeg_index_->colsPerCheckpoint();
+      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S, ix, /*packed=*/false,
+                                  build_index ? &build : nullptr);
+      if (build_index && !build.deferred) jpeg_index_->offer(static_cast<size_t>(idx), std::move(build.index));
       const bool flip = opt_.train && rng.uniform(0.0, 1.0) < 0.5;
       if (opt_.bytes) {
         resizeToBytes(dc.crop, S, flip, base_bytes + static_cast<size_t>(i) * per_image);

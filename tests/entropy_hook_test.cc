@@ -136,3 +136,72 @@ TEST(EntropyHook, DamagedDataGivesLibjpegTurbosResult) {
 
 }  // namespace
 }  // namespace aiacc::data
+
+namespace aiacc::data {
+namespace {
+
+// The index our decoder builds along a decode (whatever rows the crop stopped at) is the one
+// JpegIndex::build walks: the same extracts of every region.
+TEST(EntropyHook, IndexBuiltAlongADecodeIsJpegIndexBuilds) {
+  for (const test::Picture& c : test::samplings()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<uint8_t> jpg = encode(texture(c.w, c.h, 3), c.o);
+    const std::unique_ptr<JpegIndex> walked = JpegIndex::build(jpg.data(), jpg.size(), 2);
+    ASSERT_NE(walked, nullptr);
+    Rng rng(31);
+    const CropParams p;
+    for (int i = 0; i < 12; ++i) {
+      const int S = std::array<int, 4>{16, 40, 96, 224}[static_cast<size_t>(i % 4)];
+      const Box box = randomResizedCropBox(c.w, c.h, p, rng);
+      IndexBuild build;
+      build.max_rest_below = 1;  // never deferred
+      const EntropyHook::Counts before = EntropyHook::counts();
+      const DecodedCrop got = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return box; }, S, S, nullptr,
+                                         i % 2 == 0, &build);
+      ASSERT_EQ(EntropyHook::counts().installed, before.installed + 1);  // built along, not walked apart
+      const DecodedCrop want = decodeWith(false, jpg, box, S, nullptr, i % 2 == 0);
+      EXPECT_TRUE(got.crop.pixels == want.crop.pixels);
+      ASSERT_NE(build.index, nullptr);
+      const JpegIndex& ix = *build.index;
+      ASSERT_EQ(ix.bytes(), walked->bytes());
+      ASSERT_EQ(ix.mcusX(), walked->mcusX());
+      ASSERT_EQ(ix.mcusY(), walked->mcusY());
+      // Every row band, full width and a column range, from both indexes.
+      for (int r0 = 0; r0 < ix.mcusY(); r0 += 1 + ix.mcusY() / 5) {
+        for (int cols : {0, 1}) {
+          const int c0 = cols ? 2 * (ix.mcusX() / 4 / 2) : 0;
+          const int c1 = cols ? std::min(ix.mcusX(), c0 + 2) : ix.mcusX();
+          std::vector<uint8_t> a, b;
+          const bool ok_a = ix.extract(jpg.data(), jpg.size(), r0, ix.mcusY(), c0, c1, a);
+          const bool ok_b = walked->extract(jpg.data(), jpg.size(), r0, ix.mcusY(), c0, c1, b);
+          ASSERT_EQ(ok_a, ok_b);
+          EXPECT_TRUE(a == b) << "rows " << r0 << ".. columns " << c0 << ".." << c1;
+        }
+      }
+    }
+  }
+}
+
+// A crop that ends high in the image defers the index to a later decode (whose crop ends lower)
+// rather than walking the rows below it; one near the bottom builds it.
+TEST(EntropyHook, IndexBuildIsDeferredWhenMostRowsLieBelowTheCrop) {
+  const std::vector<uint8_t> jpg = encode(texture(320, 240, 4), EncodeOptions{});
+  IndexBuild top;  // rows 0..59 of 240: 75% below
+  decodeCrop(jpg.data(), jpg.size(), [](int, int) { return Box{10, 0, 100, 60}; }, 32, 32, nullptr, true, &top);
+  EXPECT_TRUE(top.deferred);
+  EXPECT_EQ(top.index, nullptr);
+  IndexBuild low;  // rows 150..199: 17% below
+  decodeCrop(jpg.data(), jpg.size(), [](int, int) { return Box{10, 150, 100, 50}; }, 32, 32, nullptr, true, &low);
+  EXPECT_FALSE(low.deferred);
+  ASSERT_NE(low.index, nullptr);
+  IndexBuild progressive;  // not indexable: refused at once, not deferred
+  EncodeOptions po;
+  po.progressive = true;
+  const std::vector<uint8_t> pj = encode(texture(320, 240, 4), po);
+  decodeCrop(pj.data(), pj.size(), [](int, int) { return Box{10, 0, 100, 60}; }, 32, 32, nullptr, true, &progressive);
+  EXPECT_FALSE(progressive.deferred);
+  EXPECT_EQ(progressive.index, nullptr);
+}
+
+}  // namespace
+}  // namespace aiacc::data

@@ -84,7 +84,7 @@ TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
                a[0].images.equal(c[0].images));
 }
 
-// JPEG entropy indexes (built in the first epoch, used after) change no pixel.
+// JPEG entropy indexes (built along the decodes, used after) change no pixel.
 TEST_F(LoaderTest, JpegIndexesChangeNoBatch) {
   ImageNetLayout l = scanImageNet(root());
   LoaderOptions o;
@@ -104,7 +104,10 @@ TEST_F(LoaderTest, JpegIndexesChangeNoBatch) {
       EXPECT_TRUE(a[i].labels.equal(b[i].labels));
     }
   }
-  EXPECT_EQ(indexed.jpegIndex()->indexedFiles(), l.train.samples.size());  // every file seen
+  // A file is indexed on a decode whose crop ends in the image's bottom quarter (IndexBuild): in
+  // three epochs, most files.
+  EXPECT_GE(indexed.jpegIndex()->indexedFiles(), l.train.samples.size() / 2);
+  EXPECT_LE(indexed.jpegIndex()->indexedFiles(), l.train.samples.size());
   EXPECT_EQ(indexed.jpegIndex()->refusedFiles(), 0u);
   EXPECT_GT(indexed.jpegIndex()->bytes(), 0u);
   // A spent budget: files decode without an index.
