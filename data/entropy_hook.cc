@@ -71,6 +71,7 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
     Block& k = blocks_[b];
     k.comp = ci;
     k.dc = &dc_[c->dc_tbl_no];
+    k.dc_values = &jpeg::dcValueTables(*k.dc);
     k.ac = &ac_[c->ac_tbl_no];
     k.values = &jpeg::valueTables(*k.ac);
     k.walk = &jpeg::walkTables(*k.ac);
@@ -138,7 +139,7 @@ int EntropyHook::mcu(int16_t* const* blocks) {
   for (int b = 0; b < nblocks_; ++b) {
     const Block& k = blocks_[b];
     int diff;
-    if (!w.dc(*k.dc, diff)) {
+    if (!w.dcValue(*k.dc_values, *k.dc, diff)) {
       fail();
       return TRUE;
     }

@@ -70,6 +70,7 @@ class EntropyHook {
   struct Block {
     int comp = 0;
     const jpeg::Huffman* dc = nullptr;
+    const jpeg::DcValueTables* dc_values = nullptr;
     const jpeg::Huffman* ac = nullptr;
     const jpeg::ValueTables* values = nullptr;
     const jpeg::WalkTables* walk = nullptr;

@@ -78,21 +78,25 @@ WalkTables::WalkTables(const Huffman& t)
   }
 }
 
-ValueTables::ValueTables(const Huffman& t)
+ValueTables::ValueTables(const Huffman& t, bool dc)
     : counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), fast(1 << kBits, 0) {
   for (uint32_t v = 0; v < (1u << kBits); ++v) {
     const uint32_t w = v << (32 - kBits);
-    int rs;
+    int rs = 0;
     const int l = t.decode(w, rs);
-    const int r = rs >> 4, s = rs & 15;
     if (!l || l > kBits) continue;  // (a longer code's length depends on bits past the lookahead)
+    if (dc && rs > 15) continue;    // not a value size: the slow path rejects it
+    const int r = dc ? 0 : rs >> 4, s = rs & 15;
     if (l + s > kBits) {  // s > 0 here
       fast[v] = static_cast<int32_t>(0x80u | static_cast<uint32_t>(l) | static_cast<uint32_t>(r + 1) << 8 |
                                      static_cast<uint32_t>(s) << 16);
       continue;
     }
     int value = 0, advance;
-    if (s) {
+    if (dc) {
+      value = s ? extend((w << l) >> (32 - s), s) : 0;
+      advance = 1;
+    } else if (s) {
       value = extend((w << l) >> (32 - s), s);
       advance = r + 1;
     } else {
@@ -120,6 +124,7 @@ const Derived& derivedTables(const Huffman& t) {
 }  // namespace
 
 const ValueTables& valueTables(const Huffman& t) { return derivedTables<ValueTables>(t); }
+const DcValueTables& dcValueTables(const Huffman& t) { return derivedTables<DcValueTables>(t); }
 
 const WalkTables& walkTables(const Huffman& t) { return derivedTables<WalkTables>(t); }
 

@@ -96,7 +96,8 @@ struct ValueTables {
   std::vector<uint8_t> vals;
   std::vector<int32_t> fast;
 
-  explicit ValueTables(const Huffman& t);
+  // dc: for a DC table, whose symbols are value sizes (entries as above, with run + 1 = 1).
+  explicit ValueTables(const Huffman& t, bool dc = false);
 
   bool derivedFrom(const Huffman& t) const {
     return counts == t.counts && vals.size() == static_cast<size_t>(t.nsym) &&
@@ -104,8 +105,13 @@ struct ValueTables {
   }
 };
 
+struct DcValueTables : ValueTables {
+  explicit DcValueTables(const Huffman& t) : ValueTables(t, true) {}
+};
+
 // t's value tables, derived once per thread as walkTables below.
 const ValueTables& valueTables(const Huffman& t);
+const DcValueTables& dcValueTables(const Huffman& t);
 
 // Natural (row-major) position of each zigzag index.
 inline constexpr uint8_t kNaturalOrder[64] = {
@@ -173,6 +179,25 @@ class FastWalker {
     diff = s ? extend(static_cast<uint32_t>(s_.bits >> (64 - s)), s) : 0;
     s_.consume(s);
     return true;
+  }
+
+  // dc with a DC table's value tables: most codes and their values in one look-up.
+  bool dcValue(const DcValueTables& v, const Huffman& t, int& diff) {
+    if (s_.count < 32) s_.refill();
+    const int32_t e = v.fast[static_cast<size_t>(s_.bits >> (64 - ValueTables::kBits))];
+    if (e & 0x80) {  // the code fits, its value does not
+      const int sz = (e >> 16) & 15;
+      s_.consume(e & 0x1F);
+      diff = extend(static_cast<uint32_t>(s_.bits >> (64 - sz)), sz);
+      s_.consume(sz);
+      return true;
+    }
+    if (e) {
+      s_.consume(e & 0xFF);
+      diff = e >> 16;
+      return true;
+    }
+    return dc(t, diff);
   }
 
   // Decodes a block's AC coefficients into block (natural order, zeroed by the caller), as
