@@ -10,7 +10,8 @@
 //     without their values, two symbols per table look-up (jpeg::FastWalker::ac, the index's
 //     walker);
 //   - the others are decoded with a table that gives a symbol's run and sign-extended value in
-//     one look-up for most symbols (jpeg::ValueTables).
+//     one look-up for most symbols, and two symbols at once where both are short
+//     (jpeg::ValueTables); DC codes with their values likewise.
 // The coefficients it stores are libjpeg-turbo's, so the pixels are the same (tests compare them
 // with libjpeg-turbo's own decoder, byte for byte). It takes only single-scan sequential Huffman
 // files without restart markers; on data that is not valid (a bad code, a coefficient past the

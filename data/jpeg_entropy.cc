@@ -102,8 +102,21 @@ ValueTables::ValueTables(const Huffman& t, bool dc)
     } else {
       advance = r == 15 ? 16 : 64;
     }
-    fast[v] = static_cast<int32_t>(static_cast<uint32_t>(value) << 16 | static_cast<uint32_t>(advance) << 8 |
-                                   static_cast<uint32_t>(l + s));
+    fast[v] = static_cast<int32_t>((static_cast<uint32_t>(value) & 0x7FFF) << 16 |
+                                   static_cast<uint32_t>(advance) << 8 | static_cast<uint32_t>(l + s));
+    // A second symbol in the same look-up: both values small, or the second the end of block.
+    const int n1 = l + s;
+    if (dc || !s || s > 5) continue;
+    int rs2 = 0;
+    const int l2 = t.decode(w << n1, rs2);
+    const int r2 = rs2 >> 4, s2 = rs2 & 15;
+    if (!l2 || n1 + l2 + s2 > kBits) continue;
+    if (rs2 != 0 && (s2 == 0 || s2 > 5)) continue;  // ZRL and other zero-value symbols: one at a time
+    const int value2 = s2 ? extend((w << (n1 + l2)) >> (32 - s2), s2) : 0;
+    const uint32_t a2 = rs2 == 0 ? 0u : static_cast<uint32_t>(r2 + 1);
+    fast[v] = static_cast<int32_t>(0x80000000u | static_cast<uint32_t>(n1 + l2 + s2) | static_cast<uint32_t>(n1) << 4 |
+                                   static_cast<uint32_t>(r + 1) << 8 | a2 << 13 |
+                                   (static_cast<uint32_t>(value) & 63) << 18 | (static_cast<uint32_t>(value2) & 63) << 24);
   }
 }
 
