@@ -40,9 +40,9 @@ DEFINE_int32(batch_size, 64, "images per batch");
 DEFINE_int64(images, 0, "stop after about this many images; 0: one pass over the folder");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction");
 DEFINE_int32(repeat, 1, "passes over the folder (page cache warm after the first)");
-DEFINE_int32(jpeg_index_mb, 1024, "data: memory for JPEG entropy indexes, built during the first pass "
-             "(aiacc_train's flag of the same name); later passes entropy-decode only each crop's "
-             "MCUs. The first pass and the later ones are reported apart. 0: no indexes");
+DEFINE_int32(jpeg_index_mb, 0, "data: memory for JPEG entropy indexes (aiacc_train's flag of the same "
+             "name; 0: off, its default), built along each file's first decode; later passes then decode "
+             "only each crop's MCUs, from an extract. The first pass and the later ones are reported apart");
 DEFINE_bool(breakdown, false, "data: time each stage of the training transform on one thread, per image: "
             "file read, Huffman decoding down to the crop's last row (the floor under the decode), the "
             "crop's whole decode, resize+mirror+normalize; then the crop's decode with a JPEG index, and "
