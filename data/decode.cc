@@ -136,9 +136,10 @@ enum class BoxResult { kDone, kCmyk, kRetryWithLibjpegHuffman };
 // own_entropy: our Huffman decoder (data/entropy_hook.h) where it takes the file;
 // kRetryWithLibjpegHuffman when it found the data invalid (the caller decodes again without it).
 // build: the file's index from our decoder's walk, where it decodes the file.
+// seek: the file's index, for our decoder (path kJpegIndex when it takes it).
 BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
                             const CropPicker* pick, int out_w, int out_h, bool packed, bool own_entropy,
-                            IndexBuild* build) {
+                            IndexBuild* build, const JpegIndex* seek) {
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
   std::vector<uint8_t> row;
@@ -185,7 +186,8 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
       build->deferred = true;
     }
   }
-  const bool hooked = own_entropy && hook.install(&cinfo, data, size, sw < SW, xoff, cw, builder.get());
+  const bool hooked = own_entropy && hook.install(&cinfo, data, size, sw < SW, xoff, cw, builder.get(), seek);
+  out.path = hooked && hook.seeking() ? DecodePath::kJpegIndex : DecodePath::kJpegRegion;
   if (sy > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sy));
   out.crop.width = sw;
   out.crop.height = sh;
@@ -228,12 +230,13 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
 // decodeJpegBoxOnce with our Huffman decoder, and again with libjpeg-turbo's where ours found the
 // data invalid (same box and scale). Returns false for CMYK/YCCK data.
 bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                   const CropPicker* pick, int out_w, int out_h, bool packed, IndexBuild* build = nullptr) {
-  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, true, build);
+                   const CropPicker* pick, int out_w, int out_h, bool packed, IndexBuild* build = nullptr,
+                   const JpegIndex* seek = nullptr) {
+  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, true, build, seek);
   if (r != BoxResult::kRetryWithLibjpegHuffman) return r == BoxResult::kDone;
   const Box chosen = pick ? out.box : box;
   const int n = pick ? out.scale_num : scale;
-  return decodeJpegBoxOnce(data, size, chosen, n, out, nullptr, out_w, out_h, packed, false, nullptr) ==
+  return decodeJpegBoxOnce(data, size, chosen, n, out, nullptr, out_w, out_h, packed, false, nullptr, nullptr) ==
          BoxResult::kDone;
 }
 
@@ -252,7 +255,13 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
   if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
   if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
   DecodedCrop out;
-  if (index && index->matches(data, size)) {
+  if (index && index->matches(data, size) && EntropyHook::enabled()) {
+    // Our decoder seeks through the index: the MCUs whose coefficients are not used are not
+    // touched at all (no extract needed).
+    if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, nullptr, index)) return out;
+    return decodeFallback(data, size, pick, "CMYK JPEG");
+  }
+  if (index && index->matches(data, size)) {  // libjpeg-turbo's decoder: from an extract
     const int W = index->width(), H = index->height();
     out.orig_width = W;
     out.orig_height = H;

@@ -42,7 +42,8 @@ EntropyHook::Counts EntropyHook::counts() {
 }
 
 bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size,
-                          bool crop, unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index) {
+                          bool crop, unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index,
+                          const JpegIndex* seek) {
   if (!enabled() || cinfo->entropy == nullptr || cinfo->src == nullptr) return false;
   if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
       cinfo->restart_interval != 0 || cinfo->comps_in_scan != cinfo->num_components ||
@@ -96,6 +97,12 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
 
   // The index's MCU grid must be libjpeg's (it is, for every file JpegIndexBuilder takes).
   if (index && (index->mcusPerRow() != mcus_per_row_ || index->scanAt() != scan_at)) index = nullptr;
+  if (seek && (seek->mcusX() != mcus_per_row_ || seek->components() != cinfo->comps_in_scan)) seek = nullptr;
+  if (seek) index = nullptr;
+  seek_ = seek;
+  positioned_ = false;
+  ncomps_ = cinfo->comps_in_scan;
+  row_ = 0;
   thread_local std::vector<uint8_t> scan;
   thread_local std::vector<uint32_t> skipped;
   skipped.clear();
@@ -130,18 +137,49 @@ void EntropyHook::fail() {
 }
 
 int EntropyHook::mcu(int16_t* const* blocks) {
-  const int col = col_;
-  if (++col_ == mcus_per_row_) col_ = 0;
+  const int col = col_, row = row_;
+  if (++col_ == mcus_per_row_) {
+    col_ = 0;
+    ++row_;
+  }
   if (failed_) return TRUE;  // the caller decodes the file again; the rest stays zero
-  if (index_ && !index_->mcu(pos_, pred_, *skipped_)) index_ = nullptr;  // not indexable after all
   const bool store = blocks != nullptr && col >= first_col_ && col <= last_col_;
+  if (seek_) {
+    // With the file's index, only the MCUs whose coefficients are used are touched: the others
+    // return at once, and the next used one starts from the index's checkpoint before it.
+    if (!store) {
+      positioned_ = false;
+      return TRUE;
+    }
+    if (!positioned_) {
+      const int c0 = col / seek_->colsPerCheckpoint() * seek_->colsPerCheckpoint();
+      if (row >= seek_->mcusY()) {
+        fail();
+        return TRUE;
+      }
+      pos_ = seek_->checkpointBit(row, c0);
+      const int16_t* dc = seek_->checkpointDc(row, c0);
+      for (int c = 0; c < ncomps_; ++c) pred_[c] = dc[c];
+      for (int c = c0; c < col; ++c) {
+        if (!decodeOne(nullptr, false)) return TRUE;
+      }
+      positioned_ = true;
+    }
+  } else if (index_ && !index_->mcu(pos_, pred_, *skipped_)) {
+    index_ = nullptr;  // not indexable after all
+  }
+  decodeOne(blocks, store);
+  return TRUE;
+}
+
+bool EntropyHook::decodeOne(int16_t* const* blocks, bool store) {
   jpeg::FastWalker w(buf_->data(), pos_);
   for (int b = 0; b < nblocks_; ++b) {
     const Block& k = blocks_[b];
     int diff;
     if (!w.dcValue(*k.dc_values, *k.dc, diff)) {
       fail();
-      return TRUE;
+      return false;
     }
     // int arithmetic as libjpeg's (the stored coefficient keeps the low 16 bits)
     pred_[k.comp] += diff;
@@ -154,12 +192,15 @@ int EntropyHook::mcu(int16_t* const* blocks) {
     }
     if (!ok) {
       fail();
-      return TRUE;
+      return false;
     }
   }
   pos_ = w.pos();
-  if (pos_ > limit_) fail();  // ran past the scan's end: libjpeg-turbo would pad with zeros
-  return TRUE;
+  if (pos_ > limit_) {  // ran past the scan's end: libjpeg-turbo would pad with zeros
+    fail();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace aiacc::data

@@ -41,8 +41,14 @@ class EntropyHook {
   // jpeg_read_scanlines or jpeg_skip_scanlines. data/size: the buffer given to jpeg_mem_src.
   // Sets cinfo->client_data. Returns false, changing nothing, for files it does not take.
   // index (optional): reported every MCU as it is decoded or walked, for finishIndex.
+  // seek (optional): the file's index; then the MCUs whose coefficients are not used are not
+  // even walked (the decode of each used run of MCUs starts from the index's checkpoint).
   bool install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, bool crop,
-               unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index = nullptr);
+               unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index = nullptr,
+               const JpegIndex* seek = nullptr);
+
+  // True when install took a seek index.
+  bool seeking() const { return seek_ != nullptr; }
 
   // After the decode: the file's index, the MCUs the decode did not reach walked now; null when
   // install had no builder, or the data was not valid.
@@ -67,6 +73,8 @@ class EntropyHook {
 
  private:
   void fail();
+  // One MCU at pos_: decoded into blocks (store) or walked. False when the data is not valid.
+  bool decodeOne(int16_t* const* blocks, bool store);
 
   struct Block {
     int comp = 0;
@@ -82,7 +90,10 @@ class EntropyHook {
   Block blocks_[10];
   int nblocks_ = 0;
   int mcus_per_row_ = 1;
-  int col_ = 0;
+  int col_ = 0, row_ = 0;  // the next MCU
+  int ncomps_ = 1;
+  const JpegIndex* seek_ = nullptr;
+  bool positioned_ = false;  // with seek_: pos_ and pred_ are at the next MCU
   int first_col_ = 0, last_col_ = 0;  // MCU columns whose coefficients are used
   int pred_[4] = {0, 0, 0, 0};
   std::vector<uint8_t>* buf_ = nullptr;  // the unstuffed scan, zero-padded

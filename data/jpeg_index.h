@@ -46,6 +46,12 @@ class JpegIndex {
   int mcusY() const { return mcus_y_; }
   int colsPerCheckpoint() const { return k_; }
   size_t bytes() const;  // memory held
+  int components() const { return ncomp_; }
+
+  // The checkpoint before MCU (r, c), c a multiple of colsPerCheckpoint() (or mcusX(): the next
+  // row's start): its bit offset in the unstuffed scan, and the components' DC predictors there.
+  uint64_t checkpointBit(int r, int c) const { return bit_[entry(r, c)]; }
+  const int16_t* checkpointDc(int r, int c) const { return &dc_[entry(r, c) * static_cast<size_t>(ncomp_)]; }
 
   // Writes to out a baseline JPEG of MCU rows [r0, r1) and MCU columns [c0, c1) of data (the
   // indexed file): its pixels are the original's rows [r0*mcuHeight, ...) and columns
