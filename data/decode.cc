@@ -180,10 +180,10 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   EntropyHook hook;
   std::unique_ptr<JpegIndexBuilder> builder;
   if (build && own_entropy && EntropyHook::enabled()) {
-    builder = JpegIndexBuilder::start(data, size, build->cols_per_checkpoint);  // null: not indexable
-    if (builder && SH - (sy + sh) > build->max_rest_below * SH) {
-      builder.reset();
-      build->deferred = true;
+    if (SH - (sy + sh) > build->max_rest_below * SH) {
+      build->deferred = true;  // (a file that cannot be indexed is found out on a later decode)
+    } else {
+      builder = JpegIndexBuilder::start(data, size, build->cols_per_checkpoint);  // null: not indexable
     }
   }
   const bool hooked = own_entropy && hook.install(&cinfo, data, size, sw < SW, xoff, cw, builder.get(), seek);

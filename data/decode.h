@@ -69,7 +69,8 @@ struct DecodedCrop {
 // decoder builds it as a by-product of the decode, walking the MCUs below the crop besides;
 // where it does not decode the file, JpegIndex::build does. When more than max_rest_below of the
 // image's rows lie below the crop, the build is deferred to a later decode of the file (whose
-// random crop ends lower), so that no decode pays for walking much more than it decodes.
+// random crop ends lower), so that no decode pays for walking much more than it decodes (a file
+// that cannot be indexed is found out on a decode that would build).
 struct IndexBuild {
   int cols_per_checkpoint = 2;
   double max_rest_below = 0.25;
