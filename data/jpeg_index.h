@@ -1,16 +1,18 @@
 // An entropy index of a baseline JPEG: where each MCU row (and every K-th MCU of a row) starts
 // in the Huffman-coded data, and the DC predictors there.
 //
-// Huffman decoding is sequential: to reach a crop's first row and column, libjpeg-turbo must
-// decode every coefficient before it, and to reach the next row, every column after the crop.
-// On photo-sized images cropped to 128 px that is about 60% of decodeCrop's time. The index
-// (built once per file, e.g. on the first epoch) removes that: extract() writes a small,
-// standalone baseline JPEG holding only the crop's MCUs, by copying their Huffman bits
-// verbatim and re-encoding the one DC difference per component at the start of each row
-// segment (DC values are coded as differences from the previous block, which is no longer the
-// same block). The coefficients are unchanged, so decoding the extract gives the same pixels as
-// decoding the original, away from the extract's edges (chroma upsampling looks one sample
-// across them; decodeCrop keeps a margin).
+// Huffman decoding is sequential: to reach a crop's first row and column, a decoder must
+// walk every coefficient before it, and to reach the next row, every column after the crop.
+// The index (built once per file, along its first decode: JpegIndexBuilder) removes that:
+//   - our Huffman decoder (data/entropy_hook.h) seeks: each run of the crop's MCUs in a row
+//     starts from the checkpoint before it (checkpointBit, checkpointDc), the rest untouched;
+//   - for libjpeg-turbo's decoder, extract() writes a small, standalone baseline JPEG holding
+//     only the crop's MCUs, by copying their Huffman bits verbatim and re-encoding the one DC
+//     difference per component at the start of each row segment (DC values are coded as
+//     differences from the previous block, which is no longer the same block). The coefficients
+//     are unchanged, so decoding the extract gives the same pixels as decoding the original,
+//     away from the extract's edges (chroma upsampling looks one sample across them; decodeCrop
+//     keeps a margin).
 //
 // The idea is zlib's zran.c (random access into deflate streams by checkpointing the decoder's
 // state), applied to JPEG's entropy coding. Only single-scan baseline files without restart
