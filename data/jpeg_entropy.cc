@@ -79,15 +79,15 @@ WalkTables::WalkTables(const Huffman& t)
 }
 
 ValueTables::ValueTables(const Huffman& t, bool dc)
-    : counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), fast(1 << kBits, 0) {
-  for (uint32_t v = 0; v < (1u << kBits); ++v) {
-    const uint32_t w = v << (32 - kBits);
+    : bits(dc ? kDcBits : kBits), counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), fast(size_t{1} << bits, 0) {
+  for (uint32_t v = 0; v < (1u << bits); ++v) {
+    const uint32_t w = v << (32 - bits);
     int rs = 0;
     const int l = t.decode(w, rs);
-    if (!l || l > kBits) continue;  // (a longer code's length depends on bits past the lookahead)
+    if (!l || l > bits) continue;  // (a longer code's length depends on bits past the lookahead)
     if (dc && rs > 15) continue;    // not a value size: the slow path rejects it
     const int r = dc ? 0 : rs >> 4, s = rs & 15;
-    if (l + s > kBits) {  // s > 0 here
+    if (l + s > bits) {  // s > 0 here
       fast[v] = static_cast<int32_t>(0x80u | static_cast<uint32_t>(l) | static_cast<uint32_t>(r + 1) << 8 |
                                      static_cast<uint32_t>(s) << 16);
       continue;
@@ -110,7 +110,7 @@ ValueTables::ValueTables(const Huffman& t, bool dc)
     int rs2 = 0;
     const int l2 = t.decode(w << n1, rs2);
     const int r2 = rs2 >> 4, s2 = rs2 & 15;
-    if (!l2 || n1 + l2 + s2 > kBits) continue;
+    if (!l2 || n1 + l2 + s2 > bits) continue;
     if (rs2 != 0 && (s2 == 0 || s2 > 5)) continue;  // ZRL and other zero-value symbols: one at a time
     const int value2 = s2 ? extend((w << (n1 + l2)) >> (32 - s2), s2) : 0;
     const uint32_t a2 = rs2 == 0 ? 0u : static_cast<uint32_t>(r2 + 1);

@@ -62,7 +62,7 @@ struct Huffman {
 };
 
 // Tables for walking AC coefficients without their values, derived from a Huffman table:
-// - skip, per 11-bit lookahead: (bits the code and its value take) | (its advance) << 8; for the
+// - skip, per 11-bit lookahead (9 bits for DC tables): (bits the code and its value take) | (its advance) << 8; for the
 //   prefix of longer codes, 0x8000 | the first of 32 entries in skip2 for their last 5 bits;
 // - pairs, two symbols per lookup: per 12-bit lookahead whose first symbol and its value fit in
 //   it, (bits of the first) | (its advance) << 5 | (bits of both, or of the first when the second
@@ -83,7 +83,7 @@ struct WalkTables {
 };
 
 // Tables for decoding AC coefficients with their values (our decoder in place of libjpeg-turbo's,
-// data/entropy_hook.h), derived from a Huffman table, per 11-bit lookahead:
+// data/entropy_hook.h), derived from a Huffman table, per 11-bit lookahead (9 bits for DC tables):
 //   - two symbols, each with a value of at most 5 bits, or the second the end of block, that fit
 //     together: bit 31 | (bits both take) | (bits of the first) << 4 | (positions the first
 //     advances: run + 1) << 8 | (the second's run + 1; 0 for end of block) << 13 | (the first
@@ -97,7 +97,9 @@ struct WalkTables {
 // About three quarters of the symbols of a photo at quality 90 take 6 bits or fewer with their
 // values, so most look-ups of a block's first coefficients give two of them.
 struct ValueTables {
-  static constexpr int kBits = 11;
+  static constexpr int kBits = 11;    // AC tables' lookahead
+  static constexpr int kDcBits = 9;   // DC tables': shorter codes, and a smaller table beside the AC ones
+  int bits;                           // this table's lookahead
   std::array<uint8_t, 16> counts;  // the table they come from
   std::vector<uint8_t> vals;
   std::vector<int32_t> fast;
@@ -194,7 +196,7 @@ class FastWalker {
   // dc with a DC table's value tables: most codes and their values in one look-up.
   bool dcValue(const DcValueTables& v, const Huffman& t, int& diff) {
     if (s_.count < 32) s_.refill();
-    const int32_t e = v.fast[static_cast<size_t>(s_.bits >> (64 - ValueTables::kBits))];
+    const int32_t e = v.fast[static_cast<size_t>(s_.bits >> (64 - ValueTables::kDcBits))];
     if (e & 0x80) {  // the code fits, its value does not
       const int sz = (e >> 16) & 15;
       s_.consume(e & 0x1F);
