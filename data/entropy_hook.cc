@@ -5,7 +5,9 @@
 #include <cstdio>  // jpeglib.h needs FILE
 #include <jpeglib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 
 namespace aiacc::data {
 namespace {
@@ -29,8 +31,30 @@ boolean hookedDecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   return hook->mcu(reinterpret_cast<int16_t* const*>(MCU_data));
 }
 
-bool buildTable(const JHUFF_TBL* t, jpeg::Huffman& out) {
-  return t != nullptr && out.build(t->bits + 1, t->huffval);
+// The file's table, from a per-thread cache of the last 16 distinct ones (a dataset's files share
+// a few, often the JPEG standard's): no table built, no 2.5 KB cleared, per decode.
+const jpeg::Huffman* cachedTable(const JHUFF_TBL* t) {
+  if (t == nullptr) return nullptr;
+  const uint8_t* bits = t->bits + 1;
+  int n = 0;
+  for (int l = 0; l < 16; ++l) n += bits[l];
+  if (n > 256) return nullptr;
+  // Least recently used first: a hit moves to the back, so the (at most 8) tables of the decode
+  // in progress are never the one evicted.
+  thread_local std::vector<std::unique_ptr<jpeg::Huffman>> cache;
+  for (auto it = cache.begin(); it != cache.end(); ++it) {
+    const jpeg::Huffman& h = **it;
+    if (h.nsym == n && std::equal(bits, bits + 16, h.counts.begin()) &&
+        std::equal(t->huffval, t->huffval + n, h.vals.begin())) {
+      std::rotate(it, it + 1, cache.end());
+      return cache.back().get();
+    }
+  }
+  auto h = std::make_unique<jpeg::Huffman>();
+  if (!h->build(bits, t->huffval)) return nullptr;
+  if (cache.size() >= 16) cache.erase(cache.begin());
+  cache.push_back(std::move(h));
+  return cache.back().get();
 }
 
 }  // namespace
@@ -60,8 +84,8 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
   for (int ci = 0; ci < cinfo->comps_in_scan; ++ci) {
     const jpeg_component_info* c = cinfo->cur_comp_info[ci];
     if (c->dc_tbl_no < 0 || c->dc_tbl_no > 3 || c->ac_tbl_no < 0 || c->ac_tbl_no > 3) return false;
-    if (!used_dc[c->dc_tbl_no] && !buildTable(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no], dc_[c->dc_tbl_no])) return false;
-    if (!used_ac[c->ac_tbl_no] && !buildTable(cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no], ac_[c->ac_tbl_no])) return false;
+    if (!used_dc[c->dc_tbl_no] && !(dc_[c->dc_tbl_no] = cachedTable(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no]))) return false;
+    if (!used_ac[c->ac_tbl_no] && !(ac_[c->ac_tbl_no] = cachedTable(cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no]))) return false;
     used_dc[c->dc_tbl_no] = used_ac[c->ac_tbl_no] = true;
   }
   nblocks_ = cinfo->blocks_in_MCU;
@@ -71,9 +95,9 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
     const jpeg_component_info* c = cinfo->cur_comp_info[ci];
     Block& k = blocks_[b];
     k.comp = ci;
-    k.dc = &dc_[c->dc_tbl_no];
+    k.dc = dc_[c->dc_tbl_no];
     k.dc_values = &jpeg::dcValueTables(*k.dc);
-    k.ac = &ac_[c->ac_tbl_no];
+    k.ac = ac_[c->ac_tbl_no];
     k.values = &jpeg::valueTables(*k.ac);
     k.walk = &jpeg::walkTables(*k.ac);
     // A component whose inverse DCT gives 1x1 (at 1/8 scale; chroma may get 2x2 there) reads

@@ -86,7 +86,8 @@ class EntropyHook {
     bool ac_needed = true;
   };
 
-  jpeg::Huffman dc_[4], ac_[4];
+  const jpeg::Huffman* dc_[4] = {nullptr, nullptr, nullptr, nullptr};  // per-thread cache entries
+  const jpeg::Huffman* ac_[4] = {nullptr, nullptr, nullptr, nullptr};
   Block blocks_[10];
   int nblocks_ = 0;
   int mcus_per_row_ = 1;

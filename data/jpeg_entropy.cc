@@ -122,12 +122,17 @@ ValueTables::ValueTables(const Huffman& t, bool dc)
 
 namespace {
 
-// Tables derived from Huffman tables, kept per thread for the last 8 distinct tables.
+// Tables derived from Huffman tables, kept per thread for the last 8 distinct tables, least
+// recently used first: a hit moves to the back, so the tables a decode uses (at most 4 of a kind)
+// are never evicted while it runs.
 template <typename Derived>
 const Derived& derivedTables(const Huffman& t) {
   thread_local std::vector<std::unique_ptr<Derived>> derived;
-  for (const auto& d : derived) {
-    if (d->derivedFrom(t)) return *d;
+  for (auto it = derived.begin(); it != derived.end(); ++it) {
+    if ((*it)->derivedFrom(t)) {
+      std::rotate(it, it + 1, derived.end());
+      return *derived.back();
+    }
   }
   if (derived.size() >= 8) derived.erase(derived.begin());
   derived.push_back(std::make_unique<Derived>(t));

@@ -132,7 +132,7 @@ inline constexpr uint8_t kNaturalOrder[64] = {
     30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
 
 // t's walk tables, derived once per thread for each distinct table (most files of a dataset share
-// a few, often the JPEG standard's). The reference stays valid until 8 other tables were derived.
+// a few, often the JPEG standard's). The reference stays valid until 8 other tables were looked up.
 const WalkTables& walkTables(const Huffman& t);
 
 // A scan component: sampling factors, blocks per MCU and its Huffman tables.

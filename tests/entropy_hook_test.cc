@@ -203,5 +203,23 @@ TEST(EntropyHook, IndexBuildIsDeferredWhenMostRowsLieBelowTheCrop) {
   EXPECT_EQ(progressive.index, nullptr);
 }
 
+// Files with tables of their own (optimized coding) between files with the standard tables: the
+// per-thread table caches turn over while some entries stay in use, and every decode stays exact.
+TEST(EntropyHook, TableCachesTurningOverKeepEveryDecodeExact) {
+  const std::vector<uint8_t> standard = encode(texture(160, 120, 1), EncodeOptions{});
+  EncodeOptions optimized;
+  optimized.optimize = true;
+  const Box box{8, 8, 120, 90};
+  for (int i = 0; i < 24; ++i) {
+    optimized.quality = 40 + 2 * i;  // a different image and tables each time
+    const std::vector<uint8_t> own = encode(texture(150 + i, 110 + i, 100 + static_cast<uint64_t>(i)), optimized);
+    for (const std::vector<uint8_t>* jpg : {&own, &standard}) {
+      const DecodedCrop want = decodeWith(false, *jpg, box, 64, nullptr, true);
+      const DecodedCrop got = decodeWith(true, *jpg, box, 64, nullptr, true);
+      ASSERT_TRUE(got.crop.pixels == want.crop.pixels) << "file " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace aiacc::data
