@@ -12,6 +12,15 @@
 namespace aiacc::data {
 namespace {
 
+// libjpeg 7+ ABIs (libjpeg-turbo built WITH_JPEG7/8) name the scaled sizes per direction.
+#if JPEG_LIB_VERSION >= 70
+#define AIACC_DCT_SCALED_SIZE DCT_h_scaled_size
+#define AIACC_MIN_DCT_SCALED_SIZE min_DCT_h_scaled_size
+#else
+#define AIACC_DCT_SCALED_SIZE DCT_scaled_size
+#define AIACC_MIN_DCT_SCALED_SIZE min_DCT_scaled_size
+#endif
+
 std::atomic<bool> g_enabled{true};
 std::atomic<uint64_t> g_installed{0}, g_failed{0};
 
@@ -102,7 +111,7 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
     k.walk = &jpeg::walkTables(*k.ac);
     // A component whose inverse DCT gives 1x1 (at 1/8 scale; chroma may get 2x2 there) reads
     // the DC coefficient only.
-    k.ac_needed = c->DCT_scaled_size > 1;
+    k.ac_needed = c->AIACC_DCT_SCALED_SIZE > 1;
   }
   mcus_per_row_ = static_cast<int>(cinfo->MCUs_per_row);
   if (mcus_per_row_ < 1) return false;
@@ -112,8 +121,8 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
     // The columns libjpeg-turbo's jpeg_crop_scanline keeps (first_iMCU_col, last_iMCU_col),
     // from the same arithmetic on the offset and width it returned.
     const unsigned align = (cinfo->comps_in_scan == 1 && cinfo->num_components == 1)
-                               ? static_cast<unsigned>(cinfo->min_DCT_scaled_size)
-                               : static_cast<unsigned>(cinfo->min_DCT_scaled_size * cinfo->max_h_samp_factor);
+                               ? static_cast<unsigned>(cinfo->AIACC_MIN_DCT_SCALED_SIZE)
+                               : static_cast<unsigned>(cinfo->AIACC_MIN_DCT_SCALED_SIZE * cinfo->max_h_samp_factor);
     if (align == 0) return false;
     first_col_ = static_cast<int>(crop_xoffset / align);
     last_col_ = static_cast<int>((crop_xoffset + crop_width + align - 1) / align) - 1;
