@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 #ifdef AIACC_HAVE_IMGCODECS
@@ -142,7 +143,7 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
                             IndexBuild* build, const JpegIndex* seek) {
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
-  std::vector<uint8_t> row;
+  thread_local std::vector<uint8_t> row;
   if (setjmp(d.err.jump)) {
     throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
   }
@@ -177,8 +178,11 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
 
   JDIMENSION xoff = static_cast<JDIMENSION>(sx), cw = static_cast<JDIMENSION>(sw);
   if (sw < SW) jpeg_crop_scanline(&cinfo, &xoff, &cw);  // widens to iMCU boundaries
-  EntropyHook hook;
-  std::unique_ptr<JpegIndexBuilder> builder;
+  static_assert(std::is_trivially_destructible_v<EntropyHook>);
+  EntropyHook hook;  // trivially destructible, as everything declared after the setjmp above
+  // (a longjmp back to it must skip no destructor): the index builder lives in a thread slot.
+  thread_local std::unique_ptr<JpegIndexBuilder> builder;
+  builder.reset();
   if (build && own_entropy && EntropyHook::enabled()) {
     if (SH - (sy + sh) > build->max_rest_below * SH) {
       build->deferred = true;  // (a file that cannot be indexed is found out on a later decode)
@@ -199,7 +203,8 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
     out.crop.pixels.resize(decoded_row * static_cast<size_t>(sh));
     out.crop.offset = skip_cols * 3;
     out.crop.stride = decoded_row;
-    std::vector<JSAMPROW> rows(static_cast<size_t>(sh));
+    thread_local std::vector<JSAMPROW> rows;  // not an automatic: see the setjmp above
+    rows.resize(static_cast<size_t>(sh));
     for (int r = 0; r < sh; ++r) rows[static_cast<size_t>(r)] = out.crop.pixels.data() + static_cast<size_t>(r) * decoded_row;
     for (JDIMENSION done = 0; done < static_cast<JDIMENSION>(sh);) {
       const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows.data() + done, static_cast<JDIMENSION>(sh) - done);
@@ -224,6 +229,7 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   if (d.err.premature_eof) throw DecodeError("truncated JPEG (premature end of data)");
   jpeg_abort_decompress(&cinfo);
   if (hooked && builder) build->index = hook.finishIndex();
+  builder.reset();
   return BoxResult::kDone;
 }
 
