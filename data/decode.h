@@ -8,7 +8,9 @@
 //      500 px photo cropped to 128 px decodes at 1/4 or 1/2 size, several times cheaper than a
 //      full decode;
 //   3. only the crop's columns (jpeg_crop_scanline, widened to iMCU boundaries) and rows
-//      (jpeg_skip_scanlines above, stop below) are decoded.
+//      (jpeg_skip_scanlines above, stop below) are decoded;
+//   4. the Huffman decoding is aiacc's (data/entropy_hook.h): what lies outside the crop is walked
+//      without values, or, with the file's JPEG index (data/jpeg_index.h), not touched at all.
 // Files libjpeg-turbo cannot take (PNG or other formats under a .JPEG name, CMYK/YCCK JPEGs;
 // both occur in real ImageNet) are decoded whole by OpenCV when it was built with imgcodecs.
 // Grayscale becomes 3-channel RGB. A zero-byte, truncated or undecodable file raises
