@@ -72,6 +72,16 @@ int64_t ImageLoader::startEpoch(const EpochSpec& spec) {
     error_ = nullptr;
     ready_.clear();
   }
+  if (opt_.prefault_buffers && num_batches_ > 0) {
+    const int64_t B = spec.batch_size, S = spec.image_size;
+    const bool nhwc = opt_.channels_last || opt_.bytes;
+    const std::vector<int64_t> shape = nhwc ? std::vector<int64_t>{B, S, S, 3} : std::vector<int64_t>{B, 3, S, S};
+    std::vector<at::Tensor> held;  // distinct buffers while held; back to the pool after
+    for (int i = 0; i < opt_.prefetch + opt_.workers + 1; ++i) {
+      held.push_back(takeBuffer(shape, opt_.bytes ? at::kByte : at::kFloat));
+      held.back().zero_();
+    }
+  }
   const int n = static_cast<int>(std::min<int64_t>(opt_.workers, std::max<int64_t>(num_batches_, 1)));
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { workerLoop(); });
   return num_batches_;

@@ -61,6 +61,7 @@ TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
   ImageLoader one(l.train, o, nullptr);
   o.workers = 3;
   o.prefetch = 2;
+  o.prefault_buffers = true;  // (touched in startEpoch: the same batches)
   ImageLoader three(l.train, o, nullptr);
   const EpochSpec spec{1, 32, 5, 0.3};
   auto a = epochOf(one, spec), b = epochOf(three, spec);
