@@ -250,6 +250,11 @@ int benchData() {
               static_cast<long long>(images), static_cast<long long>(n), FLAGS_image_size,
               FLAGS_workers, ips, ips / FLAGS_workers, static_cast<long long>(skips->count()));
   const double later = images > first_images ? static_cast<double>(images - first_images) / (s - first_s) : 0;
+  const aiacc::data::EntropyHook::Counts hc = aiacc::data::EntropyHook::counts();
+  std::printf("aiacc data: aiacc's Huffman decoder took %llu decodes%s (%llu handed back to libjpeg-turbo "
+              "on invalid data; progressive, arithmetic-coded and restart-marker files stay with it)\n",
+              static_cast<unsigned long long>(hc.installed), FLAGS_libjpeg_huffman ? " (off: --libjpeg-huffman)" : "",
+              static_cast<unsigned long long>(hc.failed));
   if (const aiacc::data::JpegIndexCache* ix = loader.jpegIndex()) {
     std::printf("aiacc data: first pass (builds the JPEG indexes) %.1f images/s per worker; later passes "
                 "(with them) %.1f images/s per worker; %zu files indexed (%.1f MB), %zu not indexable\n",
