@@ -153,8 +153,8 @@ int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
               "  total                             %7.1f   (%.0f images/s)\n"
               "  with JPEG indexes (%lld of the files): decode the crop %.1f, total %.1f (%.0f images/s); "
               "building an index alone %.1f per file\n"
-              "  a file's first decode, building its index along (deferred where most rows lie below the "
-              "crop): decode the crop %.1f, total %.1f (%.0f images/s)\n",
+              "  a file's first decode, building its index along (deferred where more than a tenth of "
+              "the rows lie below the crop): decode the crop %.1f, total %.1f (%.0f images/s)\n",
               static_cast<long long>(images), S, read_us * k, floor_us * k, decode_us * k,
               static_cast<double>(crop_pixels) * k, static_cast<long long>(scales[1]),
               static_cast<long long>(scales[2]), static_cast<long long>(scales[4]),

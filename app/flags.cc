@@ -20,7 +20,7 @@ DEFINE_int32(prefetch, 4, "batches decoded ahead of training (memory bound: pref
 DEFINE_int32(jpeg_index_mb, 1024, "memory (MiB) for JPEG entropy indexes, for each of the train and val "
              "loaders: a file's first decode also records where each MCU row (and every other MCU) starts "
              "in its Huffman data, with the DC predictors there (about 4 KB per 500 px photo; deferred to "
-             "a later epoch when most of the image lies below the crop); later decodes then start at the "
+             "a later epoch when more than a tenth of the image lies below the crop); later decodes then start at the "
              "crop's MCUs and touch no other (same pixels; about 1.15x faster at 128 and 224 px, the first "
              "epoch about as fast as without). Files past the budget, progressive JPEGs and JPEGs with "
              "restart markers decode without. 0: off");

@@ -75,7 +75,7 @@ struct DecodedCrop {
 // that cannot be indexed is found out on a decode that would build).
 struct IndexBuild {
   int cols_per_checkpoint = 2;
-  double max_rest_below = 0.25;
+  double max_rest_below = 0.1;  // (0.25: the first epoch about 8% slower, the index sooner complete)
   std::unique_ptr<JpegIndex> index;  // out: null when the file cannot be indexed, or deferred
   bool deferred = false;             // out
   IndexBuild();

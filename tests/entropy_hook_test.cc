@@ -190,15 +190,15 @@ TEST(EntropyHook, IndexBuildIsDeferredWhenMostRowsLieBelowTheCrop) {
   decodeCrop(jpg.data(), jpg.size(), [](int, int) { return Box{10, 0, 100, 60}; }, 32, 32, nullptr, true, &top);
   EXPECT_TRUE(top.deferred);
   EXPECT_EQ(top.index, nullptr);
-  IndexBuild low;  // rows 150..199: 17% below
-  decodeCrop(jpg.data(), jpg.size(), [](int, int) { return Box{10, 150, 100, 50}; }, 32, 32, nullptr, true, &low);
+  IndexBuild low;  // rows 180..229: 4% below
+  decodeCrop(jpg.data(), jpg.size(), [](int, int) { return Box{10, 180, 100, 50}; }, 32, 32, nullptr, true, &low);
   EXPECT_FALSE(low.deferred);
   ASSERT_NE(low.index, nullptr);
   IndexBuild progressive;  // not indexable: refused (not deferred) on a decode that would build
   EncodeOptions po;
   po.progressive = true;
   const std::vector<uint8_t> pj = encode(texture(320, 240, 4), po);
-  decodeCrop(pj.data(), pj.size(), [](int, int) { return Box{10, 150, 100, 50}; }, 32, 32, nullptr, true, &progressive);
+  decodeCrop(pj.data(), pj.size(), [](int, int) { return Box{10, 180, 100, 50}; }, 32, 32, nullptr, true, &progressive);
   EXPECT_FALSE(progressive.deferred);
   EXPECT_EQ(progressive.index, nullptr);
 }

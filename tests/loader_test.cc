@@ -105,9 +105,9 @@ TEST_F(LoaderTest, JpegIndexesChangeNoBatch) {
       EXPECT_TRUE(a[i].labels.equal(b[i].labels));
     }
   }
-  // A file is indexed on a decode whose crop ends in the image's bottom quarter (IndexBuild): in
-  // three epochs, most files.
-  EXPECT_GE(indexed.jpegIndex()->indexedFiles(), l.train.samples.size() / 2);
+  // A file is indexed on a decode whose crop ends in the image's bottom tenth (IndexBuild): in
+  // three epochs, a good part of the files.
+  EXPECT_GE(indexed.jpegIndex()->indexedFiles(), l.train.samples.size() / 4);
   EXPECT_LE(indexed.jpegIndex()->indexedFiles(), l.train.samples.size());
   EXPECT_EQ(indexed.jpegIndex()->refusedFiles(), 0u);
   EXPECT_GT(indexed.jpegIndex()->bytes(), 0u);
