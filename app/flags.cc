@@ -21,8 +21,8 @@ DEFINE_int32(jpeg_index_mb, 1024, "memory (MiB) for JPEG entropy indexes, for ea
              "loaders: a file's first decode also records where each MCU row (and every other MCU) starts "
              "in its Huffman data, with the DC predictors there (about 4 KB per 500 px photo; deferred to "
              "a later epoch when more than a tenth of the image lies below the crop); later decodes then start at the "
-             "crop's MCUs and touch no other (same pixels; about 1.15x faster at 128 and 224 px, the first "
-             "epoch about as fast as without). Files past the budget, progressive JPEGs and JPEGs with "
+             "crop's MCUs and touch no other (same pixels; the later epochs 1.14x faster at 128 px and "
+             "1.07x at 224 in scripts/bench_data.sh, the first epoch about as fast as without). Files past the budget, progressive JPEGs and JPEGs with "
              "restart markers decode without. 0: off");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction (torchvision: 0.08)");
 DEFINE_double(max_scale, 1.0, "random-resized-crop maximum area fraction");
