@@ -19,6 +19,7 @@
 #include "app/json.h"
 #include "common/error.h"
 #include "data/device_input.h"
+#include "data/entropy_hook.h"
 #include "data/loader.h"
 #include "models/resnet.h"
 
@@ -130,6 +131,7 @@ void Trainer::State::setupData() {
   lo.workers = cfg.workers;
   lo.prefetch = cfg.prefetch;
   lo.jpeg_index_bytes = static_cast<size_t>(cfg.jpeg_index_mb) << 20;
+  data::EntropyHook::enable(!cfg.libjpeg_huffman);  // process-wide: one trainer per process
   lo.crop.scale_max = cfg.scale_max;
   lo.crop.ratio_min = cfg.ratio_min;
   lo.crop.ratio_max = cfg.ratio_max;
