@@ -261,13 +261,14 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
   if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
   if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
   DecodedCrop out;
-  if (index && index->matches(data, size) && EntropyHook::enabled()) {
+  const bool indexed = index && index->matches(data, size);
+  if (indexed && EntropyHook::enabled()) {
     // Our decoder seeks through the index: the MCUs whose coefficients are not used are not
     // touched at all (no extract needed).
     if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, nullptr, index)) return out;
     return decodeFallback(data, size, pick, "CMYK JPEG");
   }
-  if (index && index->matches(data, size)) {  // libjpeg-turbo's decoder: from an extract
+  if (indexed) {  // libjpeg-turbo's decoder: from an extract
     const int W = index->width(), H = index->height();
     out.orig_width = W;
     out.orig_height = H;

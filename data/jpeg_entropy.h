@@ -62,7 +62,7 @@ struct Huffman {
 };
 
 // Tables for walking AC coefficients without their values, derived from a Huffman table:
-// - skip, per 11-bit lookahead (9 bits for DC tables): (bits the code and its value take) | (its advance) << 8; for the
+// - skip, per 11-bit lookahead: (bits the code and its value take) | (its advance) << 8; for the
 //   prefix of longer codes, 0x8000 | the first of 32 entries in skip2 for their last 5 bits;
 // - pairs, two symbols per lookup: per 12-bit lookahead whose first symbol and its value fit in
 //   it, (bits of the first) | (its advance) << 5 | (bits of both, or of the first when the second
@@ -220,12 +220,10 @@ class FastWalker {
     // The bit buffer in a local for the loop: as members, each symbol's decode waited for the
     // previous one's stores to come back from memory (the block stores may alias them).
     Bits b = s_;
-    uint64_t& bits = b.bits;
-    int& count = b.count;
     bool ok = true;
     for (int k = 1; k < 64;) {
-      if (count < 32) b.refill();  // a symbol and its value take at most 31 bits
-      const int32_t e = v.fast[static_cast<size_t>(bits >> (64 - ValueTables::kBits))];
+      if (b.count < 32) b.refill();  // a symbol and its value take at most 31 bits
+      const int32_t e = v.fast[static_cast<size_t>(b.bits >> (64 - ValueTables::kBits))];
       if (e < 0) {  // two symbols
         const int pos1 = k + ((e >> 8) & 31) - 1;
         const int a2 = (e >> 13) & 31;
@@ -235,13 +233,11 @@ class FastWalker {
             break;
           }
           block[63] = static_cast<int16_t>(ValueTables::firstValue(e));
-          bits <<= (e >> 4) & 15;
-          count -= (e >> 4) & 15;
+          b.consume((e >> 4) & 15);
           break;
         }
         block[kNaturalOrder[pos1]] = static_cast<int16_t>(ValueTables::firstValue(e));
-        bits <<= e & 15;
-        count -= e & 15;
+        b.consume(e & 15);
         if (!a2) break;  // end of block
         const int pos2 = pos1 + a2;
         if (pos2 > 63) {
@@ -254,22 +250,19 @@ class FastWalker {
       }
       if (e & 0x80) {  // the code fits, its value does not
         const int l = e & 0x1F, sz = (e >> 16) & 15;
-        bits <<= l;
-        count -= l;
+        b.consume(l);
         const int pos = k + ((e >> 8) & 0xFF) - 1;
         if (pos > 63) {
           ok = false;
           break;
         }
-        block[kNaturalOrder[pos]] = static_cast<int16_t>(extend(static_cast<uint32_t>(bits >> (64 - sz)), sz));
-        bits <<= sz;
-        count -= sz;
+        block[kNaturalOrder[pos]] = static_cast<int16_t>(extend(static_cast<uint32_t>(b.bits >> (64 - sz)), sz));
+        b.consume(sz);
         k = pos + 1;
         continue;
       }
       if (e) {
-        bits <<= e & 0xFF;
-        count -= e & 0xFF;
+        b.consume(e & 0xFF);
         const int pos = k + ((e >> 8) & 0xFF) - 1;
         const int value = ValueTables::singleValue(e);
         if (pos > 63) {
@@ -281,13 +274,12 @@ class FastWalker {
         continue;
       }
       int rs;
-      const int len = t.decode(static_cast<uint32_t>(bits >> 32), rs);
+      const int len = t.decode(static_cast<uint32_t>(b.bits >> 32), rs);
       if (!len) {
         ok = false;
         break;
       }
-      bits <<= len;
-      count -= len;
+      b.consume(len);
       const int r = rs >> 4, s = rs & 15;
       if (s) {
         k += r;
@@ -295,9 +287,8 @@ class FastWalker {
           ok = false;
           break;
         }
-        block[kNaturalOrder[k]] = static_cast<int16_t>(extend(static_cast<uint32_t>(bits >> (64 - s)), s));
-        bits <<= s;
-        count -= s;
+        block[kNaturalOrder[k]] = static_cast<int16_t>(extend(static_cast<uint32_t>(b.bits >> (64 - s)), s));
+        b.consume(s);
         ++k;
       } else if (r == 15) {
         k += 16;
@@ -313,32 +304,27 @@ class FastWalker {
   // two symbols per lookup while the block goes on.
   bool ac(const WalkTables& t) {
     Bits b = s_;  // a local, as in acValues
-    uint64_t& bits = b.bits;
-    int& count = b.count;
     bool ok = true;
     for (int k = 1; k < 64;) {
-      if (count < 32) b.refill();
-      const uint32_t e2 = t.pairs[bits >> (64 - WalkTables::kPair)];
+      if (b.count < 32) b.refill();
+      const uint32_t e2 = t.pairs[b.bits >> (64 - WalkTables::kPair)];
       if (e2) {
         const int a1 = (e2 >> 5) & 127;
         if (k + a1 >= 64) {  // the block ends with the first symbol: the next bits are not its
-          bits <<= e2 & 31;
-          count -= static_cast<int>(e2 & 31);
+          b.consume(e2 & 31);
           break;
         }
-        bits <<= (e2 >> 12) & 31;
-        count -= static_cast<int>((e2 >> 12) & 31);
+        b.consume((e2 >> 12) & 31);
         k += static_cast<int>(e2 >> 17);
         continue;
       }
-      uint16_t e = t.skip[static_cast<size_t>(bits >> (64 - WalkTables::kSkip))];
-      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((bits >> (64 - 16)) & 31)];
+      uint16_t e = t.skip[static_cast<size_t>(b.bits >> (64 - WalkTables::kSkip))];
+      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((b.bits >> (64 - 16)) & 31)];
       if (__builtin_expect(!e, 0)) {  // not a code
         ok = false;
         break;
       }
-      bits <<= e & 0xFF;
-      count -= e & 0xFF;
+      b.consume(e & 0xFF);
       k += e >> 8;
     }
     s_ = b;

@@ -91,7 +91,6 @@ std::unique_ptr<JpegIndexBuilder> JpegIndexBuilder::start(const uint8_t* data, s
 JpegIndexBuilder::~JpegIndexBuilder() = default;
 
 int JpegIndexBuilder::mcusPerRow() const { return ix_->mcus_x_; }
-int JpegIndexBuilder::mcuRows() const { return ix_->mcus_y_; }
 size_t JpegIndexBuilder::scanAt() const { return h_.scan_at; }
 
 bool JpegIndexBuilder::checkpoint(uint64_t pos, const int* pred) {

@@ -97,7 +97,6 @@ class JpegIndexBuilder {
   ~JpegIndexBuilder();
 
   int mcusPerRow() const;
-  int mcuRows() const;
   size_t scanAt() const;  // file offset of the entropy-coded data
 
   // The next MCU in scan order starts at bit pos of the unstuffed scan, with the DC predictors
