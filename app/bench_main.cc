@@ -51,6 +51,9 @@ DEFINE_bool(entropy_only, false, "data: only entropy-decode each whole file on o
             "colour, crop or resize): the floor under the full pipeline's time per image");
 DEFINE_bool(libjpeg_huffman, false, "data: entropy-decode with libjpeg-turbo's own Huffman decoder instead of "
             "aiacc's (data/entropy_hook.h), for comparison; the pixels are the same");
+DEFINE_string(resize, "torchvision", "data: how a crop becomes the output (aiacc_train's flag of the same name): "
+              "torchvision (full-resolution decode, Pillow's antialiased bilinear: torchvision's pictures) | dct "
+              "(DCT-scaled decode, Pillow's filter) | fast (DCT-scaled decode, OpenCV's bilinear/area)");
 DEFINE_bool(bytes, false, "data: uint8 batches, as the GPU input path makes them (normalized on the "
             "device afterwards), instead of normalized floats");
 DEFINE_int32(nproc, 2, "allreduce: ranks (processes) on this machine");
@@ -73,10 +76,11 @@ DEFINE_string(bind_host, "", "allreduce: address this rank's Gloo transport list
 namespace {
 
 // One thread, the training transform's stages timed apart on the same crops (the loader's seeds).
-int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
+int benchDataBreakdown(const aiacc::data::ImageFolder& folder, aiacc::data::ResizeMode mode) {
   using Clock = std::chrono::steady_clock;
   namespace data = aiacc::data;
   const int S = FLAGS_image_size;
+  const int D = data::dctScaling(mode) ? S : data::kFullResolution;  // the size the crop decodes for
   data::CropParams crop;
   crop.scale_min = FLAGS_min_scale;
   std::vector<float> out(static_cast<size_t>(3) * S * S);
@@ -114,16 +118,17 @@ int benchDataBreakdown(const aiacc::data::ImageFolder& folder) {
         data::entropyDecodeOnly(bytes.data(), bytes.size(), box.y + box.h);
         const auto t3 = Clock::now();
         const data::DecodedCrop dc =
-            data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, S, S, nullptr, false);
+            data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, D, D, nullptr, false);
         const auto t4 = Clock::now();
-        data::resizeNormalize(dc.crop, S, rng.uniform(0.0, 1.0) < 0.5, data::Layout::kNCHW, out.data());
+        data::resizeNormalize(dc.crop, S, rng.uniform(0.0, 1.0) < 0.5, data::Layout::kNCHW, out.data(),
+                              data::filterOf(mode));
         const auto t5 = Clock::now();
         if (index[i]) {  // the same crop from the index's extract
-          data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, S, S, index[i].get(), false);
+          data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, D, D, index[i].get(), false);
           const auto t6 = Clock::now();
           indexed_decode_us += us(t5, t6);
           data::IndexBuild build;  // and as on a file's first decode: building its index along
-          data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, S, S, nullptr, false, &build);
+          data::decodeCrop(bytes.data(), bytes.size(), [&](int, int) { return box; }, D, D, nullptr, false, &build);
           building_decode_us += us(t6, Clock::now());
         }
         read_us += us(t0, t1);
@@ -175,7 +180,9 @@ int benchData() {
       aiacc::data::scanImageFolder(fs::is_directory(train) ? train : FLAGS_data);
   const int64_t n = static_cast<int64_t>(folder.samples.size());
   aiacc::data::EntropyHook::enable(!FLAGS_libjpeg_huffman);
-  if (FLAGS_breakdown) return benchDataBreakdown(folder);
+  const std::optional<aiacc::data::ResizeMode> mode = aiacc::data::resizeModeFromName(FLAGS_resize);
+  AIACC_CHECK_INPUT(mode.has_value(), "--resize must be torchvision, dct or fast (got '", FLAGS_resize, "')");
+  if (FLAGS_breakdown) return benchDataBreakdown(folder, *mode);
   if (FLAGS_entropy_only) {
     std::vector<std::vector<uint8_t>> files;
     for (const auto& s : folder.samples) files.push_back(aiacc::data::readFile(s.path));
@@ -201,6 +208,7 @@ int benchData() {
   o.workers = FLAGS_workers;
   o.prefetch = 2 * FLAGS_workers;
   o.bytes = FLAGS_bytes;
+  o.resize = *mode;
   o.jpeg_index_bytes = static_cast<size_t>(std::max(0, FLAGS_jpeg_index_mb)) << 20;
   o.prefault_buffers = true;  // the first pass times decoding, not the batch buffers' first touch
   auto skips = std::make_shared<aiacc::data::SkipLog>();

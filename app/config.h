@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "data/transforms.h"
+
 namespace aiacc::app {
 
 // One stage of a progressive schedule, in effect from start_epoch until the next stage.
@@ -25,6 +27,7 @@ struct Config {
   int prefetch = 4;
   double scale_max = 1.0, ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double crop_fraction = 0.875;
+  data::ResizeMode resize = data::ResizeMode::kTorchvision;
   bool channels_last = false;
   int64_t synthetic_images = 1281167;
   int64_t synthetic_classes = 1000;
@@ -39,6 +42,7 @@ struct Config {
   // Model
   std::string arch = "resnet50";
   bool zero_init_residual = false;
+  std::string init_weights;  // named-tensor file (models/weights.h) to start from; "": initialize
 
   // Schedule
   int epochs = 90;
@@ -67,6 +71,7 @@ struct Config {
   std::string checkpoint_dir;
   std::string resume;  // checkpoint file to continue from
   std::string metrics_file;
+  std::string save_weights;  // the final model state as a named-tensor file (rank 0)
   std::string report_file;
   std::string dawnbench_dir;
   double cost_per_hour = 0;

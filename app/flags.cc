@@ -31,6 +31,13 @@ DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction (torch
 DEFINE_double(max_scale, 1.0, "random-resized-crop maximum area fraction");
 DEFINE_double(min_ratio, 0.75, "random-resized-crop minimum aspect ratio (3/4)");
 DEFINE_double(max_ratio, 4.0 / 3.0, "random-resized-crop maximum aspect ratio (4/3)");
+DEFINE_string(resize, "torchvision", "how a crop becomes the training image: torchvision (the default: the crop "
+              "decoded at full resolution and resized with Pillow's antialiased bilinear filter, val as "
+              "Resize(size / crop-fraction) + CenterCrop; the pictures torchvision makes, to the byte) | dct (the "
+              "crop decoded at the smallest DCT scale that still covers the output, then Pillow's filter: less "
+              "decoding for small outputs, close to torchvision's pictures) | fast (DCT-scaled decode and OpenCV's "
+              "2-tap bilinear, area averaging from 2x down; val a centered square; aliases when shrinking by "
+              "less than 2x, and measurably learned less per epoch: scripts/convergence/bench.sh)");
 DEFINE_double(crop_fraction, 0.875, "val: resize short side to size/crop_fraction, center crop size");
 DEFINE_bool(channels_last, false, "channels-last (NHWC) batches and conv weights; default on with "
             "--gpus (tensor cores want NHWC), off on the CPU");
@@ -48,6 +55,9 @@ DEFINE_string(resize_schedule, "", "progressive resizing, EPOCH:SIZE list, e.g. 
 // ---- Model ---------------------------------------------------------------------------------
 DEFINE_string(arch, "resnet50", "model: resnet18 | resnet34 | resnet50 | resnet101 (v1.5)");
 DEFINE_bool(zero_init_residual, false, "zero-init the last BN gamma of each residual block");
+DEFINE_string(init_weights, "", "start from this model state instead of a fresh initialization: a "
+              "named-tensor file with torchvision's parameter and buffer names (models/weights.h; "
+              "scripts/golden_resnet.py's write_named exports one from PyTorch)");
 // ---- Optimization --------------------------------------------------------------------------
 DEFINE_int32(batch_size, 32, "batch size per process");
 DEFINE_int32(epochs, 90, "epochs to train (the LR schedule spans them)");
@@ -116,6 +126,8 @@ DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (ato
 DEFINE_string(resume, "", "checkpoint file to continue from (same LR position)");
 DEFINE_string(metrics_file, "", "JSON lines: per step (loss, lr, img/s) and per eval (top1, top5)");
 DEFINE_string(report_file, "", "final report as JSON");
+DEFINE_string(save_weights, "", "write the final model state (BN statistics averaged over ranks) as a "
+              "named-tensor file with torchvision's names, readable by --init-weights and from Python");
 DEFINE_string(timeline, "", "Chrome-trace JSON of rank 0's steps: compute spans and one row per "
               "communication channel (open in Perfetto or chrome://tracing)");
 DEFINE_string(dawnbench_dir, "", "write a DAWNBench-format submission (JSON + TSV) here");
@@ -292,6 +304,11 @@ Config configFromFlags() {
   c.ratio_min = FLAGS_min_ratio;
   c.ratio_max = FLAGS_max_ratio;
   c.crop_fraction = FLAGS_crop_fraction;
+  {
+    const std::optional<data::ResizeMode> mode = data::resizeModeFromName(FLAGS_resize);
+    AIACC_CHECK_INPUT(mode.has_value(), "--resize must be torchvision, dct or fast (got '", FLAGS_resize, "')");
+    c.resize = *mode;
+  }
   // GPU defaults: channels-last and AMP unless the command line turns them off.
   c.cuda = FLAGS_gpus > 0;
   c.channels_last = FLAGS_channels_last || (c.cuda && !set_on_cli("channels_last"));
@@ -307,6 +324,7 @@ Config configFromFlags() {
   c.eval_batch_size = FLAGS_eval_batch_size;
   c.arch = FLAGS_arch;
   c.zero_init_residual = FLAGS_zero_init_residual;
+  c.init_weights = FLAGS_init_weights;
   c.epochs = FLAGS_epochs;
   c.lr = FLAGS_lr;
   c.warmup_epochs = FLAGS_warmup_epochs;
@@ -339,6 +357,7 @@ Config configFromFlags() {
   c.checkpoint_dir = FLAGS_checkpoint_dir;
   c.resume = FLAGS_resume;
   c.metrics_file = FLAGS_metrics_file;
+  c.save_weights = FLAGS_save_weights;
   c.report_file = FLAGS_report_file;
   c.dawnbench_dir = FLAGS_dawnbench_dir;
   c.cost_per_hour = FLAGS_cost_per_hour;

@@ -22,6 +22,7 @@
 #include "data/entropy_hook.h"
 #include "data/loader.h"
 #include "models/resnet.h"
+#include "models/weights.h"
 
 namespace aiacc::app {
 
@@ -103,9 +104,17 @@ void Trainer::State::setupDevice() {
   at::globalContext().setBenchmarkCuDNN(cfg.cudnn_benchmark);
 }
 
+void Trainer::setData(std::unique_ptr<data::BatchSource> train, std::unique_ptr<data::BatchSource> val) {
+  AIACC_CHECK_INPUT(train && val, "Trainer::setData needs both a train and a val source");
+  s_->train = std::move(train);
+  s_->val = std::move(val);
+  s_->data_name = "in-memory batches";
+}
+
 void Trainer::State::setupData() {
   rank = world_info.rank;
   world = world_info.world;
+  if (train) return;  // given by setData
   if (cfg.data == "synthetic") {
     data_name = "synthetic";
     auto t = std::make_unique<data::SyntheticSource>(cfg.synthetic_images, cfg.synthetic_classes,
@@ -136,6 +145,7 @@ void Trainer::State::setupData() {
   lo.crop.ratio_min = cfg.ratio_min;
   lo.crop.ratio_max = cfg.ratio_max;
   lo.crop_fraction = cfg.crop_fraction;
+  lo.resize = cfg.resize;
   lo.channels_last = cfg.channels_last;
   lo.bytes = cfg.cuda;       // uint8 batches, normalized on the GPU
   lo.pin_memory = cfg.cuda;  // asynchronous host-to-device copies
@@ -163,6 +173,7 @@ void Trainer::State::setupModel() {
   mo.num_classes = train->numClasses();
   mo.zero_init_residual = cfg.zero_init_residual;
   model = models::ResNet(mo);
+  if (!cfg.init_weights.empty()) models::loadStateInto(*model, models::readNamedTensors(cfg.init_weights));
   model->to(device);
   if (cfg.channels_last) {
     torch::NoGradGuard no_grad;
@@ -485,6 +496,13 @@ Report Trainer::run() {
   r.loss_scale = s.scaler->enabled() ? s.scaler->scale() : 0;
   r.overflow_skips = s.scaler->skippedSteps();
   r.comm = s.sync().describe();
+  if (!cfg.save_weights.empty() && s.isRank0()) {  // the final evaluation averaged the BN statistics
+    const std::string tmp = cfg.save_weights + ".tmp";
+    models::writeNamedTensors(tmp, models::stateOf(*s.model));
+    std::error_code ec;
+    std::filesystem::rename(tmp, cfg.save_weights, ec);
+    if (ec) AIACC_THROW(IoError, "cannot rename '", tmp, "' to --save-weights '", cfg.save_weights, "': ", ec.message());
+  }
   return r;
 }
 

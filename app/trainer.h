@@ -18,6 +18,9 @@
 namespace torch::nn {
 class Module;
 }
+namespace aiacc::data {
+class BatchSource;
+}
 
 namespace aiacc::app {
 
@@ -41,6 +44,9 @@ class Trainer {
   ~Trainer();
   // Records forward / backward / gradient sync / optimizer spans of every step (row 0).
   void setTimeline(std::shared_ptr<comm::Timeline> timeline);
+  // Trains on these sources instead of the folder (or synthetic data) Config::data names; both
+  // already sharded for this rank (e.g. data::TensorBatches). Call before run().
+  void setData(std::unique_ptr<data::BatchSource> train, std::unique_ptr<data::BatchSource> val);
   Report run();
 
  private:

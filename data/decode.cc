@@ -351,7 +351,7 @@ std::pair<int, int> jpegDimensions(const uint8_t* data, size_t size) {
 RgbImage decodeFull(const uint8_t* data, size_t size) {
   auto whole = [](int w, int h) { return Box{0, 0, w, h}; };
   // Output size 0x0 never forces upscaling, so ask for the full size explicitly.
-  DecodedCrop c = decodeCrop(data, size, whole, 1 << 30, 1 << 30);
+  DecodedCrop c = decodeCrop(data, size, whole, kFullResolution, kFullResolution);
   return std::move(c.crop);
 }
 

@@ -82,6 +82,9 @@ struct IndexBuild {
   ~IndexBuild();
 };
 
+// An output size for decodeCrop that no DCT scale reaches: the crop decodes at full size.
+inline constexpr int kFullResolution = 1 << 30;
+
 // Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.
 // With an index of the file (data/jpeg_index.h), only the crop's MCUs (plus a margin) are
 // entropy-decoded, from a small extract of the file; the pixels are the same (path kJpegIndex).

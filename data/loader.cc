@@ -155,8 +155,14 @@ Batch ImageLoader::buildBatch(int64_t k) {
     try {
       const std::vector<uint8_t> bytes = readFile(s.path);
       CropPicker pick;
+      std::optional<ValCrop> val_crop;  // torchvision's val geometry, once the picker has the size
       if (opt_.train) {
         pick = [&](int w, int h) { return randomResizedCropBox(w, h, crop, rng); };
+      } else if (filterOf(opt_.resize) == ResizeFilter::kPillow) {
+        pick = [&](int w, int h) {
+          val_crop = torchvisionValCrop(w, h, S, opt_.crop_fraction);
+          return val_crop->decode;
+        };
       } else {
         pick = [&](int w, int h) { return centerCropBox(w, h, opt_.crop_fraction); };
       }
@@ -165,15 +171,23 @@ Batch ImageLoader::buildBatch(int64_t k) {
       const JpegIndex* ix = jpeg_index_ ? jpeg_index_->find(static_cast<size_t>(idx), &build_index) : nullptr;
       IndexBuild build;
       if (build_index) build.cols_per_checkpoint = jpeg_index_->colsPerCheckpoint();
-      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, S, S, ix, /*packed=*/false,
+      // Without DCT scaling, an output size no scale reaches: the crop decodes at full size.
+      const int decode_for = dctScaling(opt_.resize) ? S : kFullResolution;
+      DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, decode_for, decode_for, ix, /*packed=*/false,
                                   build_index ? &build : nullptr);
       if (build_index && !build.deferred) jpeg_index_->offer(static_cast<size_t>(idx), std::move(build.index));
+      std::optional<SampleWindow> window;
+      if (val_crop) {  // in the decoded crop's pixels (a DCT-scaled crop is smaller than its box)
+        const double fx = static_cast<double>(dc.crop.width) / dc.box.w, fy = static_cast<double>(dc.crop.height) / dc.box.h;
+        const SampleWindow& w = val_crop->window;
+        window = SampleWindow{w.x0 * fx, w.y0 * fy, w.x1 * fx, w.y1 * fy};
+      }
       const bool flip = opt_.train && rng.uniform(0.0, 1.0) < 0.5;
       if (opt_.bytes) {
-        resizeToBytes(dc.crop, S, flip, base_bytes + static_cast<size_t>(i) * per_image);
+        resizeToBytes(dc.crop, S, flip, base_bytes + static_cast<size_t>(i) * per_image, filterOf(opt_.resize), window);
       } else {
         resizeNormalize(dc.crop, S, flip, nhwc ? Layout::kNHWC : Layout::kNCHW,
-                        base + static_cast<size_t>(i) * per_image);
+                        base + static_cast<size_t>(i) * per_image, filterOf(opt_.resize), window);
       }
       lab[i] = s.label;
       good.push_back(i);

@@ -77,6 +77,7 @@ struct LoaderOptions {
   int prefetch = 4;            // batches in flight ahead of the consumer
   CropParams crop;             // scale_min is overridden per epoch by EpochSpec
   double crop_fraction = 0.875;  // val: short side resized to size / crop_fraction
+  ResizeMode resize = ResizeMode::kTorchvision;
   bool channels_last = false;
   // GPU input path: uint8 HWC batches (a quarter of the bytes to copy), normalized on the
   // device; in page-locked memory when pin_memory (needs CUDA), so the copy is asynchronous.

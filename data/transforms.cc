@@ -85,20 +85,61 @@ Box centerCropBox(int width, int height, double crop_fraction) {
   return {(width - side) / 2, (height - side) / 2, side, side};
 }
 
+ValCrop torchvisionValCrop(int width, int height, int size, double crop_fraction) {
+  // torchvision 0.14: Resize(R) makes the short side R and the long side int(R * long / short);
+  // CenterCrop(size) starts at int(round((side - size) / 2)). Python rounds half to even, as
+  // nearbyint does in the default rounding mode.
+  const int r = static_cast<int>(std::nearbyint(size / crop_fraction));
+  const bool portrait = width <= height;
+  const int short_side = portrait ? width : height, long_side = portrait ? height : width;
+  const int long_resized = static_cast<int>(static_cast<int64_t>(r) * long_side / short_side);
+  const int rw = portrait ? r : long_resized, rh = portrait ? long_resized : r;
+  const int left = static_cast<int>(std::nearbyint((rw - size) / 2.0));
+  const int top = static_cast<int>(std::nearbyint((rh - size) / 2.0));
+  const double sx = static_cast<double>(width) / rw, sy = static_cast<double>(height) / rh;
+  const SampleWindow w{left * sx, top * sy, (left + size) * sx, (top + size) * sy};
+  // Pillow's taps reach max(scale, 1) source pixels either side of a sample's center, rounded.
+  const int mx = static_cast<int>(std::ceil(std::max(sx, 1.0))) + 2;
+  const int my = static_cast<int>(std::ceil(std::max(sy, 1.0))) + 2;
+  ValCrop v;
+  v.decode.x = std::max(0, static_cast<int>(std::floor(w.x0)) - mx);
+  v.decode.y = std::max(0, static_cast<int>(std::floor(w.y0)) - my);
+  v.decode.w = std::min(width, static_cast<int>(std::ceil(w.x1)) + mx) - v.decode.x;
+  v.decode.h = std::min(height, static_cast<int>(std::ceil(w.y1)) + my) - v.decode.y;
+  v.window = {w.x0 - v.decode.x, w.y0 - v.decode.y, w.x1 - v.decode.x, w.y1 - v.decode.y};
+  return v;
+}
+
 namespace {
-// Into `resized`: allocated when empty, else written in place (it must be size x size, 8UC3).
-void resizeFlip(const RgbImage& crop, int size, bool flip, cv::Mat& resized) {
+// Into `resized` (size x size, 8UC3): allocated when empty, else written in place.
+void resizeFlip(const RgbImage& crop, int size, bool flip, ResizeFilter filter,
+                const std::optional<SampleWindow>& window, cv::Mat& resized) {
+  const SampleWindow w = window ? *window : SampleWindow{0, 0, static_cast<double>(crop.width),
+                                                         static_cast<double>(crop.height)};
+  if (filter == ResizeFilter::kPillow) {
+    if (resized.empty()) resized.create(size, size, CV_8UC3);
+    thread_local std::vector<uint8_t> scratch;  // the horizontal pass's rows, reused per thread
+    resampleBilinear(crop, w, size, size, flip, resized.ptr<uint8_t>(0), scratch);
+    return;
+  }
   cv::Mat src(crop.height, crop.width, CV_8UC3, const_cast<uint8_t*>(crop.row(0)), crop.rowBytes());
-  const bool shrink2x = crop.width >= 2 * size && crop.height >= 2 * size;
-  cv::resize(src, resized, cv::Size(size, size), 0, 0,
-             shrink2x ? cv::INTER_AREA : cv::INTER_LINEAR);
+  if (window) {
+    const int x0 = std::clamp(static_cast<int>(std::lround(w.x0)), 0, crop.width - 1);
+    const int y0 = std::clamp(static_cast<int>(std::lround(w.y0)), 0, crop.height - 1);
+    const int x1 = std::clamp(static_cast<int>(std::lround(w.x1)), x0 + 1, crop.width);
+    const int y1 = std::clamp(static_cast<int>(std::lround(w.y1)), y0 + 1, crop.height);
+    src = src(cv::Rect(x0, y0, x1 - x0, y1 - y0));
+  }
+  const bool shrink2x = src.cols >= 2 * size && src.rows >= 2 * size;
+  cv::resize(src, resized, cv::Size(size, size), 0, 0, shrink2x ? cv::INTER_AREA : cv::INTER_LINEAR);
   if (flip) cv::flip(resized, resized, 1);
 }
 }  // namespace
 
-void resizeToBytes(const RgbImage& crop, int size, bool flip, uint8_t* out) {
+void resizeToBytes(const RgbImage& crop, int size, bool flip, uint8_t* out, ResizeFilter filter,
+                   const std::optional<SampleWindow>& window) {
   cv::Mat dst(size, size, CV_8UC3, out);
-  resizeFlip(crop, size, flip, dst);
+  resizeFlip(crop, size, flip, filter, window, dst);
 }
 
 #ifdef AIACC_PLANAR_SIMD
@@ -171,9 +212,10 @@ struct NormalizeTables {
 const NormalizeTables kNorm;
 }  // namespace
 
-void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, float* out) {
+void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, float* out, ResizeFilter filter,
+                     const std::optional<SampleWindow>& window) {
   cv::Mat resized;
-  resizeFlip(crop, size, /*flip=*/false, resized);  // mirrored below, for free
+  resizeFlip(crop, size, /*flip=*/false, filter, window, resized);  // mirrored below, for free
   // Three table reads per pixel beat the arithmetic on the interleaved bytes (the compiler
   // cannot vectorize stride-3 loads), and reading the row backwards mirrors it at no cost.
   // Planar output (NCHW, the CPU default) goes through byte shuffles where the CPU has them
@@ -208,6 +250,13 @@ void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, f
       }
     }
   }
+}
+
+std::optional<ResizeMode> resizeModeFromName(const std::string& name) {
+  if (name == "torchvision") return ResizeMode::kTorchvision;
+  if (name == "dct") return ResizeMode::kTorchvisionDct;
+  if (name == "fast") return ResizeMode::kFast;
+  return std::nullopt;
 }
 
 }  // namespace aiacc::data
