@@ -166,23 +166,30 @@ TEST_F(TransformStats, TrainCropOfAGivenBoxEqualsTorchvisionsWithinInterpolation
   for (const std::string name : {"digit", "photo", "small"}) {
     const std::vector<uint8_t> file = readFile(dir_ / ("images/train/a/" + name + ".JPEG"));
     const at::Tensor boxes = golden_.at("fixedbox." + name), want = golden_.at("fixed." + name);
-    double worst_mean = 0, sum_mean = 0;
+    double worst = 0, sum = 0, worst_dct = 0, sum_dct = 0;
     for (int64_t i = 0; i < boxes.size(0); ++i) {
       const Box box{static_cast<int>(boxes[i][0].item<int64_t>()), static_cast<int>(boxes[i][1].item<int64_t>()),
                     static_cast<int>(boxes[i][2].item<int64_t>()), static_cast<int>(boxes[i][3].item<int64_t>())};
-      const DecodedCrop dc = decodeCrop(file.data(), file.size(), [&](int, int) { return box; }, kFullResolution, kFullResolution);
-      at::Tensor out = at::empty({3, kSize, kSize});
-      resizeNormalize(dc.crop, kSize, /*flip=*/false, Layout::kNCHW, out.data_ptr<float>());
-      const auto [mean, max] = levelDiff(out, want[i]);
-      worst_mean = std::max(worst_mean, mean);
-      sum_mean += mean;
-      // The same decoded pixels and Pillow's arithmetic: equal but for chroma upsampling at the
-      // crop's edges (libjpeg-turbo's region decode) and float rounding at a level's boundary.
-      EXPECT_LT(mean, 0.5) << name << " box " << box.x << "," << box.y << " " << box.w << "x" << box.h << " (DCT scale "
-                           << dc.scale_num << "/8): mean |aiacc - torchvision| " << mean << " levels, max " << max;
+      for (const bool dct : {false, true}) {  // ResizeMode::kTorchvision, then kTorchvisionDct
+        const int decode_for = dct ? kSize : kFullResolution;
+        const DecodedCrop dc = decodeCrop(file.data(), file.size(), [&](int, int) { return box; }, decode_for, decode_for);
+        at::Tensor out = at::empty({3, kSize, kSize});
+        resizeNormalize(dc.crop, kSize, /*flip=*/false, Layout::kNCHW, out.data_ptr<float>());
+        const auto [mean, max] = levelDiff(out, want[i]);
+        (dct ? worst_dct : worst) = std::max(dct ? worst_dct : worst, mean);
+        (dct ? sum_dct : sum) += mean;
+        // Full resolution: the same decoded pixels and Pillow's arithmetic, equal but for chroma
+        // upsampling at the crop's edges (libjpeg-turbo's region decode). DCT-scaled: the reduced
+        // decode is a low-pass of its own (at 1/8 an 8x8 box), so fine texture differs by several
+        // levels (this photo's 2 px lines: 5-11 levels on average); only gross errors fail here.
+        EXPECT_LT(mean, dct ? 16.0 : 0.5) << name << (dct ? " (dct)" : "") << " box " << box.x << "," << box.y << " "
+                                         << box.w << "x" << box.h << " (DCT scale " << dc.scale_num
+                                         << "/8): mean |aiacc - torchvision| " << mean << " levels, max " << max;
+      }
     }
-    std::cout << name << ": train crops differ from torchvision's by " << sum_mean / boxes.size(0)
-              << " levels on average, " << worst_mean << " in the worst crop\n";
+    std::cout << name << ": train crops differ from torchvision's by " << sum / boxes.size(0) << " levels on average ("
+              << worst << " in the worst crop); with --resize dct by " << sum_dct / boxes.size(0) << " (" << worst_dct
+              << ")\n";
   }
 }
 

@@ -175,3 +175,48 @@ TEST(Sampler, ShardsAreDisjointCompleteEqualAndEpochDependent) {
 
 }  // namespace
 }  // namespace aiacc::data
+
+namespace aiacc::data {
+namespace {
+
+// The AVX2 resampling gives the scalar loops' bytes (which follow Pillow's arithmetic), for
+// shrinking and enlarging, odd widths (the vector groups' tails), windows and mirroring.
+TEST(Resample, SimdEqualsScalar) {
+  Rng rng(17);
+  std::vector<uint8_t> scratch;
+  for (int t = 0; t < 60; ++t) {
+    RgbImage src;
+    src.width = static_cast<int>(rng.randint(5, 400));
+    src.height = static_cast<int>(rng.randint(5, 300));
+    src.pixels.resize(static_cast<size_t>(src.width) * src.height * 3);
+    for (auto& p : src.pixels) p = static_cast<uint8_t>(rng.next());
+    const int out_w = static_cast<int>(rng.randint(1, 240)), out_h = static_cast<int>(rng.randint(1, 240));
+    SampleWindow w{0, 0, static_cast<double>(src.width), static_cast<double>(src.height)};
+    if (t % 2) w = {rng.uniform(0, src.width / 3.0), rng.uniform(0, src.height / 3.0),
+                    rng.uniform(src.width / 2.0, src.width), rng.uniform(src.height / 2.0, src.height)};
+    const bool flip = t % 3 == 0;
+    std::vector<uint8_t> a(static_cast<size_t>(out_w) * out_h * 3), b(a.size());
+    resampleBilinear(src, w, out_w, out_h, flip, a.data(), scratch, /*simd=*/true);
+    resampleBilinear(src, w, out_w, out_h, flip, b.data(), scratch, /*simd=*/false);
+    ASSERT_EQ(a, b) << src.width << "x" << src.height << " -> " << out_w << "x" << out_h << " flip " << flip;
+  }
+}
+
+// A known case by hand (and PIL's Image.resize((2, 1), BILINEAR) on the same row: [71, 126]):
+// halving [0, 100, 200, 60] takes Pillow's triangle of support 2 around centers 1 and 3, its taps
+// from int(center - 2 + 0.5) to int(center + 2 + 0.5) clipped to the row: pixels 0..2 weighing
+// 0.75, 0.75, 0.25 -> (75 + 50) / 1.75 = 71.4 -> 71; pixels 1..3 weighing 0.25, 0.75, 0.75 ->
+// (25 + 150 + 45) / 1.75 = 125.7 -> 126.
+TEST(Resample, HalvingMatchesPillowsTriangleByHand) {
+  RgbImage src;
+  src.width = 4;
+  src.height = 1;
+  for (int v : {0, 100, 200, 60}) src.pixels.insert(src.pixels.end(), {uint8_t(v), uint8_t(v), uint8_t(v)});
+  std::vector<uint8_t> out(6), scratch;
+  resampleBilinear(src, {0, 0, 4, 1}, 2, 1, false, out.data(), scratch);
+  EXPECT_EQ(out[0], 71);
+  EXPECT_EQ(out[3], 126);
+}
+
+}  // namespace
+}  // namespace aiacc::data
