@@ -36,8 +36,9 @@ DEFINE_string(resize, "torchvision", "how a crop becomes the training image: tor
               "Resize(size / crop-fraction) + CenterCrop; the pictures torchvision makes, to the byte) | dct (the "
               "crop decoded at the smallest DCT scale that still covers the output, then Pillow's filter: less "
               "decoding for small outputs, close to torchvision's pictures) | fast (DCT-scaled decode and OpenCV's "
-              "2-tap bilinear, area averaging from 2x down; val a centered square; aliases when shrinking by "
-              "less than 2x, and measurably learned less per epoch: scripts/convergence/bench.sh)");
+              "2-tap bilinear, area averaging from 2x down; val a centered square of crop-fraction of the short "
+              "side: the fastest, but it aliases when shrinking by less than 2x, so the network sees other "
+              "pictures than torchvision's; compare with scripts/convergence/bench.sh)");
 DEFINE_double(crop_fraction, 0.875, "val: resize short side to size/crop_fraction, center crop size");
 DEFINE_bool(channels_last, false, "channels-last (NHWC) batches and conv weights; default on with "
             "--gpus (tensor cores want NHWC), off on the CPU");

@@ -10,8 +10,8 @@
 // The resize is Pillow's antialiased bilinear filter (data/resample.h), as torchvision applies it
 // to PIL images: with the same decoded pixels, the same output bytes (tests/transforms_stats_test.cc
 // checks boxes, pixel statistics and outputs against torchvision). ResizeMode::kFast keeps the
-// older OpenCV resize, which aliases when it shrinks by less than 2x and learned measurably less
-// per epoch (scripts/convergence/bench.sh).
+// older OpenCV resize, which aliases when it shrinks by less than 2x (scripts/convergence/bench.sh
+// compares what each learns per epoch).
 #pragma once
 
 #include <cstdint>
