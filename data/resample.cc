@@ -66,10 +66,10 @@ namespace {
 
 constexpr int32_t kHalf = 1 << (kResampleBits - 1);
 
-// One source row through the horizontal taps into out_w RGB bytes (output column j from taps
-// cols[j]: j itself, or out_w - 1 - j mirrored).
-void horizontalRow(const uint8_t* in, const ResampleTaps& h, int out_w, bool flip, uint8_t* o) {
-  for (int j = 0; j < out_w; ++j) {
+// One source row through the horizontal taps into RGB bytes, output columns [j0, out_w) (column j
+// from the taps of j itself, or of out_w - 1 - j mirrored).
+void horizontalRow(const uint8_t* in, const ResampleTaps& h, int out_w, bool flip, uint8_t* o, int j0 = 0) {
+  for (int j = j0; j < out_w; ++j) {
     const int xx = flip ? out_w - 1 - j : j;
     const int32_t* w = &h.weights[static_cast<size_t>(xx) * h.ksize];
     const uint8_t* p = in + 3 * h.first[static_cast<size_t>(xx)];
@@ -216,12 +216,7 @@ void resampleBilinear(const RgbImage& src, const SampleWindow& win, int out_w, i
     // its last row.
     if (simd && y + 1 < src.height) {
       horizontalRowAvx2(src.row(y), g, o);
-      const int done = 8 * g.groups;
-      if (done < out_w) {
-        std::vector<uint8_t> tail(tmp_row);
-        horizontalRow(src.row(y), h, out_w, flip, tail.data());
-        std::memcpy(o + 3 * done, tail.data() + 3 * done, tmp_row - 3 * done);
-      }
+      horizontalRow(src.row(y), h, out_w, flip, o, 8 * g.groups);  // the columns past the last group of 8
       continue;
     }
 #endif
