@@ -110,6 +110,8 @@ GatherTaps gatherTaps(const ResampleTaps& h, int in_w, int out_w, bool flip) {
   GatherTaps g;
   g.groups = out_w / 8;
   g.taps.resize(static_cast<size_t>(g.groups));
+  g.offset.reserve(static_cast<size_t>(g.groups) * h.ksize * 8);
+  g.weight.reserve(g.offset.capacity());
   for (int grp = 0; grp < g.groups; ++grp) {
     int most = 0;
     for (int l = 0; l < 8; ++l) {

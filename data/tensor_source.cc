@@ -18,7 +18,15 @@ TensorBatches::TensorBatches(at::Tensor images, at::Tensor labels, int rank, int
 
 int64_t TensorBatches::shardSize() const {
   const int64_t n = images_.size(0);
-  return train_ ? n / world_ : (n - rank_ + world_ - 1) / world_;
+  if (train_) return n / world_;
+  // Evaluation: this rank's parts of every global batch of the current epoch (next() below).
+  const int64_t global = batch_ * world_;
+  int64_t count = 0;
+  for (int64_t begin = 0; begin < n; begin += global) {
+    const int64_t len = std::min(global, n - begin);
+    count += len * (rank_ + 1) / world_ - len * rank_ / world_;
+  }
+  return count;
 }
 
 int64_t TensorBatches::startEpoch(const EpochSpec& spec) {

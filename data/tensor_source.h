@@ -24,6 +24,8 @@ class TensorBatches : public BatchSource {
   int64_t startEpoch(const EpochSpec& spec) override;
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return classes_; }
+  // Training: N / world, as ImageLoader's shard (an epoch serves its whole batches).
+  // Evaluation: the rows next() hands this rank in an epoch of the last started batch size.
   int64_t shardSize() const override;
 
  private:

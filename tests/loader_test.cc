@@ -1,6 +1,9 @@
 #include "data/loader.h"
+#include "data/tensor_source.h"
 
 #include <gtest/gtest.h>
+
+#include <numeric>
 
 #include "data/device_input.h"
 #include "data/sample_gen.h"
@@ -234,6 +237,51 @@ TEST(Synthetic, FullSpeedRandomBatches) {
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->images.sizes(), (std::vector<int64_t>{8, 3, 24, 24}));
   EXPECT_LT(b->labels.max().item<int64_t>(), 10);
+}
+
+}  // namespace
+}  // namespace aiacc::data
+
+namespace aiacc::data {
+namespace {
+
+// Each rank takes its contiguous part of every global batch; together the ranks see every row
+// once, in order, and shardSize() counts what next() hands out.
+TEST(TensorBatches, RanksSplitEachGlobalBatchAndCountTheirRows) {
+  const int64_t n = 11;
+  const at::Tensor images = at::zeros({n, 3, 8, 8});
+  const at::Tensor labels = at::arange(n, at::kLong);
+  EpochSpec spec;
+  spec.image_size = 8;
+  spec.batch_size = 2;  // per rank: global batches of 6
+  for (const bool train : {true, false}) {
+    std::vector<std::vector<std::vector<int64_t>>> per_rank(3);  // [rank][batch] -> labels
+    for (int r = 0; r < 3; ++r) {
+      TensorBatches src(images, labels, r, 3, train);
+      EXPECT_EQ(src.startEpoch(spec), train ? 1 : 2);
+      int64_t rows = 0;
+      while (auto b = src.next()) {
+        per_rank[static_cast<size_t>(r)].emplace_back();
+        for (int64_t i = 0; i < b->labels.numel(); ++i) per_rank[static_cast<size_t>(r)].back().push_back(b->labels[i].item<int64_t>());
+        rows += b->labels.numel();
+      }
+      // As ImageLoader's: training counts the shard (whole batches of it are served), evaluation
+      // every row served.
+      if (train) {
+        EXPECT_EQ(src.shardSize(), n / 3);
+        EXPECT_EQ(rows, src.shardSize() / spec.batch_size * spec.batch_size) << "rank " << r;
+      } else {
+        EXPECT_EQ(src.shardSize(), rows) << "rank " << r;
+      }
+    }
+    std::vector<int64_t> seen;  // step by step, rank by rank
+    for (size_t k = 0; k < per_rank[0].size(); ++k) {
+      for (const auto& r : per_rank) seen.insert(seen.end(), r[k].begin(), r[k].end());
+    }
+    std::vector<int64_t> want(static_cast<size_t>(train ? 6 : n));
+    std::iota(want.begin(), want.end(), 0);
+    EXPECT_EQ(seen, want) << (train ? "train" : "val");
+  }
 }
 
 }  // namespace
