@@ -1,72 +1,23 @@
 #include "app/amp.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
 #include <map>
 
 #include "common/error.h"
-
-// PyTorch 2.4 replaced the per-device autocast setters (set_enabled, set_cpu_enabled, ...) with
-// ones that take the device type.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-#define AIACC_AUTOCAST_BY_DEVICE 1
-#endif
+#include "common/torch_compat.h"
 
 namespace aiacc::app {
-namespace {
-
-bool autocastEnabled(at::DeviceType d) {
-#ifdef AIACC_AUTOCAST_BY_DEVICE
-  return at::autocast::is_autocast_enabled(d);
-#else
-  return d == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-#endif
-}
-
-void setAutocast(at::DeviceType d, bool on) {
-#ifdef AIACC_AUTOCAST_BY_DEVICE
-  at::autocast::set_autocast_enabled(d, on);
-#else
-  if (d == at::kCUDA) {
-    at::autocast::set_enabled(on);
-  } else {
-    at::autocast::set_cpu_enabled(on);
-  }
-#endif
-}
-
-at::ScalarType autocastDtype(at::DeviceType d) {
-#ifdef AIACC_AUTOCAST_BY_DEVICE
-  return at::autocast::get_autocast_dtype(d);
-#else
-  return d == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-#endif
-}
-
-void setAutocastDtype(at::DeviceType d, at::ScalarType t) {
-#ifdef AIACC_AUTOCAST_BY_DEVICE
-  at::autocast::set_autocast_dtype(d, t);
-#else
-  if (d == at::kCUDA) {
-    at::autocast::set_autocast_gpu_dtype(t);
-  } else {
-    at::autocast::set_autocast_cpu_dtype(t);
-  }
-#endif
-}
-
-}  // namespace
 
 AutocastGuard::AutocastGuard(bool enabled, at::DeviceType device_type, at::ScalarType dtype)
     : enabled_(enabled), device_type_(device_type) {
   if (!enabled_) return;
   AIACC_CHECK(device_type == at::kCUDA || device_type == at::kCPU, "autocast: CPU or CUDA only");
   AIACC_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "autocast: fp16 or bf16 only");
-  prev_enabled_ = autocastEnabled(device_type);
-  prev_dtype_ = autocastDtype(device_type);
-  setAutocast(device_type, true);
-  setAutocastDtype(device_type, dtype);
+  prev_enabled_ = compat::autocastEnabled(device_type);
+  prev_dtype_ = compat::autocastDtype(device_type);
+  compat::setAutocastEnabled(device_type, true);
+  compat::setAutocastDtype(device_type, dtype);
   at::autocast::increment_nesting();
 }
 
@@ -75,8 +26,8 @@ AutocastGuard::~AutocastGuard() {
   // Leaving the outermost scope drops the fp16 copies of the weights cast inside it: the next
   // step's weights are different tensors' values.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  setAutocast(device_type_, prev_enabled_);
-  setAutocastDtype(device_type_, prev_dtype_);
+  compat::setAutocastEnabled(device_type_, prev_enabled_);
+  compat::setAutocastDtype(device_type_, prev_dtype_);
 }
 
 GradScaler::GradScaler(GradScalerOptions options) : opt_(options), scale_(options.init_scale) {

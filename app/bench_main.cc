@@ -76,6 +76,15 @@ DEFINE_string(bind_host, "", "allreduce: address this rank's Gloo transport list
 namespace {
 
 // One thread, the training transform's stages timed apart on the same crops (the loader's seeds).
+#ifndef AIACC_WITH_GLOO
+// The allreduce and negotiation benchmarks measure Gloo; builds without it say so.
+int noGloo(const char* mode) {
+  std::cerr << "aiacc_bench: error: '" << mode << "' measures GlooTransport, which this build does not have "
+               "(built against a LibTorch carrying its own Gloo without headers; see README, Gloo)\n";
+  return 2;
+}
+#endif
+
 int benchDataBreakdown(const aiacc::data::ImageFolder& folder, aiacc::data::ResizeMode mode) {
   using Clock = std::chrono::steady_clock;
   namespace data = aiacc::data;
@@ -275,6 +284,7 @@ int benchData() {
   return 0;
 }
 
+#ifdef AIACC_WITH_GLOO
 // One rank of the allreduce benchmark: for each size, Gloo's own ring allreduce on one context
 // (the baseline), then each aiacc mode on the same buffer. Every figure is fp32 payload: an
 // fp16 mode moves half the bytes but delivers the same fp32 result, and is credited for that.
@@ -438,6 +448,10 @@ int benchNegotiationWorker(const aiacc::comm::WorldInfo& w) {
   }
   return 0;
 }
+#else
+int benchAllreduceWorker(const aiacc::comm::WorldInfo&) { return noGloo("allreduce"); }
+int benchNegotiationWorker(const aiacc::comm::WorldInfo&) { return noGloo("negotiation"); }
+#endif
 
 }  // namespace
 
@@ -464,6 +478,9 @@ int main(int argc, char** argv) {
     std::cerr << kUsage << "(see --help)\n";
     return 2;
   }
+#ifndef AIACC_WITH_GLOO
+  if (mode != "data") return noGloo(mode.c_str());
+#endif
   try {
     if (mode == "negotiation") {
       if (auto w = aiacc::app::worldFromEnvironment()) return benchNegotiationWorker(*w);

@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <unistd.h>
@@ -11,12 +11,16 @@
 #include <cstring>
 #include <filesystem>
 
+#include "app/optim_state.h"
 #include "common/error.h"
 #include "models/weights.h"
 
 namespace aiacc::app {
 namespace {
-constexpr int64_t kFormatVersion = 2;
+// 3: optimizer state by parameter position (app/optim_state.h), the same in every LibTorch.
+// 2: torch::optim's own layout, keyed by tensor addresses as each version prints them; still read.
+constexpr int64_t kFormatVersion = 3;
+constexpr int64_t kLegacyFormatVersion = 2;
 
 std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
@@ -43,7 +47,7 @@ void writeAll(const std::string& path, const std::string& bytes) {
 }  // namespace
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model,
-                    torch::optim::Optimizer& optimizer, const TrainPosition& pos) {
+                    torch::optim::SGD& optimizer, const TrainPosition& pos) {
   // Serialize into memory first (LibTorch's file writer reports I/O errors from a destructor,
   // which would abort the process on a full disk), then write the bytes ourselves.
   std::string bytes;
@@ -51,7 +55,7 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model,
     torch::serialize::OutputArchive root, state_ar, optim_ar;
     const models::NamedTensors state = models::stateOf(model);
     for (const auto& [name, t] : state) state_ar.write(name, t.detach().cpu(), /*is_buffer=*/true);
-    optimizer.save(optim_ar);
+    writeSgdState(optimizer, optim_ar);
     root.write("state", state_ar);
     root.write("optimizer", optim_ar);
     root.write("format_version", c10::IValue(kFormatVersion));
@@ -85,7 +89,7 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model,
 }
 
 TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::Optimizer& optimizer) {
+                             torch::optim::SGD& optimizer) {
   std::error_code ec;
   AIACC_CHECK_INPUT(std::filesystem::is_regular_file(path, ec), "--resume checkpoint '", path,
                     "' does not exist");
@@ -97,8 +101,9 @@ TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
     root.load_from(path, params.empty() ? c10::optional<torch::Device>() : params.front().device());
     c10::IValue v;
     root.read("format_version", v);
-    AIACC_CHECK_INPUT(v.toInt() == kFormatVersion, "format version ", v.toInt(), ", expected ",
-                      kFormatVersion);
+    const int64_t format = v.toInt();
+    AIACC_CHECK_INPUT(format == kFormatVersion || format == kLegacyFormatVersion, "format version ", format,
+                      ", expected ", kLegacyFormatVersion, " or ", kFormatVersion);
     // Model state by name, every shape checked: a checkpoint of another model is an error, not a
     // partial load (LibTorch's Module::load would silently replace mismatched tensors).
     root.read("state_count", v);
@@ -114,7 +119,11 @@ TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
     }
     models::loadStateInto(model, loaded);
     root.read("optimizer", optim_ar);
-    optimizer.load(optim_ar);
+    if (format == kFormatVersion) {
+      readSgdState(optimizer, optim_ar);
+    } else {
+      readLegacySgdState(optimizer, optim_ar);
+    }
     root.read("epochs_done", v);
     pos.epochs_done = v.toInt();
     root.read("step", v);

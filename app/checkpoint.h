@@ -1,5 +1,9 @@
 // Checkpoints: model parameters and buffers, optimizer state, and the training position.
 //
+// The optimizer state is written by parameter position (app/optim_state.h), so a checkpoint moves
+// between LibTorch versions (1.13 and 2.x, either way); format-2 files (torch::optim's own layout)
+// are still read.
+//
 // Written atomically: to a temporary file in the same folder, then renamed over the old one, so a
 // crash or a full disk mid-write leaves the previous checkpoint intact. A file that cannot be
 // read raises IoError naming it; the trainer never falls back to a silent fresh start.
@@ -13,7 +17,7 @@ namespace nn {
 class Module;
 }
 namespace optim {
-class Optimizer;
+class SGD;
 }
 }  // namespace torch
 
@@ -30,9 +34,9 @@ struct TrainPosition {
 };
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model,
-                    torch::optim::Optimizer& optimizer, const TrainPosition& pos);
+                    torch::optim::SGD& optimizer, const TrainPosition& pos);
 
 TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::Optimizer& optimizer);
+                             torch::optim::SGD& optimizer);
 
 }  // namespace aiacc::app

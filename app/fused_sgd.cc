@@ -6,6 +6,8 @@
 #include <string>
 #include <type_traits>
 
+#include "common/torch_compat.h"
+
 namespace aiacc::app {
 namespace {
 
@@ -71,30 +73,17 @@ bool dense(const at::Tensor& t) {
          t.layout() == at::kStrided;
 }
 
-// SGD's state key for a parameter: a string of the TensorImpl address in LibTorch 1.x, the
-// address itself in 2.x.
-template <class Map>
-typename Map::key_type stateKey(const at::Tensor& p) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
 }  // namespace
 
 torch::Tensor FusedSgd::step(LossClosure closure) {
   static const bool have_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   bool fusable = have_fma;
   auto& states = state();
-  using Map = std::remove_reference_t<decltype(states)>;
   for (auto& group : param_groups()) {
     for (auto& p : group.params()) {
       if (!fusable || !p.grad().defined()) continue;
       fusable = dense(p) && dense(p.grad());
-      const auto it = states.find(stateKey<Map>(p));
+      const auto it = states.find(compat::optimStateKey(p));
       if (fusable && it != states.end()) {
         fusable = dense(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
       }
@@ -121,7 +110,7 @@ torch::Tensor FusedSgd::step(LossClosure closure) {
         sgdPlainKernel(w, g, n, s.lr, s.wd);
         continue;
       }
-      const auto key = stateKey<Map>(p);
+      const auto key = compat::optimStateKey(p);
       auto it = states.find(key);
       s.first = it == states.end();
       if (s.first) {  // SGD's first step: the buffer starts as this step's d_p

@@ -10,6 +10,14 @@ add_library(aiacc_torch INTERFACE)
 target_include_directories(aiacc_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
 target_link_libraries(aiacc_torch INTERFACE ${TORCH_LIBRARIES})
 target_compile_options(aiacc_torch INTERFACE ${TORCH_CXX_FLAGS})
+# A LibTorch built against an older libstdc++ with the newer parts linked in statically (the pip
+# wheels: pytorch/pytorch#133437) exports copies of libstdc++ functions, std::filesystem among them,
+# and those copies crash when called from code built with the system's compiler (remove_all
+# calls a null pointer). The system libstdc++ is put first among every aiacc binary's libraries, so
+# the dynamic linker binds those names to it; tests/symbol_binding_test.sh checks the binding.
+if(DEFINED TORCH_INSTALL_PREFIX AND NOT TORCH_INSTALL_PREFIX STREQUAL "/usr")
+  target_link_options(aiacc_torch INTERFACE "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
+endif()
 set(AIACC_TORCH_HAS_CUDA OFF)
 if(TARGET torch_cuda OR CUDA_FOUND OR TORCH_CUDA_LIBRARIES)
   set(AIACC_TORCH_HAS_CUDA ON)

@@ -10,6 +10,11 @@
 namespace aiacc::comm {
 namespace {
 
+#ifndef AIACC_WITH_GLOO
+constexpr const char* kNoGloo =
+    "built against a LibTorch that carries its own Gloo without headers, e.g. a pip wheel; see README, Gloo";
+#endif
+
 #ifdef AIACC_WITH_NCCL
 std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std::string& name, int rank,
                                 int world, int channels, const TransportSpec& spec) {
@@ -27,6 +32,8 @@ std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std
 std::shared_ptr<Transport> twoLevel(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& go,
                                     const TransportSpec& spec) {
   const int R = ranksPerNode(spec);
+  AIACC_CHECK_INPUT(R >= 1 && spec.world.world % R == 0, "two-level reduction needs the same number of ranks on "
+                    "every node: world ", spec.world.world, " is not a multiple of ", R, " ranks per node");
   if (spec.gpu) {
 #ifdef AIACC_WITH_NCCL
     const int node = spec.world.rank / R, local = spec.world.rank % R;
@@ -35,7 +42,14 @@ std::shared_ptr<Transport> twoLevel(c10::intrusive_ptr<c10d::Store> store, const
     return std::make_shared<HierarchicalTransport>(intra, inter);
 #endif
   }
+#ifdef AIACC_WITH_GLOO
   return makeGlooHierarchical(store, go, R, 4096, spec.shm);
+#else
+  (void)store;
+  (void)go;
+  AIACC_THROW(InputError, "two-level reduction between CPU nodes needs GlooTransport, which this build "
+              "does not have (", kNoGloo, ")");
+#endif
 }
 
 }  // namespace
@@ -88,8 +102,14 @@ Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const Transport
     out.primary = std::make_shared<ShmTransport>(store, so);
     out.why = "shared memory: every rank on this host";
   } else {
+#ifdef AIACC_WITH_GLOO
     out.primary = std::make_shared<GlooTransport>(store, go);
     out.why = one_host ? "Gloo over TCP (shared memory off or emulated nodes)" : "Gloo over TCP between hosts";
+#else
+    AIACC_THROW(InputError, "CPU ranks ", one_host ? "with shared memory off or emulated nodes" : "on several hosts",
+                " need GlooTransport, which this build does not have (", kNoGloo,
+                "): run CPU ranks on one host (shared memory) or train on GPUs (NCCL)");
+#endif
   }
   if (tuned) {
     GlooOptions g2 = go;

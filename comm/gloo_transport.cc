@@ -119,7 +119,7 @@ GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOp
               " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
   // Join first, so a rank that never comes is named (Gloo's own wait only names a key).
-  store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), {1});
+  store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), std::vector<uint8_t>{1});
   waitForRanks(*store, opt_.name + "/joined", opt_.world, opt_.timeout);
   for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(store, opt_, c));
 }

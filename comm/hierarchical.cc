@@ -40,18 +40,34 @@ class OpWork : public Work {
  private:
   Waiter wait_;
 };
+
+// The last stage of a chain submitted by the caller: waiting for it waits for all (and raises
+// its error again on every wait).
+class ChainWork : public Work {
+ public:
+  explicit ChainWork(std::shared_ptr<Work> last) : last_(std::move(last)) {}
+  void wait() override {
+    if (last_) last_->wait();
+  }
+
+ private:
+  std::shared_ptr<Work> last_;
+};
 }  // namespace
 
 HierarchicalTransport::HierarchicalTransport(std::shared_ptr<Transport> intra, std::shared_ptr<Transport> inter,
                                              int64_t min_shard_bytes)
-    : intra_(std::move(intra)), inter_(std::move(inter)), min_shard_bytes_(min_shard_bytes) {
+    : intra_(std::move(intra)),
+      inter_(std::move(inter)),
+      min_shard_bytes_(min_shard_bytes),
+      device_ordered_(intra_->waitsOnDevice() && inter_->waitsOnDevice()) {
   const int K = inter_->channels();
   AIACC_CHECK(intra_->channels() == 2 * K, "hierarchical: the intra-node transport needs 2 x ",
               K, " channels, has ", intra_->channels());
   after1_.resize(static_cast<size_t>(K));
   after2_.resize(static_cast<size_t>(K));
   bytes_.assign(static_cast<size_t>(K), 0.0);
-  for (int c = 0; c < K; ++c) {
+  for (int c = 0; c < K && !device_ordered_; ++c) {
     threads_.emplace_back([this, c] { relay(c, 1); });
     threads_.emplace_back([this, c] { relay(c, 2); });
   }
@@ -83,9 +99,24 @@ ChannelStats HierarchicalTransport::channelStats(int c) const {
 
 // Stage 1 is submitted here, in the caller's order; the relays submit stages 2 and 3 in the same
 // order as their predecessors complete (FIFO), so every communicator sees the same sequence of
-// operations on every rank.
+// operations on every rank. On device-ordered transports (NCCL) all three stages are submitted
+// here, one after the other, each ordered after the previous one on the device: NCCL needs every
+// rank to submit to its communicators in one and the same order, which relay threads, racing
+// the caller's next submission, would not keep.
 std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s1, Stage s2, Stage s3) {
   AIACC_CHECK(c >= 0 && c < channels(), "channel ", c, " of ", channels());
+  if (device_ordered_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    AIACC_CHECK(!stop_, "hierarchical transport is shutting down");
+    bytes_[static_cast<size_t>(c)] += static_cast<double>(bytes);
+    std::shared_ptr<Work> last;
+    for (Stage* s : {&s1, &s2, &s3}) {
+      if (!*s) continue;
+      if (last) last->wait();  // the device waits for the previous stage; the host goes on
+      if (auto w = (*s)()) last = std::move(w);
+    }
+    return std::make_shared<ChainWork>(std::move(last));
+  }
   auto op = std::make_shared<Op>();
   op->s2 = std::move(s2);
   op->s3 = std::move(s3);
@@ -143,14 +174,14 @@ std::shared_ptr<Work> HierarchicalTransport::allreduce(at::Tensor t, ReduceOp op
   const bool sharded = op == ReduceOp::kSum && t.is_floating_point() && R > 1 &&
                        n / R * static_cast<int64_t>(t.element_size()) >= min_shard_bytes_;
   if (!sharded) {
-    return submit(c, t.nbytes(), [=] { return intra_->allreduce(t, op, 2 * c); },
-                  [=] { return inter_->allreduce(t, op, c); }, nullptr);
+    return submit(c, t.nbytes(), [this, t, op, c] { return intra_->allreduce(t, op, 2 * c); },
+                  [this, t, op, c] { return inter_->allreduce(t, op, c); }, nullptr);
   }
   const Shard mine = shardOf(n, R, intra_->rank());
   at::Tensor shard = t.narrow(0, mine.offset, mine.count);
-  return submit(c, t.nbytes(), [=] { return intra_->reduceScatter(t, 2 * c); },
-                [=] { return inter_->allreduce(shard, ReduceOp::kSum, c); },
-                [=] { return intra_->allgatherShards(t, 2 * c + 1); });
+  return submit(c, t.nbytes(), [this, t, c] { return intra_->reduceScatter(t, 2 * c); },
+                [this, shard, c] { return inter_->allreduce(shard, ReduceOp::kSum, c); },
+                [this, t, c] { return intra_->allgatherShards(t, 2 * c + 1); });
 }
 
 // Root's node first (between the ranks with root's local rank), then inside every node.
@@ -159,10 +190,10 @@ std::shared_ptr<Work> HierarchicalTransport::broadcast(at::Tensor t, int root, i
   const int root_node = root / R, root_local = root % R;
   const bool on_root_line = intra_->rank() == root_local;
   return submit(c, t.nbytes(), nullptr,
-                [=]() -> std::shared_ptr<Work> {
+                [this, t, c, on_root_line, root_node]() -> std::shared_ptr<Work> {
                   return on_root_line ? inter_->broadcast(t, root_node, c) : nullptr;
                 },
-                [=] { return intra_->broadcast(t, root_local, 2 * c + 1); });
+                [this, t, c, root_local] { return intra_->broadcast(t, root_local, 2 * c + 1); });
 }
 
 // Inside the node into the node's block of out (its ranks are consecutive), then the blocks
@@ -172,8 +203,8 @@ std::shared_ptr<Work> HierarchicalTransport::allgather(at::Tensor in, at::Tensor
   const int64_t n = in.numel();
   AIACC_CHECK(out.numel() == n * size(), "allgather: out must hold ", size(), " x in");
   at::Tensor block = out.view(-1).narrow(0, inter_->rank() * R * n, R * n);
-  return submit(c, out.nbytes(), [=] { return intra_->allgather(in.reshape(-1), block, 2 * c); },
-                [=] { return inter_->allgather(block.clone(), out.view(-1), c); }, nullptr);
+  return submit(c, out.nbytes(), [this, in, block, c] { return intra_->allgather(in.reshape(-1), block, 2 * c); },
+                [this, block, out, c] { return inter_->allgather(block.clone(), out.view(-1), c); }, nullptr);
 }
 
 std::shared_ptr<Work> HierarchicalTransport::reduceScatter(at::Tensor t, int c) {
@@ -189,6 +220,7 @@ std::shared_ptr<Work> HierarchicalTransport::allgatherShards(at::Tensor t, int c
   return allreduce(t, ReduceOp::kSum, c);
 }
 
+#ifdef AIACC_WITH_GLOO
 std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c10d::Store> store,
                                                             const GlooOptions& base, int ranks_per_node,
                                                             int64_t min_shard_bytes, bool intra_shm) {
@@ -225,5 +257,6 @@ std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c
   auto b = std::make_shared<GlooTransport>(store, inter);
   return std::make_shared<HierarchicalTransport>(std::move(a), std::move(b), min_shard_bytes);
 }
+#endif
 
 }  // namespace aiacc::comm

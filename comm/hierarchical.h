@@ -16,7 +16,8 @@
 // k-1 gathered. Small buffers (and bitwise ops) take a two-stage path instead: intra-node
 // allreduce, then inter-node allreduce.
 // On GPU the same composition applies to two NCCL transports (intra- and inter-node
-// communicators).
+// communicators); there the caller submits all three stages itself (waitsOnDevice), so every
+// rank submits to its communicators in the same order, as NCCL requires.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -44,6 +45,7 @@ class HierarchicalTransport : public Transport {
   int rank() const override { return inter_->rank() * intra_->size() + intra_->rank(); }
   int size() const override { return inter_->size() * intra_->size(); }
   int channels() const override { return inter_->channels(); }
+  bool waitsOnDevice() const override { return device_ordered_; }
   // Bytes: the full buffers submitted; busy: the three stages' communicators together.
   ChannelStats channelStats(int channel) const override;
   std::string describe() const override;
@@ -66,6 +68,7 @@ class HierarchicalTransport : public Transport {
 
   std::shared_ptr<Transport> intra_, inter_;
   int64_t min_shard_bytes_;
+  bool device_ordered_;  // both transports wait on the device: stages submitted by the caller
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -77,9 +80,11 @@ class HierarchicalTransport : public Transport {
 // Gloo between nodes, and inside the node shared memory (intra_shm) or Gloo over loopback;
 // meeting through one store: ranks_per_node consecutive ranks form a node. base's rank and world
 // are global; its name prefixes the sub-communicators.
+#ifdef AIACC_WITH_GLOO  // builds without GlooTransport: comm/CMakeLists.txt
 std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c10d::Store> store,
                                                             const GlooOptions& base, int ranks_per_node,
                                                             int64_t min_shard_bytes = 4096,
                                                             bool intra_shm = false);
+#endif
 
 }  // namespace aiacc::comm

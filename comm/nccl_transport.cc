@@ -1,12 +1,15 @@
 #include "comm/nccl_transport.h"
 
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
+// ProcessGroupNCCL.hpp declares nothing unless the build says NCCL is there.
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL 1
+#endif
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <nccl.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
-#include <cstring>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 
@@ -15,36 +18,60 @@
 namespace aiacc::comm {
 namespace {
 
-void check(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess) AIACC_THROW(CommError, "NCCL ", what, " failed: ", ncclGetErrorString(r));
+std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// ProcessGroupNCCL reads its error handling from the environment when a group is made. Values
+// the user set are kept.
+void configureProcessGroupNccl() {
+  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", /*overwrite=*/0);  // CleanUpOnly: abort, raise at wait()
+  ::setenv("TORCH_NCCL_PROPAGATE_ERROR", "1", 0);
+  ::setenv("TORCH_NCCL_USE_COMM_NONBLOCKING", "1", 0);
+  ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", 0);
 }
 
-ncclDataType_t ncclType(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return ncclFloat32;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kDouble: return ncclFloat64;
-    case at::kLong: return ncclInt64;
-    case at::kInt: return ncclInt32;
-    case at::kByte: return ncclUint8;
-    default: AIACC_THROW(Error, "NCCL: unsupported dtype ", t);
-  }
-}
-
-// Completion = the channel's event; waiting = the caller's stream waits for it (no host sync).
-// `after` runs on the host once the event was waited for (staging back to host tensors).
-class NcclWork : public Work {
+// A channel's first failure; every later operation and wait() raises it again.
+class FailureLatch {
  public:
-  NcclWork(std::shared_ptr<at::cuda::CUDAEvent> done, ncclComm_t comm, std::function<void()> after)
-      : done_(std::move(done)), comm_(comm), after_(std::move(after)) {}
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!first_) first_ = e;
+  }
+  void throwIfFailed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_) std::rethrow_exception(first_);
+  }
+  bool failed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_ != nullptr;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::exception_ptr first_;
+};
+
+// wait(): the caller's current stream waits for the operation (ProcessGroupNCCL's wait without
+// blocking-wait mode), then `after` runs on the host (staging back to host tensors). Errors are
+// sticky: raised again by every wait() and by the channel's later operations.
+class PgWork : public Work {
+ public:
+  PgWork(std::shared_ptr<FailureLatch> latch, std::string where, c10::intrusive_ptr<c10d::Work> w,
+         std::function<void()> after)
+      : latch_(std::move(latch)), where_(std::move(where)), w_(std::move(w)), after_(std::move(after)) {}
+
   void wait() override {
-    if (comm_) {
-      ncclResult_t async = ncclSuccess;
-      check(ncclCommGetAsyncError(comm_, &async), "async error query");
-      if (async != ncclSuccess) AIACC_THROW(CommError, "NCCL collective failed: ", ncclGetErrorString(async));
+    if (error_) std::rethrow_exception(error_);
+    try {
+      latch_->throwIfFailed();
+      if (w_) w_->wait();
+    } catch (const CommError&) {
+      error_ = std::current_exception();
+      throw;
+    } catch (const std::exception& e) {
+      error_ = std::make_exception_ptr(CommError(strCat(where_, " failed: ", firstLine(e.what()))));
+      latch_->fail(error_);
+      std::rethrow_exception(error_);
     }
-    done_->block(c10::cuda::getCurrentCUDAStream(done_->device_index()));
     if (after_) {
       auto f = std::move(after_);
       after_ = nullptr;
@@ -53,84 +80,108 @@ class NcclWork : public Work {
   }
 
  private:
-  std::shared_ptr<at::cuda::CUDAEvent> done_;
-  ncclComm_t comm_;
+  std::shared_ptr<FailureLatch> latch_;
+  std::string where_;
+  c10::intrusive_ptr<c10d::Work> w_;
   std::function<void()> after_;
+  std::exception_ptr error_;
 };
 
 }  // namespace
 
 class NcclTransport::Channel {
  public:
-  Channel(c10d::Store& store, const NcclOptions& o, int index)
-      : device_(static_cast<c10::DeviceIndex>(o.device)),
-        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_)) {
+  Channel(const c10::intrusive_ptr<c10d::Store>& store, const NcclOptions& o, int index)
+      : index_(index), rank_(o.rank), world_(o.world), device_(static_cast<c10::DeviceIndex>(o.device)) {
     c10::cuda::CUDAGuard guard(device_);
-    const std::string key = strCat(o.name, "/nccl/c", index, "/id");
-    ncclUniqueId id;
-    if (o.rank == 0) {
-      check(ncclGetUniqueId(&id), "get unique id");
-      store.set(key, std::vector<uint8_t>(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id)));
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(strCat(o.name, "/pg", index), store);
+    auto options = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/true);
+    options->timeout = o.timeout;
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, o.rank, o.world, options);
+      pg_->eagerConnectSingleDevice(at::Device(at::kCUDA, device_));
+    } catch (const std::exception& e) {
+      AIACC_THROW(CommError, "NCCL set-up of channel ", index, " (rank ", o.rank, " of ", o.world, ", cuda:",
+                  o.device, ") failed within ", o.timeout.count(), " ms: ", firstLine(e.what()));
     }
-    store.wait({key}, o.timeout);
-    const auto bytes = store.get(key);
-    AIACC_CHECK(bytes.size() == sizeof(id), "NCCL unique id of the wrong size in the store");
-    std::memcpy(&id, bytes.data(), sizeof(id));
-    check(ncclCommInitRank(&comm_, o.world, id, o.rank), "communicator init");
   }
+
   ~Channel() {
-    if (comm_) ncclCommDestroy(comm_);
+    try {
+      if (latch_->failed()) {
+        pg_->abort();
+      } else {
+        pg_->shutdown();
+      }
+    } catch (const std::exception&) {  // nothing to report at teardown; the first error already was
+    }
+  }
+
+  c10d::ProcessGroupNCCL& pg() { return *pg_; }
+  c10::DeviceIndex device() const { return device_; }
+
+  // Submits one operation through `launch`, unless the channel already failed.
+  std::shared_ptr<Work> run(const char* what, size_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
+                            std::function<void()> after = nullptr);
+
+  // An operation that was already complete (nothing left on the device).
+  std::shared_ptr<Work> done(const char* what) { return std::make_shared<PgWork>(latch_, where(what), nullptr, nullptr); }
+
+  std::string where(const char* what) const {
+    return strCat("NCCL ", what, " (channel ", index_, ", rank ", rank_, " of ", world_, ")");
   }
 
   ChannelStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
-    while (!timing_.empty() && timing_.front().second->query()) {  // completed, in order
-      stats_.busy_s += timing_.front().first->elapsed_time(*timing_.front().second) / 1e3;
-      timing_.pop_front();
+    while (!timed_.empty() && timed_.front()->isCompleted()) {  // completed, in order
+      try {
+        stats_.busy_s += timed_.front()->getDuration() / 1e3;
+      } catch (const std::exception&) {  // timing off (TORCH_NCCL_ENABLE_TIMING=0 by the user)
+      }
+      timed_.pop_front();
     }
     return stats_;
   }
 
-  // Runs fn(comm, stream) on the channel stream, ordered after the caller's current stream's
-  // work so far, with t's memory kept alive for the channel stream.
-  std::shared_ptr<Work> run(const std::vector<at::Tensor>& tensors, size_t bytes,
-                            const std::function<void(ncclComm_t, cudaStream_t)>& fn,
-                            std::function<void()> after = nullptr) {
-    c10::cuda::CUDAGuard guard(device_);
-    at::cuda::CUDAEvent ready;
-    ready.record(c10::cuda::getCurrentCUDAStream(device_));
-    ready.block(stream_);
-    for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
-    auto start = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
-    auto done = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
-    start->record(stream_);
-    fn(comm_, stream_.stream());
-    done->record(stream_);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.bytes += static_cast<double>(bytes);
-      timing_.emplace_back(start, done);
-    }
-    return std::make_shared<NcclWork>(done, comm_, std::move(after));
-  }
-
-  c10::DeviceIndex device() const { return device_; }
-
  private:
+  int index_, rank_, world_;
   c10::DeviceIndex device_;
-  c10::cuda::CUDAStream stream_;
-  ncclComm_t comm_ = nullptr;
-  std::mutex mu_;
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+  std::shared_ptr<FailureLatch> latch_ = std::make_shared<FailureLatch>();
+  std::mutex mu_;  // stats_, timed_
   ChannelStats stats_;
-  std::deque<std::pair<std::shared_ptr<at::cuda::CUDAEvent>, std::shared_ptr<at::cuda::CUDAEvent>>> timing_;
+  std::deque<c10::intrusive_ptr<c10d::Work>> timed_;
 };
+
+
+std::shared_ptr<Work> NcclTransport::Channel::run(const char* what, size_t bytes,
+                                                  const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
+                                                  std::function<void()> after) {
+  latch_->throwIfFailed();
+  c10::cuda::CUDAGuard guard(device_);
+  c10::intrusive_ptr<c10d::Work> w;
+  try {
+    w = launch();
+  } catch (const std::exception& e) {
+    auto err = std::make_exception_ptr(CommError(strCat(where(what), " failed: ", firstLine(e.what()))));
+    latch_->fail(err);
+    std::rethrow_exception(err);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes += static_cast<double>(bytes);
+    timed_.push_back(w);
+  }
+  return std::make_shared<PgWork>(latch_, where(what), std::move(w), std::move(after));
+}
 
 NcclTransport::NcclTransport(c10::intrusive_ptr<c10d::Store> store, const NcclOptions& options) : opt_(options) {
   AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank, " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
-  store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), {1});
+  configureProcessGroupNccl();
+  store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), std::vector<uint8_t>{1});
   waitForRanks(*store, opt_.name + "/joined", opt_.world, opt_.timeout);
-  for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(*store, opt_, c));
+  for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(store, opt_, c));
 }
 
 NcclTransport::~NcclTransport() = default;
@@ -161,6 +212,15 @@ Staged stage(const at::Tensor& t, c10::DeviceIndex device) {
             t.copy_(d.cpu());
           }};
 }
+
+std::vector<at::Tensor> shardViews(const at::Tensor& flat, int parts) {
+  std::vector<at::Tensor> v;
+  for (int q = 0; q < parts; ++q) {
+    const Shard sh = shardOf(flat.numel(), parts, q);
+    v.push_back(flat.narrow(0, sh.offset, sh.count));
+  }
+  return v;
+}
 }  // namespace
 
 std::shared_ptr<Work> NcclTransport::allreduce(at::Tensor t, ReduceOp op, int c) {
@@ -168,20 +228,21 @@ std::shared_ptr<Work> NcclTransport::allreduce(at::Tensor t, ReduceOp op, int c)
   Staged s = stage(t, ch.device());
   at::Tensor d = s.device;
   if (op == ReduceOp::kBitwiseOr) {  // no NCCL op: gather every rank's, fold locally
-    at::Tensor all = at::empty({size(), d.numel()}, d.options());
-    auto gathered = ch.run({d, all}, all.nbytes(), [&](ncclComm_t comm, cudaStream_t st) {
-      check(ncclAllGather(d.data_ptr(), all.data_ptr(), d.nbytes(), ncclUint8, comm, st), "allgather");
-    });
-    gathered->wait();
-    at::Tensor folded = all[0].clone();
-    for (int r = 1; r < size(); ++r) folded.bitwise_or_(all[r]);
-    d.view(-1).copy_(folded);
+    at::Tensor flat = d.view(-1);
+    at::Tensor all = at::empty({size() * flat.numel()}, d.options());
+    ch.run("allgather (bitwise or)", all.nbytes(), [&] { return ch.pg()._allgather_base(all, flat); })->wait();
+    at::Tensor rows = all.view({size(), flat.numel()});
+    at::Tensor folded = rows[0].clone();
+    for (int r = 1; r < size(); ++r) folded.bitwise_or_(rows[r]);
+    flat.copy_(folded);
     if (s.back) s.back();
-    return std::make_shared<NcclWork>(std::make_shared<at::cuda::CUDAEvent>(), nullptr, nullptr);
+    return ch.done("bitwise-or allreduce");
   }
-  return ch.run({d}, d.nbytes(), [&](ncclComm_t comm, cudaStream_t st) {
-    check(ncclAllReduce(d.data_ptr(), d.data_ptr(), static_cast<size_t>(d.numel()), ncclType(d.scalar_type()),
-                        ncclSum, comm, st), "allreduce");
+  return ch.run("allreduce", d.nbytes(), [&] {
+    std::vector<at::Tensor> v{d};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    return ch.pg().allreduce(v, o);
   }, s.back);
 }
 
@@ -189,67 +250,52 @@ std::shared_ptr<Work> NcclTransport::broadcast(at::Tensor t, int root, int c) {
   Channel& ch = channel(c);
   Staged s = stage(t, ch.device());
   at::Tensor d = s.device;
-  return ch.run({d}, d.nbytes(), [&](ncclComm_t comm, cudaStream_t st) {
-    check(ncclBroadcast(d.data_ptr(), d.data_ptr(), d.nbytes(), ncclUint8, root, comm, st), "broadcast");
+  return ch.run("broadcast", d.nbytes(), [&] {
+    std::vector<at::Tensor> v{d};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    return ch.pg().broadcast(v, o);
   }, s.back);
 }
 
 std::shared_ptr<Work> NcclTransport::allgather(at::Tensor in, at::Tensor out, int c) {
   Channel& ch = channel(c);
   AIACC_CHECK(out.nbytes() == in.nbytes() * static_cast<size_t>(size()), "allgather: out must hold ", size(), " x in");
+  AIACC_CHECK(out.scalar_type() == in.scalar_type(), "allgather: in and out of different dtypes");
   Staged si = stage(in, ch.device()), so = stage(out, ch.device());
-  at::Tensor di = si.device, dout = so.device;
-  return ch.run({di, dout}, dout.nbytes(), [&](ncclComm_t comm, cudaStream_t st) {
-    check(ncclAllGather(di.data_ptr(), dout.data_ptr(), di.nbytes(), ncclUint8, comm, st), "allgather");
-  }, so.back);
+  at::Tensor di = si.device.view(-1), dout = so.device.view(-1);
+  return ch.run("allgather", dout.nbytes(), [&] { return ch.pg()._allgather_base(dout, di); }, so.back);
 }
 
 std::shared_ptr<Work> NcclTransport::reduceScatter(at::Tensor t, int c) {
   Channel& ch = channel(c);
   Staged s = stage(t, ch.device());
-  at::Tensor d = s.device;
+  at::Tensor d = s.device.view(-1);
   const int P = size();
-  const int64_t n = d.numel();
-  const ncclDataType_t type = ncclType(d.scalar_type());
-  const size_t es = d.element_size();
-  return ch.run({d}, d.nbytes(), [&](ncclComm_t comm, cudaStream_t st) {
-    char* base = static_cast<char*>(d.data_ptr());
-    if (n % P == 0) {  // in place: rank r's output is shard r of the input
-      const size_t count = static_cast<size_t>(n / P);
-      check(ncclReduceScatter(base, base + rank() * count * es, count, type, ncclSum, comm, st), "reduce-scatter");
-      return;
-    }
-    check(ncclGroupStart(), "group start");
-    for (int q = 0; q < P; ++q) {
-      const Shard sh = shardOf(n, P, q);
-      char* p = base + sh.offset * es;
-      check(ncclReduce(p, p, static_cast<size_t>(sh.count), type, ncclSum, q, comm, st), "reduce");
-    }
-    check(ncclGroupEnd(), "group end");
+  return ch.run("reduce-scatter", d.nbytes(), [&] {
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    std::vector<at::Tensor> shards = shardViews(d, P);
+    at::Tensor mine = shards[static_cast<size_t>(rank())];
+    if (d.numel() % P == 0) return ch.pg()._reduce_scatter_base(mine, d, o);  // in place: shard r of the input
+    std::vector<at::Tensor> outputs{mine};
+    std::vector<std::vector<at::Tensor>> inputs{shards};
+    return ch.pg().reduce_scatter(outputs, inputs, o);  // uneven: a reduce per shard, grouped
   }, s.back);
 }
 
 std::shared_ptr<Work> NcclTransport::allgatherShards(at::Tensor t, int c) {
   Channel& ch = channel(c);
   Staged s = stage(t, ch.device());
-  at::Tensor d = s.device;
+  at::Tensor d = s.device.view(-1);
   const int P = size();
-  const int64_t n = d.numel();
-  const size_t es = d.element_size();
-  return ch.run({d}, d.nbytes(), [&](ncclComm_t comm, cudaStream_t st) {
-    char* base = static_cast<char*>(d.data_ptr());
-    if (n % P == 0) {
-      const size_t bytes = static_cast<size_t>(n / P) * es;
-      check(ncclAllGather(base + rank() * bytes, base, bytes, ncclUint8, comm, st), "allgather");
-      return;
-    }
-    check(ncclGroupStart(), "group start");
-    for (int q = 0; q < P; ++q) {
-      const Shard sh = shardOf(n, P, q);
-      char* p = base + sh.offset * es;
-      check(ncclBroadcast(p, p, static_cast<size_t>(sh.count) * es, ncclUint8, q, comm, st), "broadcast");
-    }
-    check(ncclGroupEnd(), "group end");
+  return ch.run("allgather of shards", d.nbytes(), [&] {
+    std::vector<at::Tensor> shards = shardViews(d, P);
+    at::Tensor mine = shards[static_cast<size_t>(rank())];
+    if (d.numel() % P == 0) return ch.pg()._allgather_base(d, mine);  // in place
+    std::vector<std::vector<at::Tensor>> outputs{shards};
+    std::vector<at::Tensor> inputs{mine};
+    return ch.pg().allgather(outputs, inputs);  // uneven: a broadcast per shard, grouped
   }, s.back);
 }
 

@@ -1,18 +1,34 @@
-// NcclTransport: GPU collectives with NCCL, one communicator and one CUDA stream per channel.
-// Compiled when the LibTorch found has CUDA and NCCL is present (AIACC_WITH_NCCL); elsewhere a
-// CTest syntax-checks this file against the CUDA headers so it cannot rot unseen.
+// NcclTransport: GPU collectives through c10d::ProcessGroupNCCL (libtorch_cuda), one process
+// group per channel. Compiled when the LibTorch found has CUDA and NCCL is present
+// (AIACC_WITH_NCCL: the LibTorch 2.x configuration); elsewhere a CTest syntax-checks it.
 //
-// Ordering without host synchronization: an operation first makes its channel's stream wait for
-// an event recorded on the caller's current stream (so it sees the gradients backward wrote
-// there), runs on the channel stream, and records a completion event; Work::wait() makes the
-// caller's current stream wait for that event and returns at once. The tensor's memory is
-// marked as used by the channel stream, so the caching allocator does not hand it out early.
-// Host (CPU) tensors — fingerprints, readiness masks, metrics — are staged through the device
-// and waited for: small control traffic only.
+// Why ProcessGroupNCCL rather than raw NCCL communicators: it is the engine PyTorch's CI tests,
+// with a watchdog thread per process group that times every operation out, aborts the
+// communicators of a failed or timed-out one (so the process can exit instead of hanging in a
+// kernel), propagates the error to the other ranks through the store, and times operations with
+// CUDA events. aiacc keeps what is its own: the channels, the staging of host tensors, the
+// shard layout, sticky errors that name the operation.
 //
-// Uneven shards (shardOf) use grouped ncclReduce/ncclBroadcast per shard; equal shards the
-// in-place ncclReduceScatter/ncclAllGather. NCCL has no bitwise or: it is an allgather and a
-// local fold.
+// Failures end fast: every operation and the communicator set-up are bounded by `timeout`
+// (--comm-timeout). The constructor sets ProcessGroupNCCL's error handling through its
+// environment variables when the user has not set them (they are read when a process group is
+// made; there is no option field for them): TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (abort the
+// communicators and raise the error at wait(), instead of killing the process from the watchdog),
+// TORCH_NCCL_PROPAGATE_ERROR=1 (a rank's failure reaches the others through the store),
+// TORCH_NCCL_USE_COMM_NONBLOCKING=1 (communicator set-up times out too),
+// TORCH_NCCL_ENABLE_TIMING=1 (busy time per channel, for --streams balancing).
+// After a failure on a channel every later operation on it fails at once with the first error,
+// and wait() rethrows it every time.
+//
+// Ordering without host synchronization: an operation is ordered after the caller's current
+// stream (ProcessGroupNCCL makes its stream wait for it) and Work::wait() makes the caller's
+// current stream wait for the operation's end and returns at once (waitsOnDevice()). Host (CPU)
+// tensors, such as fingerprints, readiness masks and metrics, are staged through the device and
+// waited for: small control traffic only.
+//
+// Uneven shards (shardOf) go through ProcessGroupNCCL's list collectives (grouped reduces and
+// broadcasts); equal shards the in-place reduce-scatter and allgather. NCCL has no bitwise or: it
+// is an allgather and a local fold.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -30,20 +46,23 @@ struct NcclOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
-  int device = 0;  // CUDA device of this rank (the local rank, by the launcher's convention)
-  std::chrono::milliseconds timeout{60000};  // rendezvous
+  int device = 0;  // CUDA device of this rank
+  std::chrono::milliseconds timeout{60000};  // every operation, and the set-up
   std::string name = "nccl";                 // key prefix in the store
 };
 
 class NcclTransport : public Transport {
  public:
+  // Makes the process groups and connects them (eagerly, so a missing peer fails here, within
+  // the timeout, naming the channel).
   NcclTransport(c10::intrusive_ptr<c10d::Store> store, const NcclOptions& options);
   ~NcclTransport() override;
 
   int rank() const override { return opt_.rank; }
   int size() const override { return opt_.world; }
   int channels() const override { return static_cast<int>(channels_.size()); }
-  // Bytes submitted; busy time from CUDA timing events of the operations completed so far.
+  bool waitsOnDevice() const override { return true; }
+  // Bytes submitted; busy time from ProcessGroupNCCL's CUDA timing of completed operations.
   ChannelStats channelStats(int channel) const override;
   std::string describe() const override;
 

@@ -1,13 +1,22 @@
 #include "comm/reduce_ops.h"
 
-#include <gloo/math.h>
-
 #include <cstdint>
 
 #include "comm/half.h"
 
 namespace aiacc::comm {
 namespace {
+
+// c = a + b elementwise (c may alias a): the signature Gloo's reduction functions have, so
+// GlooTransport and the shared-memory transport use the same functions. Written here rather
+// than taken from gloo/math.h so that builds without Gloo have them too.
+template <typename T>
+void elementSum(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<T*>(c);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(x[i] + y[i]);
+}
 
 template <typename T>
 void bitwiseOr(void* c, const void* a, const void* b, size_t n) {
@@ -24,10 +33,10 @@ ReduceFn reduceFunction(at::ScalarType type, ReduceOp op) {
   switch (type) {
     case at::kFloat:
       AIACC_CHECK(sum, "float reductions support sum only");
-      return &gloo::sum<float>;
+      return &elementSum<float>;
     case at::kDouble:
       AIACC_CHECK(sum, "double reductions support sum only");
-      return &gloo::sum<double>;
+      return &elementSum<double>;
     case at::kHalf:
       AIACC_CHECK(sum, "half reductions support sum only");
       return &sumHalf;  // F16C, fp32 arithmetic per step
@@ -35,11 +44,11 @@ ReduceFn reduceFunction(at::ScalarType type, ReduceOp op) {
       AIACC_CHECK(sum, "bfloat16 reductions support sum only");
       return &sumBf16;
     case at::kLong:
-      return sum ? static_cast<ReduceFn>(&gloo::sum<int64_t>) : static_cast<ReduceFn>(&bitwiseOr<int64_t>);
+      return sum ? static_cast<ReduceFn>(&elementSum<int64_t>) : static_cast<ReduceFn>(&bitwiseOr<int64_t>);
     case at::kInt:
-      return sum ? static_cast<ReduceFn>(&gloo::sum<int32_t>) : static_cast<ReduceFn>(&bitwiseOr<int32_t>);
+      return sum ? static_cast<ReduceFn>(&elementSum<int32_t>) : static_cast<ReduceFn>(&bitwiseOr<int32_t>);
     case at::kByte:
-      return sum ? static_cast<ReduceFn>(&gloo::sum<uint8_t>) : static_cast<ReduceFn>(&bitwiseOr<uint8_t>);
+      return sum ? static_cast<ReduceFn>(&elementSum<uint8_t>) : static_cast<ReduceFn>(&bitwiseOr<uint8_t>);
     default:
       AIACC_THROW(Error, "reduction: unsupported dtype ", type);
   }

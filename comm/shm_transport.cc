@@ -86,7 +86,7 @@ class ShmTransport::Channel {
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
     new (header(rank_)) Header{};  // value-initialized: seq, word and waiters start at 0
     const std::string key = strCat(o.name, "/shm/c", index);
-    store.set(strCat(key, "/created/", rank_), {1});
+    store.set(strCat(key, "/created/", rank_), std::vector<uint8_t>{1});
     waitForRanks(store, key + "/created", world_, timeout_);
     for (int q = 0; q < world_; ++q) {
       if (q == rank_) continue;
@@ -95,7 +95,7 @@ class ShmTransport::Channel {
       if (qfd < 0) AIACC_THROW(CommError, "shm: cannot open rank ", q, "'s segment ", theirs, ": ", std::strerror(errno));
       base_[static_cast<size_t>(q)] = map(qfd, theirs);
     }
-    store.set(strCat(key, "/mapped/", rank_), {1});
+    store.set(strCat(key, "/mapped/", rank_), std::vector<uint8_t>{1});
     waitForRanks(store, key + "/mapped", world_, timeout_);
     ::shm_unlink(mine.c_str());  // everyone holds a mapping: nothing outlives the job
     worker_ = std::make_unique<ChannelWorker>(timeline_, row_);

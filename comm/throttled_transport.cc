@@ -27,19 +27,19 @@ std::shared_ptr<Work> ThrottledTransport::run(int c, size_t bytes, std::function
 }
 
 std::shared_ptr<Work> ThrottledTransport::allreduce(at::Tensor t, ReduceOp op, int c) {
-  return run(c, t.nbytes(), [=] { return inner_->allreduce(t, op, c); });
+  return run(c, t.nbytes(), [this, t, op, c] { return inner_->allreduce(t, op, c); });
 }
 std::shared_ptr<Work> ThrottledTransport::broadcast(at::Tensor t, int root, int c) {
-  return run(c, t.nbytes(), [=] { return inner_->broadcast(t, root, c); });
+  return run(c, t.nbytes(), [this, t, root, c] { return inner_->broadcast(t, root, c); });
 }
 std::shared_ptr<Work> ThrottledTransport::allgather(at::Tensor in, at::Tensor out, int c) {
-  return run(c, out.nbytes(), [=] { return inner_->allgather(in, out, c); });
+  return run(c, out.nbytes(), [this, in, out, c] { return inner_->allgather(in, out, c); });
 }
 std::shared_ptr<Work> ThrottledTransport::reduceScatter(at::Tensor t, int c) {
-  return run(c, t.nbytes(), [=] { return inner_->reduceScatter(t, c); });
+  return run(c, t.nbytes(), [this, t, c] { return inner_->reduceScatter(t, c); });
 }
 std::shared_ptr<Work> ThrottledTransport::allgatherShards(at::Tensor t, int c) {
-  return run(c, t.nbytes(), [=] { return inner_->allgatherShards(t, c); });
+  return run(c, t.nbytes(), [this, t, c] { return inner_->allgatherShards(t, c); });
 }
 
 }  // namespace aiacc::comm

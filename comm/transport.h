@@ -9,7 +9,8 @@
 //
 // Implementations: GlooTransport (CPU, TCP; gloo_transport.h); HierarchicalTransport
 // (hierarchical.h), two-level reduction composed of an intra-node and an inter-node transport;
-// ThrottledTransport (a slowed wrapper for tests). NcclTransport (GPU) comes with the GPU path.
+// ThrottledTransport (a slowed wrapper for tests); NcclTransport (GPU, ProcessGroupNCCL;
+// nccl_transport.h); ShmTransport (CPU ranks of one host, shared memory; shm_transport.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -64,6 +65,11 @@ class Transport {
   virtual ChannelStats channelStats(int channel) const = 0;
   // One line for reports and logs, e.g. "gloo, 2 channels".
   virtual std::string describe() const = 0;
+  // True when Work::wait() orders the caller's device stream after the operation and returns at
+  // once (NCCL), false when it blocks the host until the operation is done (Gloo, shared memory).
+  // A composite transport that chains operations on device-ordered transports submits them all
+  // from the caller's thread, so every rank submits to each communicator in the same order.
+  virtual bool waitsOnDevice() const { return false; }
 
   // In place: t becomes the elementwise reduction of every rank's t. float16/float32/float64 (sum) or
   // uint8/int32/int64 (sum, bitwise or).

@@ -61,3 +61,8 @@ std::string strCat(const Args&... args) {
   do {                                                           \
     if (!(cond)) AIACC_THROW(::aiacc::InputError, __VA_ARGS__);  \
   } while (0)
+
+#define AIACC_CHECK_IO(cond, ...)                                \
+  do {                                                           \
+    if (!(cond)) AIACC_THROW(::aiacc::IoError, __VA_ARGS__);     \
+  } while (0)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs every system package aiacc needs to build, run and test, on Debian 12.
+# Installs every system package aiacc needs to build, run and test, on Debian 12, and the pip
+# LibTorch 2.x of the second build configuration (scripts/torch2.sh: torch==2.11.0 with CUDA
+# 13.0 and its pinned requirements, into .venv-torch2/; AIACC_SKIP_TORCH2=1 skips it).
 # Idempotent: packages already present are left as they are. Needs root (or sudo).
 set -euo pipefail
 
@@ -15,6 +17,7 @@ PKGS=(
   libgtest-dev googletest
   python3 python3-torch python3-torchvision python3-numpy python3-pil  # golden tests, reference peers
   iproute2 procps
+  python3-venv            # the venv of the LibTorch 2.x configuration
 )
 
 SUDO=""
@@ -32,10 +35,14 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup.sh: all ${#PKGS[@]} packages already installed"
-  exit 0
+else
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup.sh: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update
-$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+if [ "${AIACC_SKIP_TORCH2:-0}" != 1 ]; then
+  "$(dirname "$0")/torch2.sh" > /tmp/aiacc-torch2-setup.log 2>&1 || { cat /tmp/aiacc-torch2-setup.log >&2; exit 1; }
+  head -1 /tmp/aiacc-torch2-setup.log
+fi

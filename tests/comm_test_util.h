@@ -15,6 +15,15 @@
 #include "comm/shm_transport.h"
 #include "comm/store.h"
 
+// Tests that exercise Gloo itself (or two-level reduction between CPU nodes, which rides on it)
+// skip in builds without GlooTransport (comm/CMakeLists.txt says which builds those are).
+#ifdef AIACC_WITH_GLOO
+#define AIACC_SKIP_WITHOUT_GLOO() (void)0
+#else
+#define AIACC_SKIP_WITHOUT_GLOO() \
+  GTEST_SKIP() << "this build has no GlooTransport (a LibTorch carrying its own Gloo without headers)"
+#endif
+
 namespace aiacc::comm::test {
 
 // Gloo options for one rank-thread of a test.
@@ -46,8 +55,9 @@ inline std::vector<std::string> runThreads(int world, const std::function<void(i
 }
 
 // Runs fn(rank, transport) on `world` threads; returns each rank's error message ("" if none).
-// ranks_per_node > 0: a HierarchicalTransport over that many ranks per node (every shard size
-// takes the three-stage path).
+// The transport: Gloo (in builds without it, shared memory: the CPU transport such a build has);
+// shm: shared memory; ranks_per_node > 0: a HierarchicalTransport over that many ranks per node
+// (every shard size takes the three-stage path; Gloo builds only).
 inline std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
                                   int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
                                   int ranks_per_node = 0, bool shm = false) {
@@ -55,8 +65,15 @@ inline std::vector<std::string> runRanks(int world, const std::function<void(int
   return runThreads(world, [&](int r) {
     GlooOptions o = glooOptions(r, world, channels, timeout);
     std::shared_ptr<Transport> t;
+#ifndef AIACC_WITH_GLOO
+    shm = true;
+#endif
     if (ranks_per_node > 0) {
+#ifdef AIACC_WITH_GLOO
       t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1, shm);
+#else
+      throw std::logic_error("two-level CPU reduction needs Gloo: the test must AIACC_SKIP_WITHOUT_GLOO()");
+#endif
     } else if (shm) {
       ShmOptions so;
       so.rank = r;
@@ -66,7 +83,9 @@ inline std::vector<std::string> runRanks(int world, const std::function<void(int
       so.chunk_bytes = 4096;  // many rounds even for small tensors
       t = std::make_shared<ShmTransport>(store, so);
     } else {
+#ifdef AIACC_WITH_GLOO
       t = std::make_shared<GlooTransport>(store, o);
+#endif
     }
     fn(r, t);
   });

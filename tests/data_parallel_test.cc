@@ -67,6 +67,7 @@ class Equivalence : public ::testing::TestWithParam<Caps> {};
 // After one backward on N ranks with batch b each, every rank's averaged gradient equals the
 // single-process gradient on the N*b concatenated batch.
 TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
+  if (GetParam().ranks_per_node > 0) AIACC_SKIP_WITHOUT_GLOO();
   const int W = 3, b = 4;
   DataParallelOptions o;
   o.first_bucket_mb = GetParam().first_mb;
@@ -307,7 +308,11 @@ TEST(DataParallel, DeadRankFailsTheOthersWithinTheTimeout) {
     dp.finishBackward();
   }, 1, std::chrono::seconds(3));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+#ifdef AIACC_WITH_GLOO
   EXPECT_NE(errors[0].find("collective failed on rank 0"), std::string::npos) << errors[0];
+#else  // shared memory, the CPU transport of builds without Gloo, names the rank that never came
+  EXPECT_NE(errors[0].find("rank 1 did not reach"), std::string::npos) << errors[0];
+#endif
   EXPECT_LT(s, 30.0) << "no hang";
 }
 
@@ -371,6 +376,8 @@ TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
 // by more than noise), and the trial of flat still reduces correctly: every rank ends each step
 // with the same gradients.
 TEST(Autotune, StartsOnTwoLevelWhenOffered) {
+  AIACC_SKIP_WITHOUT_GLOO();
+#ifdef AIACC_WITH_GLOO
   const int W = 4;  // 2 "nodes" x 2 ranks
   auto store = makeHashStore();
   std::vector<int> started_two_level(W, -1);
@@ -403,6 +410,7 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
     EXPECT_EQ(started_two_level[r], 1) << described[r];
     EXPECT_EQ(step_sums[r], step_sums[0]) << "rank " << r;
   }
+#endif
 }
 
 // Many small tensors, one bucket each at the start: fusing them into one bucket is much faster,

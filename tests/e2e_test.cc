@@ -12,6 +12,7 @@
 #include <torch/cuda.h>
 
 #include "app/trainer.h"
+#include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
 #include "tests/test_util.h"
 #include "tests/train_problem.h"
 
@@ -231,6 +232,7 @@ TEST(Launcher, TwoProcessesTrainTogether) {
 
 // --hierarchical on with one rank per node: two "nodes" on this machine, two-level reduction.
 TEST(Launcher, TwoLevelReductionAcrossEmulatedNodes) {
+  AIACC_SKIP_WITHOUT_GLOO();
   auto [rc, out] = runTrain("--nproc 2 --master 127.0.0.1:29647 --data synthetic --arch resnet18 "
                             "--synthetic-classes 4 --synthetic-images 64 --batch-size 8 --image-size 32 "
                             "--epochs 1 --warmup-epochs 0 --max-steps 2 --threads 1 --hierarchical on "
@@ -284,6 +286,7 @@ TEST(Launcher, KilledWorkerEndsTheJobWithoutOrphans) {
 // two ranks per node and two-level reduction; then everything the lab made is gone. Needs root
 // (CI runs as root); without it, the script's refusal is what is checked.
 TEST(NetLab, TwoNodesTrainAcrossRateLimitedLinks) {
+  AIACC_SKIP_WITHOUT_GLOO();
   const std::string script = test::sourceDir() + "/scripts/netlab.sh";
   const std::string env = "env AIACC_NETLAB_PREFIX=aiacc-test AIACC_NETLAB_SUBNET=10.232.0 ";
   const std::string lab = env + "bash " + script;

@@ -16,10 +16,18 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <string>
+
 #include "app/amp.h"
 #include "app/trainer.h"
 #include "comm/data_parallel.h"
 #include "comm/nccl_transport.h"
+#include "comm/transport.h"
 #include "comm/store.h"
 #include "data/device_input.h"
 #include "tests/test_util.h"
@@ -194,6 +202,46 @@ TEST(Gpu, TrainerLearnsWithAmpAndChannelsLast) {
   EXPECT_GT(r.loss_scale, 0);
   EXPECT_GT(r.final_top1, 60.0) << "chance is 12.5%";
   EXPECT_EQ(r.skipped_files, 0);
+}
+
+// Failures end within the timeout, with an error naming the channel and rank, instead of
+// waiting forever (one GPU: the peer is a rank that never comes, or one that joined and then
+// went silent before the communicator was made). Guarded: a hang here fails the test binary
+// after a minute instead of holding the GPU host.
+void expectFailsWithin(const char* what, const std::function<void()>& fn) {
+  auto done = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      fn();
+    } catch (const comm::CommError& e) {
+      return e.what();
+    }
+    return "";
+  });
+  if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    std::fprintf(stderr, "[  FAILED  ] %s: still waiting after 60 s\n", what);
+    std::_Exit(1);
+  }
+  const std::string err = done.get();
+  EXPECT_NE(err, "") << what << ": no error";
+  EXPECT_NE(err.find("rank"), std::string::npos) << err;
+}
+
+TEST(Gpu, NcclMissingPeerFailsWithinTheTimeout) {
+  AIACC_REQUIRE_GPU();
+  comm::NcclOptions o;
+  o.world = 2;
+  o.timeout = std::chrono::seconds(3);
+  expectFailsWithin("a peer that never joins", [&] { comm::NcclTransport t(comm::makeHashStore(), o); });
+}
+
+TEST(Gpu, NcclSilentPeerAtSetUpFailsWithinTheTimeout) {
+  AIACC_REQUIRE_GPU();
+  comm::NcclOptions o;
+  o.world = 2;
+  o.timeout = std::chrono::seconds(5);
+  auto store = comm::makeHashStore();
+  store->set("nccl/joined/1", std::vector<uint8_t>{1});  // joined, then never makes its communicator
+  expectFailsWithin("a peer silent at communicator set-up", [&] { comm::NcclTransport t(store, o); });
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ class Golden : public ::testing::TestWithParam<std::string> {};
 TEST_P(Golden, OutputMatchesTorchvision) {
   const std::string arch = GetParam();
   test::TempDir d;
-  const std::string cmd = "/usr/bin/python3 " + test::sourceDir() + "/scripts/golden_resnet.py " +
+  const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() + "/scripts/golden_resnet.py " +
                           arch + " 10 " + d.path() + " 2> " + d.path() + "/err.txt";
   const int rc = std::system(cmd.c_str());
   if (WEXITSTATUS(rc) == 3) {

@@ -30,7 +30,7 @@ std::map<std::string, at::Tensor> byName(const NamedTensors& t) { return {t.begi
 // Runs scripts/golden_train.py for `world` ranks into dir; false (with the reason) when
 // python3-torchvision is absent.
 bool makeGolden(const test::TempDir& dir, int world, std::string* why) {
-  const std::string cmd = "/usr/bin/python3 " + test::sourceDir() + "/scripts/golden_train.py " + dir.path() + " " +
+  const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() + "/scripts/golden_train.py " + dir.path() + " " +
                           std::to_string(world) + " 2> " + (dir / "err.txt");
   const int rc = std::system(cmd.c_str());
   if (WEXITSTATUS(rc) == 3) {
@@ -137,7 +137,14 @@ TEST(TrainGolden, TwoRanksWithDataParallelTakePyTorchDdpsSteps) {
     w.local_rank = rank;
     w.local_size = 2;
     SyncFactory make = [&, w](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<comm::GradientSync> {
+#ifdef AIACC_WITH_GLOO
       auto transport = std::make_shared<comm::GlooTransport>(store, comm::test::glooOptions(w.rank, 2, 1));
+#else  // the CPU transport a build without Gloo has
+      comm::ShmOptions so;
+      so.rank = w.rank;
+      so.world = 2;
+      auto transport = std::make_shared<comm::ShmTransport>(store, so);
+#endif
       comm::DataParallelOptions o;
       o.buffers = comm::BufferSync::kAverageWhenRead;  // aiacc_train's default (--bn-sync lazy)
       return std::make_unique<comm::DataParallel>(model, transport, w, o);

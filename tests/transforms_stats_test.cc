@@ -63,7 +63,7 @@ void addBox(BoxFeatures& f, const Box& b, int w, int h) {
 class TransformStats : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string cmd = "/usr/bin/python3 " + test::sourceDir() + "/scripts/golden_transforms.py " + dir_.path() +
+    const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() + "/scripts/golden_transforms.py " + dir_.path() +
                             " " + std::to_string(kSize) + " " + std::to_string(kMinScale) + " " +
                             std::to_string(kSamples) + " 2> " + (dir_ / "err.txt");
     const int rc = std::system(cmd.c_str());

@@ -48,18 +48,18 @@ export LD_LIBRARY_PATH=$LIBDIRS:${LD_LIBRARY_PATH:-}
   echo "cores: $(nproc)"
 } | tee "$OUTDIR/summary.txt"
 
+source "$ROOT/scripts/torch2.sh"
+{ echo "what this host's torch is (scripts/torch2.sh torch2_facts):"; torch2_facts "$SITE"; } | tee -a "$OUTDIR/summary.txt"
+mapfile -t TORCH2_ARGS < <(torch2_cmake_args "$SITE")
+
 BUILD=$ROOT/build-gpu
 if [ "$SKIP_BUILD" = 0 ]; then
-  say "configure"
+  say "configure (the 2.x configuration of CI: scripts/torch2.sh torch2_cmake_args, plus gpu-bundle/)"
   GEN=(); command -v ninja >/dev/null && GEN=(-G Ninja)
-  cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$TORCH_DIR/share/cmake;$BUNDLE/usr;$BUNDLE/usr/lib/x86_64-linux-gnu/cmake;$BUNDLE/usr/share/cmake" \
+  cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${TORCH2_ARGS[@]}" \
+    -DCMAKE_PREFIX_PATH="$TORCH_DIR;$BUNDLE/usr;$BUNDLE/usr/lib/x86_64-linux-gnu/cmake;$BUNDLE/usr/share/cmake" \
     -DCMAKE_CXX_FLAGS="-isystem $BUNDLE/usr/include/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$BUNDLE/usr/lib/x86_64-linux-gnu" \
-    -DCUDAToolkit_ROOT="$CUDA_HOME" -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 \
-    ${NCCL_H:+-DAIACC_NCCL_INCLUDE_DIR=$(dirname "$NCCL_H")} ${NCCL_LIB:+-DAIACC_NCCL_LIBRARY=$NCCL_LIB} \
-    ${CUDNN_H:+-DCUDNN_INCLUDE_DIR=$(dirname "$CUDNN_H") -DCUDNN_ROOT=$(dirname "$(dirname "$CUDNN_H")")} \
     > "$OUTDIR/configure.log" 2>&1
   rc=$?
   grep -E "aiacc:|CMake Error|Could NOT" "$OUTDIR/configure.log" | head -20

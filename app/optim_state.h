@@ -1,0 +1,35 @@
+// SGD's state in a checkpoint, in a layout that every LibTorch version reads the same way.
+//
+// torch::optim's own serializer names each parameter's state by its TensorImpl address, printed
+// differently by each version ("0x7f3a..." by 1.13, decimal digits by 2.x, which parses them back
+// with std::stoull: a 1.13 key becomes 0 for every parameter). aiacc writes the state by position
+// instead: group g, parameter j, as the optimizer lists them (the model's parameter order, fixed
+// by its architecture):
+//   "groups"                 number of parameter groups
+//   "group/<g>/size"         parameters in group g
+//   "group/<g>/lr", "group/<g>/momentum", "group/<g>/dampening", "group/<g>/weight_decay",
+//   "group/<g>/nesterov"     the group's options
+//   "momentum/<g>/<j>"       parameter j's momentum buffer, when it has one (none before its
+//                            first step with momentum)
+// readLegacySgdState reads what torch::optim::SGD::save wrote (aiacc's checkpoint format 2, by
+// either version): it matches each group's parameter keys to the state's keys as strings, so
+// the key's spelling does not matter.
+//
+// May call: LibTorch (serialize, optim). Throws IoError (corrupt or mismatched state).
+#pragma once
+
+#include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+
+namespace aiacc::app {
+
+void writeSgdState(const torch::optim::SGD& sgd, torch::serialize::OutputArchive& out);
+
+// Restores options and momentum buffers; the group count and sizes must match the optimizer's.
+void readSgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in);
+
+// torch::optim::SGD::save's layout (checkpoints of format 2).
+void readLegacySgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in);
+
+}  // namespace aiacc::app

@@ -1,0 +1,191 @@
+// aiacc_checkpoint_tool: writes and verifies a checkpoint whose every value is known in closed
+// form, so that one build (LibTorch 1.13, say) writes it and another (2.x) checks what it resumes,
+// exactly, with no training kernels in between whose results could differ by version.
+//   aiacc_checkpoint_tool write PATH [--format 2|3]   (2: torch::optim's own layout, as aiacc
+//                                                       wrote before format 3)
+//   aiacc_checkpoint_tool verify PATH                  exit 0 when every value is as written
+// The state: resnet18 with 5 classes; parameter i's element k = sin(1000 i + k) (as float), BN
+// running statistics likewise, two parameter groups (weights with weight decay and Nesterov,
+// the rest without), momentum buffers cos(1000 i + k) on every second parameter only (a
+// parameter without a buffer must stay without one), and a fixed training position.
+#include <torch/optim/sgd.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "app/checkpoint.h"
+#include "common/torch_compat.h"
+#include "models/resnet.h"
+
+namespace {
+
+using aiacc::app::TrainPosition;
+
+const TrainPosition kPosition{3, 123, 4567, 89.5, 70.25, 16384.0, 7};
+
+at::Tensor closedForm(int64_t i, const at::Tensor& like, bool cosine) {
+  const int64_t n = like.numel();
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) {
+    const double x = 1000.0 * static_cast<double>(i) + static_cast<double>(k);
+    v[static_cast<size_t>(k)] = static_cast<float>(cosine ? std::cos(x) : std::sin(x));
+  }
+  return torch::from_blob(v.data(), like.sizes(), at::kFloat).clone();
+}
+
+struct Fixture {
+  aiacc::models::ResNet model{nullptr};
+  std::unique_ptr<torch::optim::SGD> sgd;
+};
+
+// The model and optimizer before any value is set: parameters split into two groups by rank.
+Fixture blank() {
+  aiacc::models::ResNetOptions o;
+  o.arch = "resnet18";
+  o.num_classes = 5;
+  Fixture f;
+  f.model = aiacc::models::ResNet(o);
+  std::vector<at::Tensor> decay, rest;
+  for (const auto& p : f.model->parameters()) (p.dim() > 1 ? decay : rest).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(
+                                 torch::optim::SGDOptions(0.25).momentum(0.9).nesterov(true).weight_decay(5e-5)));
+  groups.emplace_back(rest, std::make_unique<torch::optim::SGDOptions>(
+                                torch::optim::SGDOptions(0.125).momentum(0.8).dampening(0.1)));
+  f.sgd = std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(1.0));
+  return f;
+}
+
+// The closed-form state, set into a blank fixture.
+Fixture expected() {
+  Fixture f = blank();
+  torch::NoGradGuard no_grad;
+  int64_t i = 0;
+  for (auto& p : f.model->parameters()) p.copy_(closedForm(i++, p, false));
+  for (auto& b : f.model->buffers()) {
+    if (b.scalar_type() == at::kLong) {
+      b.fill_(i++);
+    } else {
+      b.copy_(closedForm(i++, b, false).abs());
+    }
+  }
+  i = 0;
+  for (auto& g : f.sgd->param_groups()) {
+    for (auto& p : g.params()) {
+      if (i % 2 == 0) {
+        auto st = std::make_unique<torch::optim::SGDParamState>();
+        st->momentum_buffer(closedForm(i, p, true));
+        f.sgd->state()[aiacc::compat::optimStateKey(p)] = std::move(st);
+      }
+      ++i;
+    }
+  }
+  return f;
+}
+
+// What aiacc's checkpoints held before format 3: torch::optim's own optimizer layout.
+void writeFormat2(const std::string& path, Fixture& f) {
+  torch::serialize::OutputArchive root, state_ar, optim_ar;
+  for (const auto& item : f.model->named_parameters()) state_ar.write(item.key(), item.value(), true);
+  for (const auto& item : f.model->named_buffers()) state_ar.write(item.key(), item.value(), true);
+  f.sgd->save(optim_ar);
+  root.write("state", state_ar);
+  root.write("optimizer", optim_ar);
+  root.write("format_version", c10::IValue(int64_t{2}));
+  root.write("state_count", c10::IValue(static_cast<int64_t>(f.model->named_parameters().size() +
+                                                              f.model->named_buffers().size())));
+  const TrainPosition& p = kPosition;
+  root.write("epochs_done", c10::IValue(p.epochs_done));
+  root.write("step", c10::IValue(p.step));
+  root.write("images_seen", c10::IValue(p.images_seen));
+  root.write("elapsed_s", c10::IValue(p.elapsed_s));
+  root.write("train_s", c10::IValue(p.train_s));
+  root.write("loss_scale", c10::IValue(p.loss_scale));
+  root.write("loss_scale_good_steps", c10::IValue(p.loss_scale_good_steps));
+  root.save_to(path);
+}
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "aiacc_checkpoint_tool (LibTorch %s): %s\n", TORCH_VERSION, what.c_str());
+  return 1;
+}
+
+int verify(const std::string& path) {
+  Fixture want = expected();
+  Fixture got = blank();
+  const TrainPosition pos = aiacc::app::loadCheckpoint(path, *got.model, *got.sgd);
+  const TrainPosition& k = kPosition;
+  if (pos.epochs_done != k.epochs_done || pos.step != k.step || pos.images_seen != k.images_seen ||
+      pos.elapsed_s != k.elapsed_s || pos.train_s != k.train_s || pos.loss_scale != k.loss_scale ||
+      pos.loss_scale_good_steps != k.loss_scale_good_steps) {
+    return fail("the training position differs");
+  }
+  const auto wp = want.model->named_parameters(), gp = got.model->named_parameters();
+  for (size_t i = 0; i < wp.size(); ++i) {
+    if (!wp[i].value().equal(gp[i].value())) return fail("parameter " + wp[i].key() + " differs");
+  }
+  const auto wb = want.model->named_buffers(), gb = got.model->named_buffers();
+  for (size_t i = 0; i < wb.size(); ++i) {
+    if (!wb[i].value().equal(gb[i].value())) return fail("buffer " + wb[i].key() + " differs");
+  }
+  const auto& wg = want.sgd->param_groups();
+  const auto& gg = got.sgd->param_groups();
+  size_t with_buffer = 0;
+  for (size_t g = 0; g < wg.size(); ++g) {
+    const auto& wo = static_cast<const torch::optim::SGDOptions&>(wg[g].options());
+    const auto& go = static_cast<const torch::optim::SGDOptions&>(gg[g].options());
+    if (!(wo == go)) return fail("the options of parameter group " + std::to_string(g) + " differ");
+    for (size_t j = 0; j < wg[g].params().size(); ++j) {
+      const auto wi = want.sgd->state().find(aiacc::compat::optimStateKey(wg[g].params()[j]));
+      const auto gi = got.sgd->state().find(aiacc::compat::optimStateKey(gg[g].params()[j]));
+      const std::string where = "group " + std::to_string(g) + " parameter " + std::to_string(j);
+      if ((wi == want.sgd->state().end()) != (gi == got.sgd->state().end())) {
+        return fail("momentum buffer present in one state only: " + where);
+      }
+      if (wi == want.sgd->state().end()) continue;
+      const auto& wm = static_cast<const torch::optim::SGDParamState&>(*wi->second).momentum_buffer();
+      const auto& gm = static_cast<const torch::optim::SGDParamState&>(*gi->second).momentum_buffer();
+      if (!wm.equal(gm)) return fail("momentum buffer differs: " + where);
+      ++with_buffer;
+    }
+  }
+  if (with_buffer == 0) return fail("no momentum buffer was checked");
+  std::printf("aiacc_checkpoint_tool (LibTorch %s): %s resumes exactly: %zu parameters, %zu buffers, "
+              "%zu momentum buffers, options of %zu groups, the position\n",
+              TORCH_VERSION, path.c_str(), wp.size(), wb.size(), with_buffer, wg.size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string usage = "usage: aiacc_checkpoint_tool write PATH [--format 2|3] | verify PATH";
+  if (argc < 3) return fail(usage);
+  const std::string cmd = argv[1], path = argv[2];
+  try {
+    if (cmd == "verify" && argc == 3) return verify(path);
+    if (cmd == "write") {
+      int format = 3;
+      if (argc == 5 && std::strcmp(argv[3], "--format") == 0) format = std::atoi(argv[4]);
+      if (!(argc == 3 || argc == 5) || (format != 2 && format != 3)) return fail(usage);
+      Fixture f = expected();
+      if (format == 2) {
+        writeFormat2(path, f);
+      } else {
+        aiacc::app::saveCheckpoint(path, *f.model, *f.sgd, kPosition);
+      }
+      std::printf("aiacc_checkpoint_tool (LibTorch %s): wrote %s (format %d)\n", TORCH_VERSION, path.c_str(),
+                  format);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  return fail(usage);
+}
