@@ -22,6 +22,7 @@ struct LaunchSpec {
   int nnodes = 1;
   int node_rank = 0;
   std::string master = "127.0.0.1:29500";
+  std::string log_dir;  // non-empty: worker R's stdout and stderr go to log_dir/rank-R.log
 };
 
 // Runs `args` (argv of the worker command) as spec.nproc children and supervises them.
