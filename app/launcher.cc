@@ -199,6 +199,10 @@ int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args) 
       ::setpgid(0, group);
       ::dup2(log_fd >= 0 ? log_fd : out_pipe[1], STDOUT_FILENO);
       ::dup2(log_fd >= 0 ? log_fd : err_pipe[1], STDERR_FILENO);
+      // The launcher decides when workers stop: what it forwards must not be ignored (a shell's
+      // background job, for one, starts with SIGINT ignored).
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
       ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
       ::execve("/proc/self/exe", argv.data(), envp.data());
       static const char kMsg[] = "aiacc_train: cannot start worker (execve failed)\n";

@@ -99,6 +99,75 @@ TEST(Torchrun, TwoRanksTrainOneJobAtTheAgentsStore) {
   EXPECT_EQ(logs, 2);
 }
 
+// Each launcher's variables, as it would set them for rank R of 2 on one host (P: the port).
+struct LauncherVars {
+  const char* name;
+  const char* vars;   // R and P are replaced
+  const char* flags;  // extra aiacc_train flags
+  const char* said;   // rank 0's log line ("" when its workers are aiacc's own)
+};
+const LauncherVars kLaunchers[] = {
+    {"PyTorchJob", "RANK=R WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P", "",
+     "launched by the environment (PyTorchJob/JobSet): 2 ranks"},
+    {"OpenMpi", "OMPI_COMM_WORLD_RANK=R OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=R "
+     "OMPI_COMM_WORLD_LOCAL_SIZE=2", "--master 127.0.0.1:P", "launched by Open MPI: 2 ranks, 2 per node"},
+    {"Mpich", "PMI_RANK=R PMI_SIZE=2 MPI_LOCALRANKID=R MPI_LOCALNRANKS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P", "",
+     "launched by MPICH/PMI: 2 ranks, 2 per node"},
+    {"Horovod", "HOROVOD_RANK=R HOROVOD_SIZE=2 HOROVOD_LOCAL_RANK=R HOROVOD_LOCAL_SIZE=2 HOROVOD_CROSS_RANK=0 "
+     "HOROVOD_CROSS_SIZE=1 HOROVOD_GLOO_RENDEZVOUS_ADDR=127.0.0.1 HOROVOD_GLOO_RENDEZVOUS_PORT=1 "
+     "HOROVOD_CONTROLLER=gloo HOROVOD_CPU_OPERATIONS=gloo", "--master 127.0.0.1:P",
+     "launched by horovodrun: 2 ranks, 2 per node"},
+    {"SlurmStep", "SLURM_JOB_ID=1 SLURM_STEP_ID=0 SLURM_PROCID=R SLURM_LOCALID=R SLURM_NODEID=0 SLURM_STEP_NUM_TASKS=2 "
+     "SLURM_STEP_NUM_NODES=1 SLURM_STEP_TASKS_PER_NODE=2 SLURM_STEP_NODELIST=localhost MASTER_PORT=P", "",
+     "launched by the Slurm job step: 2 ranks, 2 per node, store at localhost:"},
+    // Kubeflow's PET_* on two "pods": each process starts its node's one worker.
+    {"KubeflowPet", "PET_NNODES=2 PET_NODE_RANK=R PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=127.0.0.1 PET_MASTER_PORT=P",
+     "", ""},
+};
+
+void PrintTo(const LauncherVars& l, std::ostream* os) { *os << l.name; }
+
+class UnderLauncher : public ::testing::TestWithParam<LauncherVars> {};
+
+// Replaces the values "R" (rank) and "P" (port) after '=' or ':' in a list of words.
+std::string substitute(const std::string& s, int rank, int port) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool value = i > 0 && (s[i - 1] == '=' || s[i - 1] == ':') && (i + 1 == s.size() || s[i + 1] == ' ');
+    if (value && s[i] == 'R') {
+      out += std::to_string(rank);
+    } else if (value && s[i] == 'P') {
+      out += std::to_string(port);
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// Two real processes with the launcher's variables meet and train one job of world 2.
+TEST_P(UnderLauncher, TwoProcessesTrainOneJob) {
+  const LauncherVars& l = GetParam();
+  test::TempDir d;
+  const int port = freePort();
+  auto command = [&](int rank) {
+    return "env " + substitute(l.vars, rank, port) + " " + AIACC_TRAIN_BIN + smallJob(2) + " " +
+           substitute(l.flags, rank, port) + " --report-file " + d.path() + "/r" + std::to_string(rank) + ".json";
+  };
+  auto [rc, out] = run("(" + command(1) + " > " + d.path() + "/log1 2>&1; echo $? > " + d.path() + "/rc1) & " +
+                       command(0) + " 2>&1; echo rc0=$?; wait; echo rc1=$(cat " + d.path() + "/rc1); cat " +
+                       d.path() + "/log1");
+  EXPECT_NE(out.find("rc0=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc1=0"), std::string::npos) << out;
+  EXPECT_NE(out.find(l.said), std::string::npos) << out;
+  const std::string json = test::readText(d / "r0.json");
+  EXPECT_NE(json.find("\"world_size\": 2"), std::string::npos) << json << out;
+  EXPECT_NE(json.find("\"images_seen\": 32"), std::string::npos) << json;  // 2 steps x 8 x 2 ranks
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, UnderLauncher, ::testing::ValuesIn(kLaunchers),
+                         [](const ::testing::TestParamInfo<LauncherVars>& i) { return std::string(i.param.name); });
+
 // A launcher variable against a contradicting flag: one line naming both, before anything starts.
 TEST(Torchrun, ConflictingFlagIsOneLine) {
   auto [rc, out] = run("env RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 "
