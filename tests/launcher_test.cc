@@ -168,6 +168,13 @@ TEST_P(UnderLauncher, TwoProcessesTrainOneJob) {
 INSTANTIATE_TEST_SUITE_P(Launchers, UnderLauncher, ::testing::ValuesIn(kLaunchers),
                          [](const ::testing::TestParamInfo<LauncherVars>& i) { return std::string(i.param.name); });
 
+TEST(Launcher, HelpNamesLogDir) {
+  auto [rc, out] = run(std::string(AIACC_TRAIN_BIN) + " --help 2>&1");
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("--log-dir (string"), std::string::npos) << out;
+  EXPECT_NE(out.find("Under a launcher"), std::string::npos) << out;
+}
+
 // A launcher variable against a contradicting flag: one line naming both, before anything starts.
 TEST(Torchrun, ConflictingFlagIsOneLine) {
   auto [rc, out] = run("env RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 "
