@@ -3,6 +3,7 @@
 #include "app/cli.h"
 
 #include <gflags/gflags.h>
+#include <glog/logging.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -86,11 +87,25 @@ DEFINE_bool(keep_freed_memory, true, "keep freed memory in the process heap (gli
             "page-faulting mmaps: ~10% faster CPU steps for a little more resident memory; "
             "--nokeep-freed-memory: the C library's defaults");
 // ---- Distribution -------------------------------------------------------------------------
-DEFINE_int32(nproc, 1, "CPU worker processes on this node (one per GPU with --gpus)");
-DEFINE_int32(gpus, 0, "GPUs on this node: one worker process per GPU (needs a CUDA build)");
-DEFINE_int32(nnodes, 1, "nodes in the job (run aiacc_train on each with its --node-rank)");
-DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1");
-DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store");
+DEFINE_int32(nproc, 1, "CPU worker processes on this node (one per GPU with --gpus). Under a launcher "
+             "(torchrun, Kubeflow, srun, mpirun, horovodrun: their rank variables are read) the launcher "
+             "starts the processes: leave it out (a different count is an error), except with srun "
+             "--ntasks-per-node=1, where each task starts N workers on its node");
+DEFINE_int32(gpus, 0, "GPUs on this node: one worker process per GPU (needs a CUDA build); under a "
+             "launcher, its processes per node (each takes GPU local_rank % visible GPUs, so one GPU "
+             "per task via CUDA_VISIBLE_DEVICES works)");
+DEFINE_int32(nnodes, 1, "nodes in the job (run aiacc_train on each with its --node-rank); a "
+             "launcher's node count wins, a different --nnodes is an error");
+DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1 (a launcher's, e.g. GROUP_RANK, wins)");
+DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store; under torchrun / "
+              "Kubeflow MASTER_ADDR:MASTER_PORT (torchrun's agent hosts the store there), in a Slurm step "
+              "the step's first host, with mpirun / horovodrun MASTER_ADDR:MASTER_PORT when exported");
+// --log-dir is glog's flag (glog defines it; aiacc logs to stderr, so glog itself writes no files
+// there): the launcher's per-rank output files. Its help line is kLogDirHelp.
+constexpr const char* kLogDirHelp =
+    "  --log-dir (string, default \"\")\n      launcher (--nproc / --gpus): write worker R's stdout and "
+    "stderr to DIR/rank-R.log instead of this terminal, where each worker line is prefixed with "
+    "[rank R]\n";
 DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else the local address that routes to the --master host");
 DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
@@ -154,6 +169,17 @@ DistSpec distSpecFromFlags() {
   d.launch.nnodes = FLAGS_nnodes;
   d.launch.node_rank = FLAGS_node_rank;
   d.launch.master = FLAGS_master;
+  d.launch.log_dir = FLAGS_log_dir;
+  auto given = [](const char* name) {
+    gflags::CommandLineFlagInfo info;
+    return gflags::GetCommandLineFlagInfo(name, &info) && !info.is_default;
+  };
+  d.launch_flags.values = d.launch;
+  if (given("nproc")) d.launch_flags.nproc = FLAGS_nproc;
+  if (given("gpus")) d.launch_flags.gpus = FLAGS_gpus;
+  if (given("nnodes")) d.launch_flags.nnodes = FLAGS_nnodes;
+  if (given("node_rank")) d.launch_flags.node_rank = FLAGS_node_rank;
+  if (given("master")) d.launch_flags.master = FLAGS_master;
   d.gpus = FLAGS_gpus;
   d.bind_host = FLAGS_bind_host;
   d.bucket_mb = FLAGS_bucket_mb;
@@ -224,6 +250,7 @@ void printHelp(const char* program) {
                "accuracy.\nFlags may be written --batch-size or --batch_size; booleans as "
                "--flag / --noflag.\n\n";
   printFlagsFrom("app/flags.cc", std::cout);
+  std::cout << kLogDirHelp;
 }
 
 std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {

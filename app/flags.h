@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/config.h"
+#include "app/launch_env.h"
 #include "app/launcher.h"
 #include "data/sample_gen.h"
 
@@ -25,7 +26,8 @@ Config configFromFlags();
 
 // Distribution flags: how to launch, and the communication settings of each worker.
 struct DistSpec {
-  LaunchSpec launch;
+  LaunchSpec launch;         // the flags' values (no launcher)
+  LaunchFlags launch_flags;  // which launch flags the command line gave, for planLaunch()
   int gpus = 0;
   std::string bind_host;
   double bucket_mb = 25;

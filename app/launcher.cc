@@ -5,15 +5,22 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
-#include <thread>
 
+#include "app/launch_env.h"
 #include "common/error.h"
 
 extern char** environ;
@@ -21,13 +28,13 @@ extern char** environ;
 namespace aiacc::app {
 namespace {
 
-std::optional<int> envInt(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return std::nullopt;
-  try {
-    return std::stoi(v);
-  } catch (const std::exception&) {
-    AIACC_THROW(InputError, "environment variable ", name, "='", v, "' is not an integer");
+// "SIGTERM" for SIGTERM.
+std::string sigabbrev(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGKILL: return "SIGKILL";
+    default: return strCat("signal ", sig);
   }
 }
 
@@ -55,88 +62,261 @@ std::pair<std::string, int> parseHostPort(const std::string& s) {
 }
 
 std::optional<comm::WorldInfo> worldFromEnvironment() {
-  struct Names {
-    const char *rank, *world, *local_rank, *local_size;
-  };
-  const Names kinds[] = {
-      {"AIACC_RANK", "AIACC_WORLD_SIZE", "AIACC_LOCAL_RANK", "AIACC_LOCAL_SIZE"},
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
-  };
-  for (const Names& n : kinds) {
-    const auto rank = envInt(n.rank), world = envInt(n.world);
-    if (!rank || !world) continue;
-    comm::WorldInfo w;
-    w.rank = *rank;
-    w.world = *world;
-    w.local_rank = envInt(n.local_rank).value_or(0);
-    w.local_size = envInt(n.local_size).value_or(1);
-    AIACC_CHECK_INPUT(w.world >= 1 && w.rank >= 0 && w.rank < w.world, n.rank, "=", w.rank, " and ",
-                      n.world, "=", w.world, " are inconsistent");
-    return w;
-  }
-  return std::nullopt;
+  const LaunchEnv env = detectLaunch(currentEnvironment());
+  if (env.source == LaunchSource::kNone || !env.per_process) return std::nullopt;
+  return env.world;
 }
 
+namespace {
+
+// One worker as the launcher sees it.
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;      // -1 once reaped
+  int out = -1, err = -1;  // read ends of its stdout / stderr pipes (-1: closed or --log-dir)
+  std::string out_buf, err_buf;
+};
+
+void writeAll(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// Moves the complete lines of `buf` (all of it when `eof`) to `fd`, each after `prefix`.
+void forwardLines(std::string& buf, int fd, const std::string& prefix, bool eof) {
+  std::string out;
+  size_t begin = 0;
+  for (size_t nl; (nl = buf.find('\n', begin)) != std::string::npos; begin = nl + 1) {
+    out += prefix;
+    out.append(buf, begin, nl + 1 - begin);
+  }
+  buf.erase(0, begin);
+  if ((eof || buf.size() > 65536) && !buf.empty()) {  // a last line without newline, or a huge one
+    out += prefix + buf + "\n";
+    buf.clear();
+  }
+  if (!out.empty()) writeAll(fd, out);
+}
+
+// Reads what is there on `fd` into `buf`; returns false at end of file (and closes it).
+bool drain(int& fd, std::string& buf) {
+  char chunk[16384];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof(chunk));
+    if (n > 0) {
+      buf.append(chunk, static_cast<size_t>(n));
+      if (n < static_cast<ssize_t>(sizeof(chunk))) return true;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return true;
+    ::close(fd);
+    fd = -1;
+    return false;
+  }
+}
+
+// The worker's environment: ours, with the AIACC_* rank variables replaced.
+std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int local) {
+  std::vector<std::string> env;
+  const std::vector<std::pair<std::string, std::string>> ours = {
+      {"AIACC_RANK", std::to_string(rank)},
+      {"AIACC_WORLD_SIZE", std::to_string(spec.nproc * spec.nnodes)},
+      {"AIACC_LOCAL_RANK", std::to_string(local)},
+      {"AIACC_LOCAL_SIZE", std::to_string(spec.nproc)},
+      {"AIACC_MASTER", spec.master}};
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    bool replaced = false;
+    for (const auto& [k, v] : ours) replaced = replaced || kv.rfind(k + "=", 0) == 0;
+    if (!replaced) env.push_back(kv);
+  }
+  for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+  return env;
+}
+
+}  // namespace
+
+// The launcher's loop. Workers run in a process group of their own (the first worker leads it),
+// so that stopping the job reaches whatever they started; each dies with the launcher
+// (PR_SET_PDEATHSIG), even when it is SIGKILLed. SIGINT and SIGTERM are not acted on by default
+// but read from a signalfd (blocked in this thread, unblocked in the children before exec):
+// forwarded to the group, then SIGKILL after a grace period. A worker that fails stops the rest
+// the same way. Workers' output comes through pipes, each line prefixed with "[rank R] ", or goes
+// to --log-dir files.
 int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args) {
   AIACC_CHECK_INPUT(spec.nproc >= 1 && spec.nnodes >= 1 && spec.node_rank >= 0 &&
                         spec.node_rank < spec.nnodes,
                     "need --nproc >= 1 and 0 <= --node-rank < --nnodes");
   parseHostPort(spec.master);
-  const int world = spec.nproc * spec.nnodes;
-  std::vector<pid_t> pids(static_cast<size_t>(spec.nproc), -1);
+  constexpr auto kGrace = std::chrono::seconds(5);
+  if (!spec.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(spec.log_dir, ec);
+    AIACC_CHECK_INPUT(!ec, "cannot create --log-dir '", spec.log_dir, "': ", ec.message());
+  }
+  sigset_t handled, old_mask;
+  sigemptyset(&handled);
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&handled, sig);
+  AIACC_CHECK(::pthread_sigmask(SIG_BLOCK, &handled, &old_mask) == 0, "cannot block signals");
+  const int sfd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  AIACC_CHECK(sfd >= 0, "signalfd failed: ", std::strerror(errno));
+
+  const pid_t launcher = ::getpid();
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<Worker> workers(static_cast<size_t>(spec.nproc));
+  pid_t group = 0;
   for (int local = 0; local < spec.nproc; ++local) {
-    const int rank = spec.node_rank * spec.nproc + local;
+    Worker& w = workers[static_cast<size_t>(local)];
+    w.rank = spec.node_rank * spec.nproc + local;
+    // Everything the child needs is made before fork: it only calls async-signal-safe functions.
+    const std::vector<std::string> env_strings = workerEnvironment(spec, w.rank, local);
+    std::vector<char*> envp;
+    for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, log_fd = -1;
+    if (spec.log_dir.empty()) {
+      AIACC_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0, "pipe failed: ",
+                  std::strerror(errno));
+    } else {
+      const std::string path = strCat(spec.log_dir, "/rank-", w.rank, ".log");
+      log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      AIACC_CHECK_INPUT(log_fd >= 0, "cannot write '", path, "': ", std::strerror(errno));
+    }
     const pid_t pid = ::fork();
     AIACC_CHECK(pid >= 0, "fork failed: ", std::strerror(errno));
     if (pid == 0) {
-      ::setenv("AIACC_RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("AIACC_WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("AIACC_LOCAL_RANK", std::to_string(local).c_str(), 1);
-      ::setenv("AIACC_LOCAL_SIZE", std::to_string(spec.nproc).c_str(), 1);
-      ::setenv("AIACC_MASTER", spec.master.c_str(), 1);
-      std::vector<char*> argv;
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv("/proc/self/exe", argv.data());
-      std::cerr << "aiacc_train: cannot start worker: " << std::strerror(errno) << "\n";
+      // Die with the launcher; if it died before prctl took effect, our parent is already another.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(1);
+      ::setpgid(0, group);
+      ::dup2(log_fd >= 0 ? log_fd : out_pipe[1], STDOUT_FILENO);
+      ::dup2(log_fd >= 0 ? log_fd : err_pipe[1], STDERR_FILENO);
+      // The launcher decides when workers stop: what it forwards must not be ignored (a shell's
+      // background job, for one, starts with SIGINT ignored).
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+      ::execve("/proc/self/exe", argv.data(), envp.data());
+      static const char kMsg[] = "aiacc_train: cannot start worker (execve failed)\n";
+      if (::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1) < 0) {
+      }
       ::_exit(127);
     }
-    pids[static_cast<size_t>(local)] = pid;
+    if (group == 0) group = pid;
+    ::setpgid(pid, group);  // also here: whichever runs first; EACCES after its exec is fine
+    w.pid = pid;
+    if (log_fd >= 0) ::close(log_fd);
+    if (out_pipe[1] >= 0) {
+      ::close(out_pipe[1]);
+      ::close(err_pipe[1]);
+      w.out = out_pipe[0];
+      w.err = err_pipe[0];
+      ::fcntl(w.out, F_SETFL, O_NONBLOCK);
+      ::fcntl(w.err, F_SETFL, O_NONBLOCK);
+    }
   }
+  if (!spec.log_dir.empty()) {
+    std::cerr << "aiacc_train: worker output in " << spec.log_dir << "/rank-<R>.log\n";
+  }
+
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> kill_at;  // set while stopping: SIGKILL the group then
+  bool killed = false;                       // SIGKILL sent
   int alive = spec.nproc;
   int exit_code = 0;
-  while (alive > 0) {
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    int local = -1;
-    for (int i = 0; i < spec.nproc; ++i) {
-      if (pids[static_cast<size_t>(i)] == pid) local = i;
-    }
-    if (local < 0) continue;
-    pids[static_cast<size_t>(local)] = -1;
-    --alive;
-    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (failed && exit_code == 0) {
-      exit_code = 1;
-      std::cerr << "aiacc_train: rank " << spec.node_rank * spec.nproc + local << " "
-                << describeStatus(status) << "; stopping the other " << alive << " local worker(s)\n";
-      for (pid_t p : pids) {
-        if (p > 0) ::kill(p, SIGTERM);
-      }
-      // Grace period, then SIGKILL whoever is left: no orphans.
-      std::thread([pids]() {
-        std::this_thread::sleep_for(std::chrono::seconds(5));
-        for (pid_t p : pids) {
-          if (p > 0) ::kill(p, SIGKILL);
+  int stop_signal = 0;
+  auto stop = [&](int sig) {
+    if (alive > 0) ::kill(-group, sig);
+    if (!kill_at && !killed) kill_at = Clock::now() + kGrace;
+  };
+  auto reap = [&]() {
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      for (Worker& w : workers) {
+        if (w.pid != pid) continue;
+        w.pid = -1;
+        --alive;
+        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && exit_code == 0) {
+          exit_code = 1;
+          std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status) << "; stopping the other "
+                    << alive << " local worker(s)\n";
+          stop(SIGTERM);
         }
-      }).detach();
+      }
     }
+  };
+  auto pipesOpen = [&]() {
+    for (const Worker& w : workers) {
+      if (w.out >= 0 || w.err >= 0) return true;
+    }
+    return false;
+  };
+  std::optional<Clock::time_point> pipes_deadline;  // after the last worker: what is left to read
+  while (alive > 0 || pipesOpen()) {
+    if (alive == 0 && !pipes_deadline) pipes_deadline = Clock::now() + std::chrono::seconds(2);
+    if (pipes_deadline && Clock::now() > *pipes_deadline) break;  // a descendant holds a pipe open
+    std::vector<pollfd> fds{{sfd, POLLIN, 0}};
+    for (const Worker& w : workers) {
+      if (w.out >= 0) fds.push_back({w.out, POLLIN, 0});
+      if (w.err >= 0) fds.push_back({w.err, POLLIN, 0});
+    }
+    int timeout_ms = -1;
+    const auto until = pipes_deadline ? pipes_deadline : kill_at;
+    if (until) {
+      timeout_ms = static_cast<int>(
+          std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now()).count()) + 1);
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
+    signalfd_siginfo si{};
+    while (::read(sfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+      const int sig = static_cast<int>(si.ssi_signo);
+      if (sig == SIGCHLD) continue;
+      if (stop_signal != 0) {  // a second SIGINT/SIGTERM: no more grace
+        if (alive > 0) ::kill(-group, SIGKILL);
+        continue;
+      }
+      stop_signal = sig;
+      if (exit_code == 0) exit_code = 128 + sig;
+      std::cerr << "aiacc_train: received " << sigabbrev(sig) << "; forwarding it to the " << alive
+                << " worker(s), SIGKILL in " << kGrace.count() << " s if they do not end\n";
+      stop(sig);
+    }
+    reap();
+    for (Worker& w : workers) {
+      const std::string prefix = strCat("[rank ", w.rank, "] ");
+      if (w.out >= 0 && !drain(w.out, w.out_buf)) forwardLines(w.out_buf, STDOUT_FILENO, prefix, true);
+      forwardLines(w.out_buf, STDOUT_FILENO, prefix, false);
+      if (w.err >= 0 && !drain(w.err, w.err_buf)) forwardLines(w.err_buf, STDERR_FILENO, prefix, true);
+      forwardLines(w.err_buf, STDERR_FILENO, prefix, false);
+    }
+    if (kill_at && Clock::now() >= *kill_at) {
+      if (alive > 0) ::kill(-group, SIGKILL);
+      kill_at.reset();
+      killed = true;
+    }
+  }
+  for (Worker& w : workers) {
+    const std::string prefix = strCat("[rank ", w.rank, "] ");
+    forwardLines(w.out_buf, STDOUT_FILENO, prefix, true);
+    forwardLines(w.err_buf, STDERR_FILENO, prefix, true);
+    if (w.out >= 0) ::close(w.out);
+    if (w.err >= 0) ::close(w.err);
+  }
+  ::close(sfd);
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (stop_signal != 0) {
+    std::cerr << "aiacc_train: stopped by " << sigabbrev(stop_signal) << " (exit code " << exit_code << ")\n";
   }
   return exit_code;
 }

@@ -2,11 +2,15 @@
 // process per slot, re-executing this binary with the rank in its environment:
 //   AIACC_RANK, AIACC_WORLD_SIZE, AIACC_LOCAL_RANK, AIACC_LOCAL_SIZE, AIACC_MASTER (host:port).
 // Multi-node: --nnodes M --node-rank K --master host:port on every node; rank = K * N + local.
-// mpirun / srun launches work too: their rank variables (OMPI_COMM_WORLD_*, PMI_*, SLURM_*) are
-// read when AIACC_RANK is absent.
+// Other launchers (torchrun, Kubeflow, srun, mpirun, horovodrun): app/launch_env.h.
 //
-// A worker that dies (signal or non-zero exit) ends the job: the launcher stops the others
-// (SIGTERM, then SIGKILL after a grace period), says which rank died and how, and exits non-zero.
+// The launcher owns its workers' lifetime. They run in one process group of their own and die
+// with the launcher (PR_SET_PDEATHSIG, SIGKILL), even when it is SIGKILLed. SIGINT and SIGTERM
+// are forwarded to the group (a second one, or 5 s without an end, sends SIGKILL); the launcher
+// then exits 128 + the signal with a message. A worker that dies (signal or non-zero exit) ends
+// the job the same way: the launcher says which rank died and how, and exits 1. Worker output
+// lines reach the launcher's stdout/stderr prefixed with "[rank R] ", or go to
+// LaunchSpec::log_dir/rank-R.log.
 #pragma once
 
 #include <optional>
@@ -22,6 +26,7 @@ struct LaunchSpec {
   int nnodes = 1;
   int node_rank = 0;
   std::string master = "127.0.0.1:29500";
+  std::string log_dir;  // non-empty: worker R's stdout and stderr go to log_dir/rank-R.log
 };
 
 // Runs `args` (argv of the worker command) as spec.nproc children and supervises them.

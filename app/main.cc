@@ -5,13 +5,17 @@
 #include <glog/logging.h>
 #include <unistd.h>
 
+#include <torch/cuda.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 
 #include "app/cli.h"
 #include "app/flags.h"
 #include "app/heap.h"
+#include "app/launch_env.h"
 #include "app/launcher.h"
 #include "app/report.h"
 #include "app/trainer.h"
@@ -23,15 +27,15 @@
 
 namespace {
 
-// World size 1: LocalSync. Otherwise: rendezvous through rank 0's TCPStore, a Gloo transport,
-// and DataParallel around the model.
+// World size 1: LocalSync. Otherwise: rendezvous through the TCPStore (rank 0's, or torchrun's
+// agent's), a Gloo transport, and DataParallel around the model.
 aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
                                         const aiacc::app::DistSpec& dist,
+                                        const aiacc::app::StoreAddress& address,
                                         std::shared_ptr<aiacc::comm::Timeline> timeline) {
   if (world.world == 1) return aiacc::app::localSync();
-  return [world, dist, timeline](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<aiacc::comm::GradientSync> {
-    const char* env_master = std::getenv("AIACC_MASTER");
-    const auto [host, port] = aiacc::app::parseHostPort(env_master ? env_master : dist.launch.master);
+  return [world, dist, address, timeline](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<aiacc::comm::GradientSync> {
+    const auto [host, port] = aiacc::app::parseHostPort(address.master);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
     aiacc::comm::StoreOptions so;
     so.host = host;
@@ -39,6 +43,8 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     so.rank = world.rank;
     so.world = world.world;
     so.timeout = timeout;
+    so.prefix = address.key_prefix;
+    so.client_only = address.agent_hosted;
     auto store = aiacc::comm::makeTcpStore(so);
     aiacc::comm::TransportSpec ts;
     ts.world = world;
@@ -52,6 +58,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
       ts.bind_host = aiacc::app::localAddressToward(host);  // the interface that reaches the master
     }
     ts.gpu = dist.gpus > 0;
+    if (ts.gpu) ts.device = aiacc::app::gpuForLocalRank(world.local_rank, static_cast<int>(torch::cuda::device_count()));
     ts.shm = dist.shm;
     ts.hierarchical = dist.hierarchical;
     ts.ranks_per_node = dist.ranks_per_node;
@@ -85,6 +92,8 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
 
 int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
+  // Line-buffered even into a pipe: a launcher (ours, torchrun) shows each line when it is written.
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "-help")) {
       aiacc::app::printHelp(argv[0]);
@@ -109,23 +118,30 @@ int main(int argc, char** argv) {
                 << spec.val_per_class << " val images per class)\n";
       return 0;
     }
+    // Who started this process (torchrun, Kubeflow, srun, mpirun, horovodrun, our own launcher,
+    // or nobody) and what that makes it: a single process, a launcher, or one rank.
     const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
-    std::optional<aiacc::comm::WorldInfo> world = aiacc::app::worldFromEnvironment();
-    if (!world) {
-      if (dist.gpus > 0) aiacc::app::requireVisibleGpus(dist.gpus);
-      if (dist.launch.nproc > 1 || dist.launch.nnodes > 1) {
-        return aiacc::app::launchWorkers(dist.launch, std::vector<std::string>(argv, argv + argc));
-      }
-      world = aiacc::comm::WorldInfo{};
+    const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
+    const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
+    if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
+      if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
+      return aiacc::app::launchWorkers(plan.spawn, std::vector<std::string>(argv, argv + argc));
+    }
+    const aiacc::comm::WorldInfo world = plan.world;
+    if (world.rank == 0 && plan.source != aiacc::app::LaunchSource::kNone &&
+        plan.source != aiacc::app::LaunchSource::kAiacc) {
+      LOG(INFO) << "launched by " << aiacc::app::sourceName(plan.source) << ": " << world.world << " ranks, "
+                << world.local_size << " per node, store at " << plan.store.master
+                << (plan.store.agent_hosted ? " (hosted by the launcher's agent)" : " (hosted by rank 0)");
     }
     aiacc::app::Config config = aiacc::app::configFromFlags();
     std::shared_ptr<aiacc::comm::Timeline> timeline;
-    if (!dist.timeline.empty() && world->rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
-    aiacc::app::Trainer trainer(config, *world, makeSyncFactory(*world, dist, timeline), start);
+    if (!dist.timeline.empty() && world.rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
+    aiacc::app::Trainer trainer(config, world, makeSyncFactory(world, dist, plan.store, timeline), start);
     trainer.setTimeline(timeline);
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();
-    if (world->rank == 0) {
+    if (world.rank == 0) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {
         aiacc::app::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");

@@ -17,6 +17,7 @@
 #include "app/checkpoint.h"
 #include "app/fused_sgd.h"
 #include "app/json.h"
+#include "app/launch_env.h"
 #include "common/error.h"
 #include "data/device_input.h"
 #include "data/entropy_hook.h"
@@ -90,16 +91,18 @@ void requireVisibleGpus(int n) {
   AIACC_CHECK_INPUT(torch::cuda::is_available(), "--gpus needs a CUDA build of aiacc and a visible GPU "
                     "(this LibTorch sees none); use --nproc N for CPU worker processes");
   const int count = static_cast<int>(torch::cuda::device_count());
-  AIACC_CHECK_INPUT(n <= count, n, " GPUs needed (--gpus, or this process's local rank + 1) but ",
+  AIACC_CHECK_INPUT(n <= count, n, " GPU(s) needed (--gpus) but ",
                     count, " are visible (check --gpus and CUDA_VISIBLE_DEVICES)");
 }
 
-// One GPU per process: cuda:local_rank becomes this thread's current device, so that NCCL,
-// cuDNN and every allocation without an explicit device land on it.
+// One GPU per process: cuda:(local_rank % visible GPUs) becomes this thread's current device, so
+// that NCCL, cuDNN and every allocation without an explicit device land on it (with one GPU per
+// task, CUDA_VISIBLE_DEVICES leaves each process its own device 0).
 void Trainer::State::setupDevice() {
   if (!cfg.cuda) return;
-  requireVisibleGpus(world_info.local_rank + 1);
-  device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(world_info.local_rank));
+  requireVisibleGpus(1);
+  const int index = gpuForLocalRank(world_info.local_rank, static_cast<int>(torch::cuda::device_count()));
+  device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
   c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
   at::globalContext().setBenchmarkCuDNN(cfg.cudnn_benchmark);
 }

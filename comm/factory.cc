@@ -22,7 +22,7 @@ std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std
   o.rank = rank;
   o.world = world;
   o.channels = channels;
-  o.device = spec.world.local_rank;
+  o.device = spec.device >= 0 ? spec.device : spec.world.local_rank;
   o.timeout = spec.timeout;
   o.name = name;
   return std::make_shared<NcclTransport>(store, o);

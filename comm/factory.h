@@ -20,7 +20,8 @@ struct TransportSpec {
   int channels = 1;
   std::chrono::milliseconds timeout{60000};
   std::string bind_host = "127.0.0.1";  // where Gloo listens
-  bool gpu = false;                     // tensors live on CUDA device world.local_rank: NCCL
+  bool gpu = false;                     // tensors live on CUDA device `device`: NCCL
+  int device = -1;                      // this rank's CUDA device; -1: world.local_rank
   bool shm = true;                      // shared memory between ranks of one host
   // Two-level reduction: "on", "off", or "auto" (on between nodes with several ranks each; with
   // tune_two_level the flat transport is primary and the two-level one the tuner's alternative).

@@ -13,7 +13,8 @@ namespace aiacc::comm {
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(o.port);
-  opts.isServer = o.rank == 0;
+  const bool server = o.rank == 0 && !o.client_only;
+  opts.isServer = server;
   opts.numWorkers = static_cast<std::size_t>(o.world);
   opts.waitWorkers = false;  // we wait ourselves, with a message naming the missing ranks
   opts.timeout = o.timeout;
@@ -23,11 +24,12 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
-    AIACC_THROW(CommError, o.rank == 0 ? "rank 0 cannot host the rendezvous store on port "
-                                       : "cannot reach the rendezvous store at ",
-                o.rank == 0 ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port),
-                " (", what, "); ", o.rank == 0 ? "is the port in use? pick another with --master"
-                                               : "is rank 0 running?");
+    AIACC_THROW(CommError, server ? "rank 0 cannot host the rendezvous store on port "
+                                  : "cannot reach the rendezvous store at ",
+                server ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port),
+                " (", what, "); ", server ? "is the port in use? pick another with --master"
+                                   : o.client_only ? "is the launcher's agent (torchrun) still running?"
+                                                   : "is rank 0 running?");
   }
 }
 

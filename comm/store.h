@@ -17,9 +17,13 @@ struct StoreOptions {
   int world = 1;
   std::chrono::milliseconds timeout{60000};
   std::string prefix = "aiacc";
+  // The launcher's agent (torchrun with TORCHELASTIC_USE_AGENT_STORE=True) already hosts the
+  // server at host:port: every rank, rank 0 included, connects as a client.
+  bool client_only = false;
 };
 
-// Rank 0 hosts the server; everyone connects. A port already in use is a CommError naming it.
+// Rank 0 hosts the server (unless client_only); everyone connects. A port already in use is a
+// CommError naming it.
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o);
 
 // An in-memory store for ranks as threads of one process.

@@ -1,0 +1,348 @@
+// Launcher detection as a pure function of the environment: each launcher with the exact
+// variables it sets, the plan they make with the command line's launch flags, and the conflicts.
+#include <gtest/gtest.h>
+
+#include "app/launch_env.h"
+#include "common/error.h"
+
+namespace aiacc::app {
+namespace {
+
+using Role = LaunchPlan::Role;
+
+// The message of the InputError `f` throws ("" when it throws none).
+template <typename F>
+std::string errorOf(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+LaunchFlags noFlags() { return LaunchFlags{}; }
+
+TEST(LaunchEnv, NothingSetIsNoLauncher) {
+  const LaunchEnv e = detectLaunch({{"HOME", "/root"}, {"PATH", "/usr/bin"}});
+  EXPECT_EQ(e.source, LaunchSource::kNone);
+  LaunchFlags f;
+  EXPECT_EQ(planLaunch(e, f).role, Role::kSingle);
+  f.values.nproc = 2;
+  f.nproc = 2;
+  const LaunchPlan p = planLaunch(e, f);
+  EXPECT_EQ(p.role, Role::kSpawn);
+  EXPECT_EQ(p.spawn.nproc, 2);
+}
+
+TEST(LaunchEnv, AiaccWorkerVariables) {
+  const EnvMap env = {{"AIACC_RANK", "3"}, {"AIACC_WORLD_SIZE", "4"}, {"AIACC_LOCAL_RANK", "1"},
+                      {"AIACC_LOCAL_SIZE", "2"}, {"AIACC_MASTER", "10.0.0.1:29501"},
+                      // what an outer launcher left: our own variables win
+                      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"PET_NNODES", "2"}};
+  const LaunchEnv e = detectLaunch(env);
+  EXPECT_EQ(e.source, LaunchSource::kAiacc);
+  LaunchFlags f;
+  f.nproc = 2;  // the worker's command line is the launcher's: consistent by construction
+  const LaunchPlan p = planLaunch(e, f);
+  EXPECT_EQ(p.role, Role::kWorker);
+  EXPECT_EQ(p.world.rank, 3);
+  EXPECT_EQ(p.world.world, 4);
+  EXPECT_EQ(p.world.local_rank, 1);
+  EXPECT_EQ(p.world.local_size, 2);
+  EXPECT_EQ(p.store.master, "10.0.0.1:29501");
+  EXPECT_FALSE(p.store.agent_hosted);
+}
+
+// What torch.distributed.run (1.13 and 2.x) puts in each worker's environment.
+EnvMap torchrunEnv(int rank, int local_rank) {
+  return {{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(local_rank)}, {"GROUP_RANK", "1"},
+          {"ROLE_RANK", std::to_string(rank)}, {"ROLE_NAME", "default"}, {"LOCAL_WORLD_SIZE", "2"},
+          {"WORLD_SIZE", "4"}, {"GROUP_WORLD_SIZE", "2"}, {"ROLE_WORLD_SIZE", "4"},
+          {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "1"},
+          {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"OMP_NUM_THREADS", "1"}};
+}
+
+TEST(LaunchEnv, TorchrunWorkersConnectToTheAgentsStore) {
+  const LaunchEnv e = detectLaunch(torchrunEnv(3, 1));
+  EXPECT_EQ(e.source, LaunchSource::kTorchrun);
+  EXPECT_EQ(e.nnodes, 2);
+  EXPECT_EQ(e.node_rank, 1);
+  const LaunchPlan p = planLaunch(e, noFlags());
+  EXPECT_EQ(p.role, Role::kWorker);
+  EXPECT_EQ(p.world.rank, 3);
+  EXPECT_EQ(p.world.world, 4);
+  EXPECT_EQ(p.world.local_rank, 1);
+  EXPECT_EQ(p.world.local_size, 2);
+  EXPECT_EQ(p.store.master, "node0:29400");
+  EXPECT_TRUE(p.store.agent_hosted) << "the agent hosts the store: no worker may";
+  EXPECT_EQ(p.store.key_prefix, "aiacc/job7/1") << "a restart does not meet the last attempt's keys";
+  // c10d rendezvous: MASTER_* name a free port on rank 0's host, no store there yet.
+  EnvMap c10d = torchrunEnv(0, 0);
+  c10d["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(planLaunch(detectLaunch(c10d), noFlags()).store.agent_hosted);
+}
+
+TEST(LaunchEnv, TorchrunConflictsNameBothSources) {
+  const LaunchEnv e = detectLaunch(torchrunEnv(0, 0));
+  LaunchFlags f;
+  f.nproc = 3;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "LOCAL_WORLD_SIZE=2 from torchrun conflicts with --nproc 3: drop --nproc under a launcher");
+  f = {};
+  f.nproc = 2;  // the same count: fine
+  EXPECT_EQ(planLaunch(e, f).role, Role::kWorker);
+  f = {};
+  f.gpus = 8;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "LOCAL_WORLD_SIZE=2 from torchrun conflicts with --gpus 8: under a launcher --gpus must equal its "
+            "processes per node (2)");
+  f = {};
+  f.nnodes = 3;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "GROUP_WORLD_SIZE=2 from torchrun conflicts with --nnodes 3: drop --nnodes under a launcher");
+  f = {};
+  f.node_rank = 0;
+  EXPECT_NE(errorOf([&] { planLaunch(e, f); }).find("GROUP_RANK=1 from torchrun conflicts with --node-rank 0"),
+            std::string::npos);
+  f = {};
+  f.master = "10.1.1.1:29500";
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "MASTER_ADDR=node0 MASTER_PORT=29400 from torchrun conflicts with --master 10.1.1.1:29500: drop "
+            "--master under a launcher");
+  EnvMap broken = torchrunEnv(5, 0);
+  EXPECT_NE(errorOf([&] { detectLaunch(broken); }).find("RANK=5 and WORLD_SIZE=4 from torchrun are inconsistent"),
+            std::string::npos);
+  broken = torchrunEnv(0, 0);
+  broken["LOCAL_RANK"] = "two";
+  EXPECT_EQ(errorOf([&] { detectLaunch(broken); }), "environment variable LOCAL_RANK='two' is not an integer");
+}
+
+// Kubeflow Trainer / PyTorchJob (elastic or nprocPerNode) and JobSet pods without torchrun: this
+// process is the node's launcher.
+TEST(LaunchEnv, KubeflowPetVariablesStartTheNodesWorkers) {
+  const EnvMap env = {{"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "4"}, {"PET_NODE_RANK", "1"},
+                      {"PET_MASTER_ADDR", "train-node-0-0.train"}, {"PET_MASTER_PORT", "29500"},
+                      // PyTorchJob also sets the pod-level variables
+                      {"MASTER_ADDR", "train-master-0"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "8"}, {"RANK", "1"}};
+  const LaunchEnv e = detectLaunch(env);
+  EXPECT_EQ(e.source, LaunchSource::kKubeflow);
+  EXPECT_FALSE(e.per_process);
+  const LaunchPlan p = planLaunch(e, noFlags());
+  EXPECT_EQ(p.role, Role::kSpawn);
+  EXPECT_EQ(p.spawn.nproc, 4);
+  EXPECT_EQ(p.spawn.nnodes, 2);
+  EXPECT_EQ(p.spawn.node_rank, 1);
+  EXPECT_EQ(p.spawn.master, "train-node-0-0.train:29500");
+  LaunchFlags f;
+  f.nproc = 2;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "PET_NPROC_PER_NODE=4 from Kubeflow conflicts with --nproc 2: drop --nproc under a launcher");
+  f = {};
+  f.nnodes = 1;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "PET_NNODES=2 from Kubeflow conflicts with --nnodes 1: drop --nnodes under a launcher");
+  // nprocPerNode "auto" (or cpu, gpu): the count comes from --nproc / --gpus.
+  EnvMap autos = env;
+  autos["PET_NPROC_PER_NODE"] = "auto";
+  f = {};
+  f.gpus = 8;
+  f.values.nproc = 8;
+  const LaunchPlan a = planLaunch(detectLaunch(autos), f);
+  EXPECT_EQ(a.spawn.nproc, 8);
+  // A JobSet's Indexed Job: the node index from JOB_COMPLETION_INDEX.
+  const EnvMap jobset = {{"PET_NNODES", "3"}, {"PET_NPROC_PER_NODE", "1"}, {"JOB_COMPLETION_INDEX", "2"},
+                         {"PET_MASTER_ADDR", "js-workers-0-0.js"}, {"PET_MASTER_PORT", "29500"}};
+  const LaunchPlan j = planLaunch(detectLaunch(jobset), noFlags());
+  EXPECT_EQ(j.role, Role::kSpawn);
+  EXPECT_EQ(j.spawn.nproc, 1);
+  EXPECT_EQ(j.spawn.node_rank, 2);
+  EXPECT_EQ(j.spawn.nnodes, 3);
+  EXPECT_EQ(errorOf([&] { detectLaunch({{"PET_NNODES", "1:4"}, {"PET_NPROC_PER_NODE", "1"}}); }),
+            "PET_NNODES=1:4 is an elastic range: aiacc needs a fixed node count (min = max)");
+}
+
+// A PyTorchJob with one process per pod, or a JobSet that sets the variables itself.
+TEST(LaunchEnv, RankAndWorldSizeWithoutTorchrun) {
+  const EnvMap env = {{"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "3"},
+                      {"RANK", "2"}, {"PET_NPROC_PER_NODE", "1"}, {"PET_NNODES", "3"}, {"PET_NODE_RANK", "2"}};
+  const LaunchEnv e = detectLaunch(env);
+  EXPECT_EQ(e.source, LaunchSource::kEnv);
+  const LaunchPlan p = planLaunch(e, noFlags());
+  EXPECT_EQ(p.role, Role::kWorker);
+  EXPECT_EQ(p.world.rank, 2);
+  EXPECT_EQ(p.world.world, 3);
+  EXPECT_EQ(p.world.local_rank, 0);
+  EXPECT_EQ(p.world.local_size, 1);
+  EXPECT_EQ(p.store.master, "job-master-0:23456");
+  EXPECT_FALSE(p.store.agent_hosted) << "rank 0 hosts it";
+}
+
+TEST(LaunchEnv, OpenMpi) {
+  const EnvMap env = {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_NODE_RANK", "1"}, {"OMPI_UNIVERSE_SIZE", "8"}};
+  const LaunchEnv e = detectLaunch(env);
+  EXPECT_EQ(e.source, LaunchSource::kOpenMpi);
+  EXPECT_EQ(e.nnodes, 2);
+  EXPECT_EQ(e.node_rank, 1);
+  // Two nodes, no master given: loopback cannot work, said at once.
+  EXPECT_EQ(errorOf([&] { planLaunch(e, noFlags()); }),
+            "OMPI_COMM_WORLD_SIZE=8 from Open MPI spans several nodes (OMPI_COMM_WORLD_LOCAL_SIZE=4): give --master "
+            "HOST:PORT of rank 0's node (or export MASTER_ADDR and MASTER_PORT to every rank)");
+  LaunchFlags f;
+  f.master = "10.0.0.1:29500";
+  f.values.master = "10.0.0.1:29500";
+  const LaunchPlan p = planLaunch(e, f);
+  EXPECT_EQ(p.world.rank, 5);
+  EXPECT_EQ(p.world.local_rank, 1);
+  EXPECT_EQ(p.world.local_size, 4);
+  EXPECT_EQ(p.store.master, "10.0.0.1:29500");
+  EnvMap exported = env;  // mpirun -x MASTER_ADDR -x MASTER_PORT
+  exported["MASTER_ADDR"] = "10.0.0.9";
+  exported["MASTER_PORT"] = "29333";
+  EXPECT_EQ(planLaunch(detectLaunch(exported), noFlags()).store.master, "10.0.0.9:29333");
+  // One node: the default master (loopback) is right.
+  const EnvMap one = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  EXPECT_EQ(planLaunch(detectLaunch(one), noFlags()).store.master, "127.0.0.1:29500");
+}
+
+TEST(LaunchEnv, MpichPmi) {
+  const EnvMap env = {{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"},
+                      {"PMI_FD", "5"}, {"MASTER_ADDR", "n1"}};
+  const LaunchEnv e = detectLaunch(env);
+  EXPECT_EQ(e.source, LaunchSource::kMpich);
+  const LaunchPlan p = planLaunch(e, noFlags());
+  EXPECT_EQ(p.world.rank, 2);
+  EXPECT_EQ(p.world.world, 4);
+  EXPECT_EQ(p.world.local_rank, 0);
+  EXPECT_EQ(p.world.local_size, 2);
+  EXPECT_EQ(p.store.master, "n1:29500");
+  LaunchFlags f;
+  f.nproc = 4;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "MPI_LOCALNRANKS=2 from MPICH/PMI conflicts with --nproc 4: drop --nproc under a launcher");
+}
+
+// What horovodrun --gloo (horovod/runner/gloo_run.py) sets for each slot.
+TEST(LaunchEnv, HorovodGloo) {
+  const EnvMap env = {{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"}, {"HOROVOD_GLOO_RENDEZVOUS_PORT", "41234"},
+                      {"HOROVOD_CONTROLLER", "gloo"}, {"HOROVOD_CPU_OPERATIONS", "gloo"},
+                      {"HOROVOD_GLOO_IFACE", "eth0"}, {"HOROVOD_HOSTNAME", "host2"}, {"HOROVOD_RANK", "3"},
+                      {"HOROVOD_SIZE", "4"}, {"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "2"},
+                      {"HOROVOD_CROSS_RANK", "1"}, {"HOROVOD_CROSS_SIZE", "2"}};
+  const LaunchEnv e = detectLaunch(env);
+  EXPECT_EQ(e.source, LaunchSource::kHorovod);
+  EXPECT_EQ(e.node_rank, 1);
+  EXPECT_EQ(e.nnodes, 2);
+  const LaunchPlan p = planLaunch(e, noFlags());
+  EXPECT_EQ(p.world.rank, 3);
+  EXPECT_EQ(p.world.world, 4);
+  EXPECT_EQ(p.world.local_rank, 1);
+  EXPECT_EQ(p.world.local_size, 2);
+  EXPECT_EQ(p.store.master, "10.0.0.1:29500") << "the driver's host, where horovodrun runs";
+  LaunchFlags f;
+  f.master = "host1:29600";  // a default, not the launcher's word: --master overrides it
+  EXPECT_EQ(planLaunch(e, f).store.master, "host1:29600");
+  f = {};
+  f.nnodes = 4;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "HOROVOD_CROSS_SIZE=2 from horovodrun conflicts with --nnodes 4: drop --nnodes under a launcher");
+}
+
+TEST(LaunchEnv, SlurmTasksPerNodeAndNodeLists) {
+  EXPECT_EQ(parseSlurmTasksPerNode("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(parseSlurmTasksPerNode("4"), (std::vector<int>{4}));
+  EXPECT_EQ(parseSlurmTasksPerNode("1,3(x2)"), (std::vector<int>{1, 3, 3}));
+  for (const char* bad : {"", "2(x", "2(3)", "a", "2,", "0"}) {
+    EXPECT_NE(errorOf([&] { parseSlurmTasksPerNode(bad); }).find("is malformed"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(firstSlurmHost("node[01-03,07],gpu5"), "node01");
+  EXPECT_EQ(firstSlurmHost("gpu5,node[01-03]"), "gpu5");
+  EXPECT_EQ(firstSlurmHost("rack[2,4]-n[007-009]"), "rack2-n007");
+  EXPECT_EQ(firstSlurmHost("cn42"), "cn42");
+  EXPECT_NE(errorOf([&] { firstSlurmHost("node[01-03"); }).find("unclosed"), std::string::npos);
+}
+
+// An srun step: 7 tasks over 4 nodes laid out 2,2,2,1; this task is the second on node 2.
+EnvMap slurmStep() {
+  return {{"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"},
+          {"SLURM_NODEID", "2"}, {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_STEP_NUM_NODES", "4"},
+          {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_STEP_NODELIST", "gpu[07-09],gpu12"},
+          {"SLURM_JOB_NODELIST", "gpu[07-09,12-13]"}, {"SLURM_NTASKS", "10"}, {"SLURM_TASKS_PER_NODE", "2(x5)"},
+          {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_NNODES", "5"}};
+}
+
+TEST(LaunchEnv, SlurmJobStep) {
+  const LaunchEnv e = detectLaunch(slurmStep());
+  EXPECT_EQ(e.source, LaunchSource::kSlurm);
+  const LaunchPlan p = planLaunch(e, noFlags());
+  EXPECT_EQ(p.role, Role::kWorker);
+  EXPECT_EQ(p.world.rank, 5);
+  EXPECT_EQ(p.world.world, 7) << "the step's tasks, not the job's";
+  EXPECT_EQ(p.world.local_rank, 1);
+  EXPECT_EQ(p.world.local_size, 2) << "the step's layout on this node, not SLURM_NTASKS_PER_NODE";
+  EXPECT_EQ(p.store.master, "gpu07:29742") << "the step's first host; a port per job";
+  EnvMap last = slurmStep();
+  last["SLURM_NODEID"] = "3";
+  last["SLURM_LOCALID"] = "0";
+  last["SLURM_PROCID"] = "6";
+  EXPECT_EQ(planLaunch(detectLaunch(last), noFlags()).world.local_size, 1);
+  EnvMap port = slurmStep();
+  port["MASTER_PORT"] = "30000";
+  EXPECT_EQ(planLaunch(detectLaunch(port), noFlags()).store.master, "gpu07:30000");
+  LaunchFlags f;
+  f.nproc = 4;
+  EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
+            "SLURM_STEP_TASKS_PER_NODE=2(x3),1 from the Slurm job step conflicts with --nproc 4: drop --nproc "
+            "under a launcher");
+  f = {};
+  f.master = "gpu09:29500";  // the first-host default gives way to --master
+  EXPECT_EQ(planLaunch(e, f).store.master, "gpu09:29500");
+}
+
+// Inside sbatch's script (no srun): the batch step is not a launcher, --gpus/--nproc launch.
+TEST(LaunchEnv, SlurmBatchScriptIsNotALauncher) {
+  EnvMap batch = {{"SLURM_JOB_ID", "4242"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
+                  {"SLURM_NODEID", "0"}, {"SLURM_TASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "node01"},
+                  {"SLURM_NTASKS_PER_NODE", "4"}};
+  EXPECT_EQ(detectLaunch(batch).source, LaunchSource::kNone);
+  for (const char* id : {"4294967291", "4294967292", "4294967294", "4294967295", "batch", "extern"}) {
+    batch["SLURM_STEP_ID"] = id;
+    EXPECT_EQ(detectLaunch(batch).source, LaunchSource::kNone) << id;
+  }
+  LaunchFlags f;
+  f.gpus = 8;
+  f.values.nproc = 8;
+  const LaunchPlan p = planLaunch(detectLaunch(batch), f);
+  EXPECT_EQ(p.role, Role::kSpawn);
+  EXPECT_EQ(p.spawn.nproc, 8);
+}
+
+// srun --ntasks-per-node=1 aiacc_train --gpus 8: each task starts its node's 8 workers.
+TEST(LaunchEnv, SlurmOneTaskPerNodeStartsTheNodesWorkers) {
+  const EnvMap env = {{"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "1"}, {"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NUM_NODES", "2"},
+                      {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_STEP_NODELIST", "a[1-2]"}};
+  LaunchFlags f;
+  f.gpus = 8;
+  f.values.nproc = 8;
+  const LaunchPlan p = planLaunch(detectLaunch(env), f);
+  EXPECT_EQ(p.role, Role::kSpawn);
+  EXPECT_EQ(p.spawn.nproc, 8);
+  EXPECT_EQ(p.spawn.nnodes, 2);
+  EXPECT_EQ(p.spawn.node_rank, 1);
+  EXPECT_EQ(p.spawn.master, "a1:29507");
+}
+
+TEST(LaunchEnv, GpuOfALocalRank) {
+  EXPECT_EQ(gpuForLocalRank(3, 8), 3);
+  EXPECT_EQ(gpuForLocalRank(3, 1), 0) << "one GPU per task (CUDA_VISIBLE_DEVICES)";
+  EXPECT_EQ(gpuForLocalRank(5, 4), 1);
+  EXPECT_NE(errorOf([] { gpuForLocalRank(0, 0); }).find("no GPU is visible"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace aiacc::app
