@@ -310,13 +310,19 @@ std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {
   return stages;
 }
 
-Config configFromFlags() {
+Recipe applyRecipeFlag() {
+  Recipe r;
+  if (FLAGS_recipe.empty()) return r;
+  r.path = FLAGS_recipe;
+  r.stages = applyRecipe(FLAGS_recipe, &r.text);
+  return r;
+}
+
+Config configFromFlags(const Recipe& recipe) {
   Config c;
-  std::vector<Stage> recipe_stages;
-  if (!FLAGS_recipe.empty()) {
-    c.recipe = FLAGS_recipe;
-    recipe_stages = applyRecipe(FLAGS_recipe, &c.recipe_text);
-  }
+  c.recipe = recipe.path;
+  c.recipe_text = recipe.text;
+  const std::vector<Stage>& recipe_stages = recipe.stages;
   auto set_on_cli = [](const char* name) {
     gflags::CommandLineFlagInfo info;
     gflags::GetCommandLineFlagInfo(name, &info);

@@ -21,8 +21,21 @@ void printHelp(const char* program);
 // keys or malformed lines, naming the line.
 std::vector<Stage> applyRecipe(const std::string& path, std::string* text);
 
-// Builds the Config from the parsed flags (and recipe). Validates ranges.
-Config configFromFlags();
+// The recipe named by --recipe, applied to the flags (applyRecipe) and kept for the Config.
+struct Recipe {
+  std::string path;           // empty: no --recipe
+  std::string text;           // the whole file, for the record
+  std::vector<Stage> stages;  // empty when the recipe has none
+};
+
+// Applies --recipe, if given. Call it once, before any option object is built from the flags
+// (distSpecFromFlags, configFromFlags), so that every recipe key, the distribution ones (nproc,
+// gpus, bucket-mb, allreduce-dtype, streams, bn-sync, comm-timeout, timeline, ...) included,
+// shapes what is built.
+Recipe applyRecipeFlag();
+
+// Builds the Config from the parsed flags and the applied recipe. Validates ranges.
+Config configFromFlags(const Recipe& recipe);
 
 // Distribution flags: how to launch, and the communication settings of each worker.
 struct DistSpec {
@@ -43,6 +56,7 @@ struct DistSpec {
   std::string hierarchical = "auto";  // --hierarchical on|off|auto
   int ranks_per_node = 0;             // 0: the launcher's local size
 };
+// From the flags, after applyRecipeFlag().
 DistSpec distSpecFromFlags();
 
 // --make-sample DIR (empty when not given) and the generated dataset's shape.

@@ -37,15 +37,6 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
   return [world, dist, address, timeline](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<aiacc::comm::GradientSync> {
     const auto [host, port] = aiacc::app::parseHostPort(address.master);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
-    aiacc::comm::StoreOptions so;
-    so.host = host;
-    so.port = port;
-    so.rank = world.rank;
-    so.world = world.world;
-    so.timeout = timeout;
-    so.prefix = address.key_prefix;
-    so.client_only = address.agent_hosted;
-    auto store = aiacc::comm::makeTcpStore(so);
     aiacc::comm::TransportSpec ts;
     ts.world = world;
     ts.timeout = timeout;
@@ -64,6 +55,16 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     ts.ranks_per_node = dist.ranks_per_node;
     // Two-level auto between nodes: the tuner chooses (or it is on when the tuner is off).
     ts.tune_two_level = dist.hierarchical == "auto" && dist.autotune;
+    aiacc::comm::checkLayoutSupported(ts);  // every rank refuses at once, before the rendezvous
+    aiacc::comm::StoreOptions so;
+    so.host = host;
+    so.port = port;
+    so.rank = world.rank;
+    so.world = world.world;
+    so.timeout = timeout;
+    so.prefix = address.key_prefix;
+    so.client_only = address.agent_hosted;
+    auto store = aiacc::comm::makeTcpStore(so);
     aiacc::comm::Transports transports = aiacc::comm::makeTransports(store, ts);
     if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
     aiacc::comm::DataParallelOptions dp;
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
     }
     // Who started this process (torchrun, Kubeflow, srun, mpirun, horovodrun, our own launcher,
     // or nobody) and what that makes it: a single process, a launcher, or one rank.
+    const aiacc::app::Recipe recipe = aiacc::app::applyRecipeFlag();  // before any option is built
     const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
     const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
     const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
                 << world.local_size << " per node, store at " << plan.store.master
                 << (plan.store.agent_hosted ? " (hosted by the launcher's agent)" : " (hosted by rank 0)");
     }
-    aiacc::app::Config config = aiacc::app::configFromFlags();
+    aiacc::app::Config config = aiacc::app::configFromFlags(recipe);
     std::shared_ptr<aiacc::comm::Timeline> timeline;
     if (!dist.timeline.empty() && world.rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
     aiacc::app::Trainer trainer(config, world, makeSyncFactory(world, dist, plan.store, timeline), start);

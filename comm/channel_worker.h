@@ -2,6 +2,10 @@
 // every rank issues a channel's collectives in the same order); each job's completion and error
 // reach the caller through a Work; bytes and busy seconds are counted per channel, and each job
 // becomes a timeline span when a timeline is given. Used by every CPU transport.
+//
+// Errors are sticky: after the first job that fails (a timeout, a dead peer) or abort(), every
+// queued and every later job fails at once with that first error instead of waiting out its own
+// timeout, so a job with a dead rank ends within one timeout whatever is queued.
 #pragma once
 
 #include <chrono>
@@ -19,16 +23,25 @@
 
 namespace aiacc::comm {
 
-// A Work over a std::future: wait() blocks and rethrows the job's exception.
+// A Work over a std::future: wait() blocks and rethrows the job's exception, every time it is
+// called (a second wait() after an error is not a success).
 class FutureWork : public Work {
  public:
   explicit FutureWork(std::future<void> f) : f_(std::move(f)) {}
   void wait() override {
-    if (f_.valid()) f_.get();
+    if (f_.valid()) {
+      try {
+        f_.get();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
   std::future<void> f_;
+  std::exception_ptr error_;
 };
 
 class ChannelWorker {
@@ -55,10 +68,26 @@ class ChannelWorker {
     return stats_;
   }
 
+  // Fails every queued and later job with `why` (unless an earlier error came first). The job
+  // running now finishes or fails on its own (within its timeout).
+  void abort(const std::string& why) { fail(std::make_exception_ptr(CommError(why))); }
+
+  // The first error, or null.
+  std::exception_ptr firstError() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_error_;
+  }
+
   std::shared_ptr<Work> submit(const char* what, size_t bytes, std::function<void()> job) {
     auto task = std::make_shared<std::packaged_task<void()>>([this, what, bytes, job = std::move(job)] {
+      if (auto e = firstError()) std::rethrow_exception(e);
       const auto t0 = std::chrono::steady_clock::now();
-      job();
+      try {
+        job();
+      } catch (...) {
+        fail(std::current_exception());
+        throw;
+      }
       const auto t1 = std::chrono::steady_clock::now();
       if (timeline_) timeline_->span(what, row_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
       std::lock_guard<std::mutex> lock(mu_);
@@ -75,6 +104,11 @@ class ChannelWorker {
   }
 
  private:
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!first_error_) first_error_ = std::move(e);
+  }
+
   void loop() {
     for (;;) {
       std::function<void()> job;
@@ -96,6 +130,7 @@ class ChannelWorker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
+  std::exception_ptr first_error_;
   std::thread thread_;  // last: started once everything above exists
 };
 

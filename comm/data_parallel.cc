@@ -238,7 +238,13 @@ void DataParallel::averageBuffers() {
 void DataParallel::onGradReady(size_t i) {
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (ready_[i]) return;  // a parameter used twice: its accumulator fires twice
+  // Autograd sums every use of a parameter before its accumulator fires, once per backward: a
+  // second firing is a second backward before finishBackward(), whose gradient the bucket, maybe
+  // already on the wire, would drop. PyTorch's DDP refuses it too.
+  AIACC_CHECK_INPUT(!ready_[i], "DataParallel: the gradient of '", infos_[i].name,
+                    "' became ready twice before finishBackward() (a second backward, or the parameter used in "
+                    "two reentrant backward passes); call finishBackward() after every backward, or "
+                    "setSync(false) to accumulate gradients locally (no_sync)");
   ready_[i] = 1;
   if (steps_ == 0) arrival_.push_back(i);
   const size_t b = bucket_of_[i];

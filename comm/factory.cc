@@ -65,11 +65,28 @@ bool useTwoLevel(const TransportSpec& spec) {
   return R > 1 && W > R && W % R == 0;
 }
 
-Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const TransportSpec& spec) {
-  const WorldInfo& w = spec.world;
+void checkLayoutSupported(const TransportSpec& spec) {
 #ifndef AIACC_WITH_NCCL
   AIACC_CHECK_INPUT(!spec.gpu, "GPU ranks need a build with CUDA LibTorch and NCCL");
 #endif
+#ifndef AIACC_WITH_GLOO
+  if (spec.gpu) return;
+  const WorldInfo& w = spec.world;
+  const bool one_host = w.local_size == w.world && spec.ranks_per_node == 0;
+  if (useTwoLevel(spec)) {
+    AIACC_THROW(InputError, "two-level reduction between CPU nodes needs GlooTransport, which this build does "
+                "not have (", kNoGloo, ")");
+  }
+  AIACC_CHECK_INPUT(spec.shm && one_host, "CPU ranks ",
+                    one_host ? "with shared memory off or emulated nodes" : "on several hosts",
+                    " need GlooTransport, which this build does not have (", kNoGloo,
+                    "): run CPU ranks on one host (shared memory) or train on GPUs (NCCL)");
+#endif
+}
+
+Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const TransportSpec& spec) {
+  checkLayoutSupported(spec);
+  const WorldInfo& w = spec.world;
   GlooOptions go;
   go.rank = w.rank;
   go.world = w.world;

@@ -41,6 +41,12 @@ struct Transports {
 int ranksPerNode(const TransportSpec& spec);
 bool useTwoLevel(const TransportSpec& spec);
 
+// Throws InputError when this build has no transport for the layout (CPU ranks across hosts, or
+// with shared memory off, in a build without GlooTransport). Needs no store: call it before the
+// rendezvous, so that every rank refuses at once instead of waiting for a peer that refused.
+void checkLayoutSupported(const TransportSpec& spec);
+
+// Calls checkLayoutSupported first.
 Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const TransportSpec& spec);
 
 }  // namespace aiacc::comm

@@ -85,6 +85,7 @@ class GlooTransport::Channel {
   ~Channel() { worker_->shutdown(); }  // before the context goes
 
   ChannelStats stats() const { return worker_->stats(); }
+  void abort(const std::string& why) { worker_->abort(why); }
 
   std::shared_ptr<Work> submit(const char* what, std::function<void(const std::shared_ptr<gloo::Context>&)> fn,
                                size_t bytes = 0) {
@@ -108,6 +109,10 @@ class GlooTransport::Channel {
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::unique_ptr<ChannelWorker> worker_;
 };
+
+void GlooTransport::abort(const std::string& why) {
+  for (auto& ch : channels_) ch->abort(why);
+}
 
 GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options)
     : opt_(options), store_(store) {

@@ -56,6 +56,10 @@ class HierarchicalTransport : public Transport {
   // Both as an allreduce (a superset of what they promise): not on any hot path.
   std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel) override;
   std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
+  void abort(const std::string& why) override {
+    intra_->abort(why);
+    inter_->abort(why);
+  }
 
   const Transport& intra() const { return *intra_; }
   const Transport& inter() const { return *inter_; }

@@ -118,6 +118,13 @@ class NcclTransport::Channel {
   }
 
   c10d::ProcessGroupNCCL& pg() { return *pg_; }
+  void abort(const std::string& why) {
+    latch_->fail(std::make_exception_ptr(CommError(why)));
+    try {
+      pg_->abort();
+    } catch (const std::exception&) {  // aborting is the last word; its own failure is not news
+    }
+  }
   c10::DeviceIndex device() const { return device_; }
 
   // Submits one operation through `launch`, unless the channel already failed.
@@ -185,6 +192,10 @@ NcclTransport::NcclTransport(c10::intrusive_ptr<c10d::Store> store, const NcclOp
 }
 
 NcclTransport::~NcclTransport() = default;
+
+void NcclTransport::abort(const std::string& why) {
+  for (auto& ch : channels_) ch->abort(why);
+}
 
 std::string NcclTransport::describe() const {
   return strCat("nccl, ", opt_.world, " ranks, ", channels(), channels() == 1 ? " channel" : " channels");

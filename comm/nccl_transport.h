@@ -71,6 +71,8 @@ class NcclTransport : public Transport {
   std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel) override;
   std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel) override;
   std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
+  // Fails every later operation with `why` and aborts the communicators (ProcessGroupNCCL::abort).
+  void abort(const std::string& why) override;
 
  private:
   class Channel;

@@ -109,6 +109,7 @@ class ShmTransport::Channel {
   }
 
   ChannelStats stats() const { return worker_->stats(); }
+  void abort(const std::string& why) { worker_->abort(why); }
 
   std::shared_ptr<Work> submit(const char* what, size_t bytes, std::function<void()> fn) {
     return worker_->submit(what, bytes, std::move(fn));
@@ -285,6 +286,10 @@ ShmTransport::~ShmTransport() = default;
 
 std::string ShmTransport::describe() const {
   return strCat("shm, ", opt_.world, " ranks, ", channels(), channels() == 1 ? " channel" : " channels");
+}
+
+void ShmTransport::abort(const std::string& why) {
+  for (auto& ch : channels_) ch->abort(why);
 }
 
 ChannelStats ShmTransport::channelStats(int c) const {

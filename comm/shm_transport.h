@@ -60,6 +60,7 @@ class ShmTransport : public Transport {
   std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int channel) override;
   std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel) override;
   std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
+  void abort(const std::string& why) override;
 
  private:
   class Channel;

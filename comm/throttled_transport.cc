@@ -42,4 +42,9 @@ std::shared_ptr<Work> ThrottledTransport::allgatherShards(at::Tensor t, int c) {
   return run(c, t.nbytes(), [this, t, c] { return inner_->allgatherShards(t, c); });
 }
 
+void ThrottledTransport::abort(const std::string& why) {
+  for (auto& w : workers_) w->abort(why);
+  inner_->abort(why);
+}
+
 }  // namespace aiacc::comm

@@ -70,6 +70,10 @@ class Transport {
   // A composite transport that chains operations on device-ordered transports submits them all
   // from the caller's thread, so every rank submits to each communicator in the same order.
   virtual bool waitsOnDevice() const { return false; }
+  // Gives up: every queued and later operation fails at once with a CommError saying `why`
+  // (an operation already running ends on its own, within its timeout). For a rank that knows
+  // the job is lost (a peer died, a signal) and must not wait out each queued operation.
+  virtual void abort(const std::string& why) = 0;
 
   // In place: t becomes the elementwise reduction of every rank's t. float16/float32/float64 (sum) or
   // uint8/int32/int64 (sum, bitwise or).

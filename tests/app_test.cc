@@ -268,7 +268,7 @@ TEST(Flags, RecipeSetsDefaultsAndCommandLineWins) {
                   "stage 0 size=96 batch=16 scale=0.35\nstage 3 size=128 batch=8\n");
   gflags::SetCommandLineOption("epochs", "7");  // as if given on the command line
   gflags::SetCommandLineOption("recipe", (d / "r.recipe").c_str());
-  Config c = configFromFlags();
+  Config c = configFromFlags(applyRecipeFlag());
   EXPECT_EQ(c.arch, "resnet18");
   EXPECT_DOUBLE_EQ(c.lr, 0.5);
   EXPECT_TRUE(c.nesterov);
@@ -288,11 +288,35 @@ TEST(Flags, RecipeSetsDefaultsAndCommandLineWins) {
   }
 }
 
+// Distribution keys in a recipe shape the distribution options (the recipe is applied before
+// they are built), and the command line still wins over them.
+TEST(Flags, RecipeDistributionKeysReachTheDistSpec) {
+  gflags::FlagSaver saver;
+  test::TempDir d;
+  test::writeText(d / "dist.recipe",
+                  "nproc = 3\nbucket-mb = 7\nallreduce-dtype = bf16\nstreams = 2\nbn-sync = broadcast\n"
+                  "comm-timeout = 9\ntimeline = /tmp/t.json\nhierarchical = off\n");
+  gflags::SetCommandLineOption("streams", "4");  // as if given on the command line
+  gflags::SetCommandLineOption("recipe", (d / "dist.recipe").c_str());
+  const Recipe recipe = applyRecipeFlag();
+  const DistSpec dist = distSpecFromFlags();
+  EXPECT_EQ(dist.launch.nproc, 3);
+  EXPECT_FALSE(dist.launch_flags.nproc.has_value()) << "a recipe value is a default, not a command-line flag";
+  EXPECT_DOUBLE_EQ(dist.bucket_mb, 7);
+  EXPECT_EQ(dist.allreduce_dtype, "bf16");
+  EXPECT_EQ(dist.streams, 4) << "the command line wins";
+  EXPECT_EQ(dist.bn_sync, "broadcast");
+  EXPECT_DOUBLE_EQ(dist.timeout_s, 9);
+  EXPECT_EQ(dist.timeline, "/tmp/t.json");
+  EXPECT_EQ(dist.hierarchical, "off");
+  EXPECT_EQ(configFromFlags(recipe).recipe, d / "dist.recipe");
+}
+
 TEST(Flags, ShippedRecipesParse) {
   for (const char* r : {"cpu_sample.recipe", "dawnbench_8gpu.recipe"}) {
     gflags::FlagSaver saver;
     gflags::SetCommandLineOption("recipe", (test::sourceDir() + "/recipes/" + r).c_str());
-    Config c = configFromFlags();
+    Config c = configFromFlags(applyRecipeFlag());
     EXPECT_GE(c.stages.size(), 2u) << r;
   }
 }
@@ -300,7 +324,7 @@ TEST(Flags, ShippedRecipesParse) {
 TEST(Flags, DawnbenchRecipeIsThePublishedSchedule) {
   gflags::FlagSaver saver;
   gflags::SetCommandLineOption("recipe", (test::sourceDir() + "/recipes/dawnbench_8gpu.recipe").c_str());
-  Config c = configFromFlags();
+  Config c = configFromFlags(applyRecipeFlag());
   EXPECT_EQ(c.epochs, 21);
   EXPECT_EQ(stageAt(c, 0).image_size, 96);
   EXPECT_EQ(stageAt(c, 12).image_size, 128);

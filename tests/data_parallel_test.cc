@@ -298,6 +298,29 @@ TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
   }
 }
 
+// A second backward before finishBackward() is an error naming a parameter (its gradient would
+// otherwise be dropped: the bucket may already be on the wire), as in PyTorch's DDP; with sync
+// off (gradient accumulation) it is what is asked for.
+TEST(DataParallel, GradientReadyTwiceIsAnErrorNamingTheParameter) {
+  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    Net net;
+    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
+    torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
+    dp.finishBackward();
+    torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
+    try {
+      torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
+      ADD_FAILURE() << "rank " << r << ": a second backward before finishBackward() was accepted";
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("became ready twice before finishBackward()"), std::string::npos) << what;
+      EXPECT_NE(what.find("gradient of 'fc."), std::string::npos) << "names the parameter: " << what;
+    }
+    dp.finishBackward();  // the first backward's buckets complete; the step is still usable
+  });
+  expectNoErrors(errors);
+}
+
 TEST(DataParallel, DeadRankFailsTheOthersWithinTheTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {

@@ -29,6 +29,7 @@ class RecordingTransport : public Transport {
   bool waitsOnDevice() const override { return device_ordered_; }
   ChannelStats channelStats(int c) const override { return inner_->channelStats(c); }
   std::string describe() const override { return inner_->describe(); }
+  void abort(const std::string& why) override { inner_->abort(why); }
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int c) override {
     note("allreduce", c);
     return inner_->allreduce(t, op, c);

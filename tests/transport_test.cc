@@ -175,6 +175,59 @@ TEST(Shm, MissingPeerIsNamedWithinTheTimeout) {
 
 // The one factory picks: shared memory on one host, Gloo between hosts, two-level between nodes
 // with several ranks each (or as the tuner's alternative), and refuses GPU ranks without NCCL.
+// Errors are sticky per channel: when a peer stops taking part, the first operation it misses
+// fails within the timeout and every operation queued behind it fails at once with that first
+// error (not one timeout each); wait() raises it every time; abort() fails the rest at once.
+TEST(Transport, FirstFailureFailsEverythingQueuedAtOnce) {
+  const auto timeout = std::chrono::seconds(2);
+  std::vector<std::string> first(2), later(2);
+  double elapsed = 0;
+  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    at::Tensor x = at::ones({64});
+    for (int i = 0; i < 2; ++i) t->allreduce(x, ReduceOp::kSum, 0)->wait();  // both ranks: fine
+    if (r == 1) return;  // rank 1 takes part in nothing more (a dead or stalled peer)
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<Work>> works;
+    std::vector<at::Tensor> keep;
+    for (int i = 0; i < 8; ++i) {
+      keep.push_back(at::ones({64}));
+      works.push_back(t->allreduce(keep.back(), ReduceOp::kSum, 0));
+    }
+    for (size_t i = 0; i < works.size(); ++i) {
+      try {
+        works[i]->wait();
+        ADD_FAILURE() << "operation " << i << " succeeded without its peer";
+      } catch (const CommError& e) {
+        (i == 0 ? first[0] : later[0]) = e.what();
+        if (i > 0) {
+          EXPECT_EQ(std::string(e.what()), first[0]) << "operation " << i << " has its own error";
+        }
+      }
+    }
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_THROW(works[3]->wait(), CommError) << "a second wait() after an error is not a success";
+    EXPECT_THROW(t->allreduce(x, ReduceOp::kSum, 0)->wait(), CommError) << "a later operation fails too";
+  }, /*channels=*/1, timeout);
+  expectNoErrors(errors);
+  EXPECT_NE(first[0], "");
+  EXPECT_LT(elapsed, 2.0 * 3) << "8 queued operations took about one timeout, not eight";
+}
+
+TEST(Transport, AbortFailsQueuedAndLaterOperationsAtOnce) {
+  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    at::Tensor x = at::ones({16});
+    t->allreduce(x, ReduceOp::kSum, 0)->wait();
+    t->abort(strCat("rank ", r, " gives up: test"));
+    try {
+      t->allreduce(x, ReduceOp::kSum, 0)->wait();
+      ADD_FAILURE() << "an operation after abort() succeeded";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("gives up: test"), std::string::npos) << e.what();
+    }
+  }, /*channels=*/2, std::chrono::seconds(5));
+  expectNoErrors(errors);
+}
+
 TEST(Factory, PicksTheTransportForTheLayout) {
   struct Case {
     int world, local_size;
