@@ -1,5 +1,6 @@
 #include "data/decode.h"
 
+#include "data/entropy_gate.h"
 #include "data/entropy_hook.h"
 #include "data/jpeg_index.h"
 
@@ -129,6 +130,18 @@ int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h) {
 
 namespace {
 
+bool useAiaccHuffman(HuffmanDecoder h) {
+  switch (h) {
+    case HuffmanDecoder::kLibjpegTurbo:
+      return false;
+    case HuffmanDecoder::kAiacc:
+      return true;
+    case HuffmanDecoder::kProcessDefault:
+      break;
+  }
+  return EntropyHook::enabled() && huffmanTakeover().enabled;
+}
+
 enum class BoxResult { kDone, kCmyk, kRetryWithLibjpegHuffman };
 
 // The libjpeg-turbo part of decodeCrop: decodes box (already chosen, inside the image) at DCT
@@ -183,7 +196,7 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   // (a longjmp back to it must skip no destructor): the index builder lives in a thread slot.
   thread_local std::unique_ptr<JpegIndexBuilder> builder;
   builder.reset();
-  if (build && own_entropy && EntropyHook::enabled()) {
+  if (build && own_entropy) {
     if (SH - (sy + sh) > build->max_rest_below * SH) {
       build->deferred = true;  // (a file that cannot be indexed is found out on a later decode)
     } else {
@@ -192,6 +205,7 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   }
   const bool hooked = own_entropy && hook.install(&cinfo, data, size, sw < SW, xoff, cw, builder.get(), seek);
   out.path = hooked && hook.seeking() ? DecodePath::kJpegIndex : DecodePath::kJpegRegion;
+  out.aiacc_huffman = hooked;
   if (sy > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(sy));
   out.crop.width = sw;
   out.crop.height = sh;
@@ -233,12 +247,12 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   return BoxResult::kDone;
 }
 
-// decodeJpegBoxOnce with our Huffman decoder, and again with libjpeg-turbo's where ours found the
-// data invalid (same box and scale). Returns false for CMYK/YCCK data.
+// decodeJpegBoxOnce with our Huffman decoder (own), and again with libjpeg-turbo's where ours found
+// the data invalid (same box and scale). Returns false for CMYK/YCCK data.
 bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                   const CropPicker* pick, int out_w, int out_h, bool packed, IndexBuild* build = nullptr,
-                   const JpegIndex* seek = nullptr) {
-  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, true, build, seek);
+                   const CropPicker* pick, int out_w, int out_h, bool packed, bool own,
+                   IndexBuild* build = nullptr, const JpegIndex* seek = nullptr) {
+  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, own, build, seek);
   if (r != BoxResult::kRetryWithLibjpegHuffman) return r == BoxResult::kDone;
   const Box chosen = pick ? out.box : box;
   const int n = pick ? out.scale_num : scale;
@@ -252,7 +266,8 @@ IndexBuild::IndexBuild() = default;
 IndexBuild::~IndexBuild() = default;
 
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h, const JpegIndex* index, bool packed, IndexBuild* build) {
+                       int out_h, const JpegIndex* index, bool packed, IndexBuild* build,
+                       HuffmanDecoder huffman) {
   if (build) {
     build->index.reset();
     build->deferred = false;
@@ -261,11 +276,12 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
   if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
   if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
   DecodedCrop out;
+  const bool own = useAiaccHuffman(huffman);
   const bool indexed = index && index->matches(data, size);
-  if (indexed && EntropyHook::enabled()) {
+  if (indexed && own) {
     // Our decoder seeks through the index: the MCUs whose coefficients are not used are not
     // touched at all (no extract needed).
-    if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, nullptr, index)) return out;
+    if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, true, nullptr, index)) return out;
     return decodeFallback(data, size, pick, "CMYK JPEG");
   }
   if (indexed) {  // libjpeg-turbo's decoder: from an extract
@@ -290,7 +306,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     if (index->extract(data, size, r0, r1, c0, c1, piece)) {
       const Box inside{b.x - c0 * mw, b.y - r0 * mh, b.w, b.h};
       try {
-        if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h, packed)) {
+        if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h, packed, false)) {
           out.path = DecodePath::kJpegIndex;
           return out;
         }
@@ -302,10 +318,10 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     // with the box already chosen.
     const Box chosen = out.box;
     const CropPicker again = [chosen](int, int) { return chosen; };
-    if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h, packed)) return out;
+    if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h, packed, false)) return out;
     return decodeFallback(data, size, again, "CMYK JPEG");
   }
-  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, build)) {
+  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, own, build)) {
     // Not built along (libjpeg-turbo's decoder did the work, or the file is not indexable):
     // a walk of its own.
     if (build && !build->index && !build->deferred) {
@@ -327,7 +343,7 @@ int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
   cinfo.scale_denom = 8;
   jpeg_start_decompress(&cinfo);
   EntropyHook hook;  // skipped rows: walked without their values
-  hook.install(&cinfo, data, size, false, 0, 0);
+  if (useAiaccHuffman(HuffmanDecoder::kProcessDefault)) hook.install(&cinfo, data, size, false, 0, 0);
   // Output rows at 1/8 scale: one per 8 image rows.
   const JDIMENSION all = cinfo.output_height;
   const JDIMENSION want = rows < 0 ? all : std::min<JDIMENSION>(all, std::max<JDIMENSION>(1, (static_cast<JDIMENSION>(rows) + 7) / 8));
@@ -380,13 +396,14 @@ std::vector<uint8_t> readFile(const std::string& path) {
   return bytes;
 }
 
-std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality) {
+std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality, JpegSampling sampling) {
   tjhandle tj = tjInitCompress();
   AIACC_CHECK(tj != nullptr, "tjInitCompress failed");
   unsigned char* buf = nullptr;
   unsigned long len = 0;
   const int rc = tjCompress2(tj, image.pixels.data(), image.width, 0, image.height, TJPF_RGB,
-                             &buf, &len, TJSAMP_420, quality, TJFLAG_ACCURATEDCT);
+                             &buf, &len, sampling == JpegSampling::k444 ? TJSAMP_444 : TJSAMP_420, quality,
+                             TJFLAG_ACCURATEDCT);
   std::string err = rc != 0 ? tjGetErrorStr2(tj) : "";
   tjDestroy(tj);
   if (rc != 0) {

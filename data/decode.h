@@ -56,6 +56,15 @@ using CropPicker = std::function<Box(int width, int height)>;
 
 enum class DecodePath { kJpegRegion, kJpegIndex, kFallback };
 
+// Whose Huffman decoder entropy-decodes a JPEG in decodeCrop:
+//   kProcessDefault  aiacc's where EntropyHook::enabled() (the --libjpeg-huffman switch) and the
+//                    process's gate (data/entropy_gate.h, huffmanTakeover()) allow it;
+//   kLibjpegTurbo    libjpeg-turbo's;
+//   kAiacc           aiacc's whatever the switch and the gate (the gate's self-check).
+// aiacc's decoder takes only the files it can (data/entropy_hook.h); the others, and those whose
+// data it finds invalid, are decoded by libjpeg-turbo's.
+enum class HuffmanDecoder { kProcessDefault, kLibjpegTurbo, kAiacc };
+
 class JpegIndex;
 
 struct DecodedCrop {
@@ -65,6 +74,7 @@ struct DecodedCrop {
   Box box;              // crop box chosen by the picker, original coordinates
   int scale_num = 8;    // DCT scale numerator (denominator 8)
   DecodePath path = DecodePath::kJpegRegion;
+  bool aiacc_huffman = false;  // aiacc's Huffman decoder gave the coefficients (else libjpeg-turbo's)
 };
 
 // Asks decodeCrop for the file's JPEG index (data/jpeg_index.h) when it has none: our Huffman
@@ -90,9 +100,11 @@ inline constexpr int kFullResolution = 1 << 30;
 // entropy-decoded, from a small extract of the file; the pixels are the same (path kJpegIndex).
 // packed = false allows a strided crop (RgbImage::stride), which saves a copy of every row.
 // build (optional, without index): also builds the file's index.
+// huffman: whose Huffman decoder (see HuffmanDecoder); the pixels are the same either way.
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
                        int out_h, const JpegIndex* index = nullptr, bool packed = true,
-                       IndexBuild* build = nullptr);
+                       IndexBuild* build = nullptr,
+                       HuffmanDecoder huffman = HuffmanDecoder::kProcessDefault);
 
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);
@@ -101,7 +113,8 @@ RgbImage decodeFull(const uint8_t* data, size_t size);
 // whole iMCU rows, and discards them (no inverse DCT, no colour conversion): the floor under
 // decodeCrop's time for a crop whose last row is rows - 1, since the Huffman data above a crop's
 // last row must be decoded whatever the crop or DCT scale. For aiacc_bench data --entropy-only
-// and --breakdown. Returns the image's height.
+// and --breakdown. aiacc's Huffman decoder as decodeCrop's kProcessDefault. Returns the image's
+// height.
 int entropyDecodeOnly(const uint8_t* data, size_t size, int rows = -1);
 
 // Width and height from a JPEG's header. Throws DecodeError when it is not a readable JPEG.
@@ -114,7 +127,10 @@ int chooseDctScale(int crop_w, int crop_h, int out_w, int out_h);
 // Reads a whole file. Throws DecodeError when it cannot be read.
 std::vector<uint8_t> readFile(const std::string& path);
 
-// Encodes RGB pixels as a baseline JPEG (TurboJPEG), 4:2:0, at the given quality.
-std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality);
+enum class JpegSampling { k420, k444 };
+
+// Encodes RGB pixels as a baseline JPEG (TurboJPEG), 4:2:0 unless told, at the given quality.
+std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality,
+                                JpegSampling sampling = JpegSampling::k420);
 
 }  // namespace aiacc::data

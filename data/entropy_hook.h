@@ -40,6 +40,8 @@ class EntropyHook {
   // jpeg_crop_scanline (crop: its xoffset and width results were given), before the first
   // jpeg_read_scanlines or jpeg_skip_scanlines. data/size: the buffer given to jpeg_mem_src.
   // Sets cinfo->client_data. Returns false, changing nothing, for files it does not take.
+  // Whether to call it at all is the caller's: enabled() and the libjpeg-turbo version gate
+  // (data/entropy_gate.h), which decodeCrop consults (HuffmanDecoder).
   // index (optional): reported every MCU as it is decoded or walked, for finishIndex.
   // seek (optional): the file's index; then the MCUs whose coefficients are not used are not
   // even walked (the decode of each used run of MCUs starts from the index's checkpoint).
@@ -57,11 +59,15 @@ class EntropyHook {
   // True when the data was not valid somewhere: the decoded pixels are not to be used.
   bool failed() const { return failed_; }
 
-  // Process-wide switch (tests and aiacc_bench's A/B): false keeps libjpeg-turbo's decoder.
+  // Process-wide switch (--libjpeg-huffman, tests, aiacc_bench's A/B): false keeps
+  // libjpeg-turbo's decoder for decodeCrop's HuffmanDecoder::kProcessDefault.
   static void enable(bool on);
   static bool enabled();
 
   // Process-wide counts since start: decodes it took over, and those that found invalid data.
+  // The first call runs the libjpeg-turbo gate (data/entropy_gate.h, huffmanTakeover()) if no
+  // decode has yet, so that the dozen decodes of its self-check, which count, are in every count
+  // taken and in no difference of two.
   struct Counts {
     uint64_t installed = 0, failed = 0;
   };
