@@ -5,7 +5,7 @@
 #   scripts/run.sh --data /imagenet --recipe recipes/dawnbench_8gpu.recipe
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+AIACC_SKIP_TORCH2=1 scripts/setup.sh  # the main job uses the Debian build only (no 2.x venv)
 scripts/build.sh
 BIN=${AIACC_BUILD_DIR:-build}/app/aiacc_train
 has_data=0

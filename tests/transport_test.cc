@@ -9,6 +9,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -175,17 +176,22 @@ TEST(Shm, MissingPeerIsNamedWithinTheTimeout) {
 
 // The one factory picks: shared memory on one host, Gloo between hosts, two-level between nodes
 // with several ranks each (or as the tuner's alternative), and refuses GPU ranks without NCCL.
-// Errors are sticky per channel: when a peer stops taking part, the first operation it misses
-// fails within the timeout and every operation queued behind it fails at once with that first
-// error (not one timeout each); wait() raises it every time; abort() fails the rest at once.
+// Errors are sticky per channel: when a peer stalls (alive, connected, taking part in nothing
+// more), the first operation it misses fails within the timeout and every operation queued
+// behind it fails at once with that first error (not one timeout each); wait() raises it every
+// time; abort() fails the rest at once.
 TEST(Transport, FirstFailureFailsEverythingQueuedAtOnce) {
   const auto timeout = std::chrono::seconds(2);
   std::vector<std::string> first(2), later(2);
   double elapsed = 0;
+  std::atomic<bool> rank0_done{false};
   const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
     at::Tensor x = at::ones({64});
     for (int i = 0; i < 2; ++i) t->allreduce(x, ReduceOp::kSum, 0)->wait();  // both ranks: fine
-    if (r == 1) return;  // rank 1 takes part in nothing more (a dead or stalled peer)
+    if (r == 1) {  // stalls, its transport open, until rank 0 has seen everything fail
+      for (int i = 0; i < 600 && !rank0_done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      return;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Work>> works;
     std::vector<at::Tensor> keep;
@@ -207,9 +213,11 @@ TEST(Transport, FirstFailureFailsEverythingQueuedAtOnce) {
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_THROW(works[3]->wait(), CommError) << "a second wait() after an error is not a success";
     EXPECT_THROW(t->allreduce(x, ReduceOp::kSum, 0)->wait(), CommError) << "a later operation fails too";
+    rank0_done = true;
   }, /*channels=*/1, timeout);
   expectNoErrors(errors);
   EXPECT_NE(first[0], "");
+  EXPECT_GE(elapsed, 1.5) << "the first missed operation waits out its timeout (the peer is alive): " << first[0];
   EXPECT_LT(elapsed, 2.0 * 3) << "8 queued operations took about one timeout, not eight";
 }
 
