@@ -97,6 +97,9 @@ DEFINE_int32(gpus, 0, "GPUs on this node: one worker process per GPU (needs a CU
 DEFINE_int32(nnodes, 1, "nodes in the job (run aiacc_train on each with its --node-rank); a "
              "launcher's node count wins, a different --nnodes is an error");
 DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1 (a launcher's, e.g. GROUP_RANK, wins)");
+DEFINE_string(job_id, "", "the job's id: its ranks claim the rendezvous store under it, and a process of another "
+              "job that reaches the store is refused. Default: the launcher's (torchrun run id, Slurm job.step, "
+              "Open MPI job id), a fresh one for a one-node --nproc/--gpus job, else one derived from the layout");
 DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store; under torchrun / "
               "Kubeflow MASTER_ADDR:MASTER_PORT (torchrun's agent hosts the store there), in a Slurm step "
               "the step's first host, with mpirun / horovodrun MASTER_ADDR:MASTER_PORT when exported");
@@ -170,6 +173,7 @@ DistSpec distSpecFromFlags() {
   d.launch.node_rank = FLAGS_node_rank;
   d.launch.master = FLAGS_master;
   d.launch.log_dir = FLAGS_log_dir;
+  d.launch.job_id = FLAGS_job_id;
   auto given = [](const char* name) {
     gflags::CommandLineFlagInfo info;
     return gflags::GetCommandLineFlagInfo(name, &info) && !info.is_default;

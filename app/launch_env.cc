@@ -96,7 +96,7 @@ LaunchEnv fromAiacc(const EnvMap& env) {
   AIACC_CHECK_INPUT(has(env, "AIACC_WORLD_SIZE"), "AIACC_RANK is set but AIACC_WORLD_SIZE is not");
   e.master = valueOr(env, "AIACC_MASTER", "");
   e.master_from = "AIACC_MASTER=" + e.master;
-  e.job_key = valueOr(env, "AIACC_JOB_KEY", "");
+  e.job_id = valueOr(env, "AIACC_JOB_ID", "");
   nodesFromLocalSize(e);
   return e;
 }
@@ -122,8 +122,8 @@ LaunchEnv fromTorchrun(const EnvMap& env) {
   masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e);
   e.agent_store = isTrue(find(env, "TORCHELASTIC_USE_AGENT_STORE"));
   // Restarts reuse the agent's store: a new attempt must not meet the last one's keys.
-  e.job_key = strCat(valueOr(env, "TORCHELASTIC_RUN_ID", "torchrun"), "/",
-                     valueOr(env, "TORCHELASTIC_RESTART_COUNT", "0"));
+  e.job_id = valueOr(env, "TORCHELASTIC_RUN_ID", "torchrun");
+  e.job_key = strCat(e.job_id, "/", valueOr(env, "TORCHELASTIC_RESTART_COUNT", "0"));
   return e;
 }
 
@@ -192,6 +192,7 @@ LaunchEnv fromMpi(const EnvMap& env, LaunchSource source, const char* rank, cons
   readWorld(env, e, rank, world, local_rank, local_size);
   nodesFromLocalSize(e);
   masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e);
+  if (const std::string* id = find(env, "OMPI_MCA_ess_base_jobid")) e.job_id = "ompi-" + *id;
   return e;
 }
 
@@ -236,6 +237,10 @@ bool inSlurmStep(const EnvMap& env) {
 LaunchEnv fromSlurm(const EnvMap& env) {
   LaunchEnv e;
   e.source = LaunchSource::kSlurm;
+  if (const std::string* job = find(env, "SLURM_JOB_ID")) {
+    const std::string* step = find(env, "SLURM_STEP_ID");
+    e.job_id = strCat("slurm-", *job, ".", step ? *step : valueOr(env, "SLURM_STEPID", "0"));
+  }
   const auto world = firstInt(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"});
   AIACC_CHECK_INPUT(world.has_value(), "a Slurm job step without SLURM_STEP_NUM_TASKS or SLURM_NTASKS");
   e.world.world = world->value;
@@ -280,6 +285,14 @@ LaunchEnv fromSlurm(const EnvMap& env) {
     }
   }
   return e;
+}
+
+// The id the ranks claim the store under: --job-id, else the launcher's, else one every rank
+// derives alike (launcher and world size).
+std::string jobId(const LaunchEnv& env, const LaunchFlags& flags, const comm::WorldInfo& world) {
+  if (!flags.values.job_id.empty()) return flags.values.job_id;
+  if (!env.job_id.empty()) return env.job_id;
+  return strCat(sourceName(env.source), ", world ", world.world);
 }
 
 std::string hostOf(const std::string& master) { return master.substr(0, master.rfind(':')); }
@@ -406,6 +419,7 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
     p.world = env.world;
     p.store.master = env.master.empty() ? flags.values.master : env.master;
     if (!env.job_key.empty()) p.store.key_prefix += "/" + env.job_key;
+    p.store.job = jobId(env, flags, p.world);
     return p;
   }
   if (!env.per_process) return planNode(env, flags, env.nnodes, env.node_rank, env.nproc);
@@ -434,6 +448,7 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
   p.store.master = resolveMaster(env, flags);
   p.store.agent_hosted = env.agent_store;
   if (!env.job_key.empty()) p.store.key_prefix += "/" + env.job_key;
+  p.store.job = jobId(env, flags, p.world);
   // Ranks on several nodes cannot meet at a loopback address nobody chose.
   const bool several_nodes = env.nnodes > 1 || (!env.local_from.empty() && env.world.local_size < env.world.world);
   if (several_nodes && env.master.empty() && !flags.master && isLoopback(hostOf(p.store.master))) {

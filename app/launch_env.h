@@ -59,6 +59,7 @@ struct LaunchEnv {
   bool master_is_default = false;
   bool agent_store = false;  // the launcher's agent hosts the store at `master`: connect only
   std::string job_key;       // part of the rendezvous key prefix (torchrun: run id, restart)
+  std::string job_id;        // the launcher's id of the job (torchrun run id, Slurm job.step, ...)
   // The variables behind the numbers, as NAME=VALUE, for conflict messages.
   std::string world_from, local_from, nodes_from, node_rank_from, master_from;
 };
@@ -81,6 +82,9 @@ struct StoreAddress {
   std::string master;         // host:port
   bool agent_hosted = false;  // true: every rank connects as a client (torchrun's agent hosts it)
   std::string key_prefix = "aiacc";
+  // The ranks claim the store under this id: a process of another job that reaches it is
+  // refused at once (comm::StoreOptions::job).
+  std::string job;
 };
 
 struct LaunchPlan {

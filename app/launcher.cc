@@ -125,6 +125,7 @@ bool drain(int& fd, std::string& buf) {
 std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int local) {
   std::vector<std::string> env;
   const std::vector<std::pair<std::string, std::string>> ours = {
+      {"AIACC_JOB_ID", spec.job_id},
       {"AIACC_RANK", std::to_string(rank)},
       {"AIACC_WORLD_SIZE", std::to_string(spec.nproc * spec.nnodes)},
       {"AIACC_LOCAL_RANK", std::to_string(local)},
@@ -149,7 +150,21 @@ std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int
 // forwarded to the group, then SIGKILL after a grace period. A worker that fails stops the rest
 // the same way. Workers' output comes through pipes, each line prefixed with "[rank R] ", or goes
 // to --log-dir files.
-int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args) {
+// The id the ranks claim the store under when --job-id is not given: fresh for one node (host,
+// launcher pid, time); for several nodes the same on each (layout and master), since every
+// node's launcher makes its own.
+std::string defaultJobId(const LaunchSpec& spec) {
+  if (spec.nnodes > 1) return strCat("aiacc-", spec.nnodes, "x", spec.nproc, "@", spec.master);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
+  return strCat("aiacc-", host, "-", ::getpid(), "-", ms);
+}
+
+int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args) {
+  LaunchSpec spec = given;
+  if (spec.job_id.empty()) spec.job_id = defaultJobId(spec);
   AIACC_CHECK_INPUT(spec.nproc >= 1 && spec.nnodes >= 1 && spec.node_rank >= 0 &&
                         spec.node_rank < spec.nnodes,
                     "need --nproc >= 1 and 0 <= --node-rank < --nnodes");

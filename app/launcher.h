@@ -27,6 +27,9 @@ struct LaunchSpec {
   int node_rank = 0;
   std::string master = "127.0.0.1:29500";
   std::string log_dir;  // non-empty: worker R's stdout and stderr go to log_dir/rank-R.log
+  // The job's id (--job-id): its ranks claim the rendezvous store under it. Empty: a fresh id
+  // for a one-node job; for several nodes one every node derives alike (node layout, master).
+  std::string job_id;
 };
 
 // Runs `args` (argv of the worker command) as spec.nproc children and supervises them.

@@ -15,6 +15,7 @@
 #include "app/cli.h"
 #include "app/flags.h"
 #include "app/heap.h"
+#include "app/job_settings.h"
 #include "app/launch_env.h"
 #include "app/launcher.h"
 #include "app/report.h"
@@ -27,14 +28,20 @@
 
 namespace {
 
+// The rendezvous store, kept for the whole job (rank 0 hosts it): a process of another job
+// that reaches the port later is refused with a message instead of timing out as it connects.
+using StoreSlot = std::shared_ptr<c10::intrusive_ptr<c10d::Store>>;
+
 // World size 1: LocalSync. Otherwise: rendezvous through the TCPStore (rank 0's, or torchrun's
-// agent's), a Gloo transport, and DataParallel around the model.
+// agent's), the agreement of every rank's settings, the transports, and DataParallel around
+// the model.
 aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
                                         const aiacc::app::DistSpec& dist,
                                         const aiacc::app::StoreAddress& address,
-                                        std::shared_ptr<aiacc::comm::Timeline> timeline) {
+                                        std::shared_ptr<aiacc::comm::Timeline> timeline, StoreSlot keep) {
   if (world.world == 1) return aiacc::app::localSync();
-  return [world, dist, address, timeline](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<aiacc::comm::GradientSync> {
+  return [world, dist, address, timeline, keep](std::shared_ptr<torch::nn::Module> model,
+                                          const aiacc::comm::Settings& job) -> std::unique_ptr<aiacc::comm::GradientSync> {
     const auto [host, port] = aiacc::app::parseHostPort(address.master);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
     aiacc::comm::TransportSpec ts;
@@ -64,7 +71,13 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     so.timeout = timeout;
     so.prefix = address.key_prefix;
     so.client_only = address.agent_hosted;
+    so.job = address.job;
     auto store = aiacc::comm::makeTcpStore(so);
+    *keep = store;
+    // Ranks started with different options or data stop here, all of them, naming the option.
+    aiacc::comm::Settings settings = job;
+    for (auto& x : aiacc::app::distSettings(dist, world)) settings.push_back(std::move(x));
+    aiacc::comm::agreeAcrossRanks(*store, world, settings, timeout);
     aiacc::comm::Transports transports = aiacc::comm::makeTransports(store, ts);
     if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
     aiacc::comm::DataParallelOptions dp;
@@ -139,7 +152,8 @@ int main(int argc, char** argv) {
     aiacc::app::Config config = aiacc::app::configFromFlags(recipe);
     std::shared_ptr<aiacc::comm::Timeline> timeline;
     if (!dist.timeline.empty() && world.rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
-    aiacc::app::Trainer trainer(config, world, makeSyncFactory(world, dist, plan.store, timeline), start);
+    auto store = std::make_shared<c10::intrusive_ptr<c10d::Store>>();
+    aiacc::app::Trainer trainer(config, world, makeSyncFactory(world, dist, plan.store, timeline, store), start);
     trainer.setTimeline(timeline);
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();

@@ -16,6 +16,7 @@
 #include "app/amp.h"
 #include "app/checkpoint.h"
 #include "app/fused_sgd.h"
+#include "app/job_settings.h"
 #include "app/json.h"
 #include "app/launch_env.h"
 #include "common/error.h"
@@ -30,7 +31,7 @@ namespace aiacc::app {
 using Clock = Trainer::Clock;
 
 SyncFactory localSync() {
-  return [](std::shared_ptr<torch::nn::Module>) { return std::make_unique<comm::LocalSync>(); };
+  return [](std::shared_ptr<torch::nn::Module>, const comm::Settings&) { return std::make_unique<comm::LocalSync>(); };
 }
 
 struct Trainer::State {
@@ -45,6 +46,7 @@ struct Trainer::State {
   std::unique_ptr<data::BatchSource> train, val;
   int64_t ignored_files = 0;
   std::string data_name;
+  std::string dataset;  // datasetFingerprint(), for the agreement across ranks
 
   at::Device device = at::kCPU;
   models::ResNet model{nullptr};
@@ -112,6 +114,8 @@ void Trainer::setData(std::unique_ptr<data::BatchSource> train, std::unique_ptr<
   s_->train = std::move(train);
   s_->val = std::move(val);
   s_->data_name = "in-memory batches";
+  s_->dataset = strCat("in-memory batches: ", s_->train->numClasses(), " classes, ", s_->train->shardSize(),
+                       " train images per rank");
 }
 
 void Trainer::State::setupData() {
@@ -129,6 +133,7 @@ void Trainer::State::setupData() {
     v->setDevice(device);
     train = std::move(t);
     val = std::move(v);
+    dataset = strCat("synthetic: ", cfg.synthetic_images, " images, ", cfg.synthetic_classes, " classes");
     return;
   }
   AIACC_CHECK_INPUT(!cfg.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
@@ -157,6 +162,7 @@ void Trainer::State::setupData() {
   lo.world = world;
   lo.train = true;
   const size_t n_train = layout.train.samples.size(), n_val = layout.val.samples.size();
+  dataset = datasetFingerprint(layout.train.classes, n_train, n_val);
   AIACC_CHECK_INPUT(static_cast<int64_t>(n_train) / world >= cfg.stages.front().batch_size,
                     "train/ has ", n_train, " images: fewer than one batch of ",
                     cfg.stages.front().batch_size, " per process; lower --batch-size");
@@ -201,8 +207,16 @@ void Trainer::State::setupModel() {
   GradScalerOptions so;
   so.enabled = cfg.amp && cfg.amp_dtype == "fp16";  // bf16 has fp32's range: nothing to scale
   scaler = std::make_unique<GradScaler>(so);
-  // Data parallelism wraps the model here (DataParallel broadcasts rank 0's weights).
-  sync_ptr = make_sync(model.ptr());
+  if (!cfg.resume.empty()) {
+    pos = loadCheckpoint(cfg.resume, *model, *optimizer);
+    if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
+    if (isRank0()) {
+      LOG(INFO) << "resumed from " << cfg.resume << " after epoch " << pos.epochs_done << " (step " << pos.step << ")";
+    }
+  }
+  // Data parallelism wraps the model here: the ranks' settings are compared first, then
+  // DataParallel broadcasts rank 0's weights.
+  sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), pos));
   if (isRank0()) {
     LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, "
               << mo.num_classes << " classes on " << device.str()
@@ -279,7 +293,7 @@ bool Trainer::State::targetReached(const EvalPoint& e) const {
 }
 
 void Trainer::State::writeMetric(const std::string& json) {
-  if (metrics.is_open()) metrics << json << "\n";
+  if (metrics.is_open()) metrics << json << std::endl;  // whole lines, as they happen (tail -f)
 }
 
 void Trainer::State::checkpoint() {
@@ -314,15 +328,7 @@ Report Trainer::run() {
   at::set_num_threads(threads);
   s.setupDevice();
   s.setupData();
-  s.setupModel();
-  if (!cfg.resume.empty()) {
-    s.pos = loadCheckpoint(cfg.resume, *s.model, *s.optimizer);
-    if (s.scaler->enabled() && s.pos.loss_scale > 0) s.scaler->setState(s.pos.loss_scale, s.pos.loss_scale_good_steps);
-    if (s.isRank0()) {
-      LOG(INFO) << "resumed from " << cfg.resume << " after epoch " << s.pos.epochs_done
-                << " (step " << s.pos.step << ")";
-    }
-  }
+  s.setupModel();  // and the resumed position
   if (!cfg.metrics_file.empty() && s.isRank0()) {
     s.metrics.open(cfg.metrics_file, std::ios::app);
     AIACC_CHECK_INPUT(s.metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");
@@ -380,21 +386,30 @@ Report Trainer::run() {
       s.setLearningRate(lr);
       const auto t0 = Clock::now();
       double loss_value = 0;
-      if (batch->labels.numel() > 0) {
-        const torch::Tensor images = data::imagesOnDevice(batch->images, s.device, cfg.channels_last);
-        const torch::Tensor labels = data::labelsOnDevice(batch->labels, s.device);
+      // Images decoded for this step; skipped (undecodable) ones are missing from the batch.
+      const int64_t n = batch->labels.numel();
+      // A rank whose batch decoded to nothing still takes part in the step (the others wait for
+      // its buckets): zero contribution, then the same averaged update as everyone. Alone, there
+      // is nothing to learn from.
+      if (n > 0 || s.world > 1) {
         s.sync().beforeForward();
-        torch::Tensor loss;
-        {
-          AutocastGuard autocast(cfg.amp, s.device.type(), s.ampDtype());
-          const torch::Tensor logits = s.model->forward(images);
-          loss = F::cross_entropy(logits.to(at::kFloat), labels, loss_opts);
-        }
-        const auto t_fwd = Clock::now();
         // Gradients set to none, not zeroed: backward then hands each parameter its new gradient
         // tensor instead of adding it into a zeroed one (a write and a read-add pass saved).
         for (auto& p : s.params) p.mutable_grad() = torch::Tensor();
-        s.scaler->scaleLoss(loss).backward();
+        torch::Tensor loss;
+        if (n > 0) {
+          const torch::Tensor images = data::imagesOnDevice(batch->images, s.device, cfg.channels_last);
+          const torch::Tensor labels = data::labelsOnDevice(batch->labels, s.device);
+          AutocastGuard autocast(cfg.amp, s.device.type(), s.ampDtype());
+          const torch::Tensor logits = s.model->forward(images);
+          loss = F::cross_entropy(logits.to(at::kFloat), labels, loss_opts);
+          // Every decoded image weighs 1 / (world x batch) in the step's gradient, on every rank:
+          // a partial batch's mean counts for its share of a full one (skipped images count as
+          // zero gradient, not as a larger weight on the rest of their rank's batch).
+          if (n < st.batch_size) loss = loss * (static_cast<double>(n) / st.batch_size);
+        }
+        const auto t_fwd = Clock::now();
+        if (loss.defined()) s.scaler->scaleLoss(loss).backward();
         const auto t_bwd = Clock::now();
         bool step_ok = s.sync().finishBackward();
         const auto t_sync = Clock::now();
@@ -407,7 +422,7 @@ Report Trainer::run() {
         if (step_ok) s.optimizer->step();
         // Also the point where this step's input copy has certainly finished (it reads the
         // stream that copied it): only after it may the loader reuse the pinned batch buffer.
-        loss_value = loss.item<double>();
+        if (loss.defined()) loss_value = loss.item<double>() * (n < st.batch_size ? static_cast<double>(st.batch_size) / n : 1.0);
         if (s.timeline) {
           const auto t_end = Clock::now();
           s.timeline->span("forward", 0, t0, t_fwd);

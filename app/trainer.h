@@ -12,6 +12,7 @@
 
 #include "app/config.h"
 #include "app/report.h"
+#include "comm/agreement.h"
 #include "comm/gradient_sync.h"
 #include "comm/timeline.h"
 
@@ -25,9 +26,11 @@ class BatchSource;
 namespace aiacc::app {
 
 // Makes the GradientSync for the model once it exists: LocalSync for one process,
-// comm::DataParallel for many.
-using SyncFactory =
-    std::function<std::unique_ptr<comm::GradientSync>(std::shared_ptr<torch::nn::Module>)>;
+// comm::DataParallel for many. `job` holds this rank's training settings (app/job_settings.h),
+// which a multi-rank factory compares across ranks (comm::agreeAcrossRanks) before any
+// collective, adding its own.
+using SyncFactory = std::function<std::unique_ptr<comm::GradientSync>(std::shared_ptr<torch::nn::Module>,
+                                                                       const comm::Settings& job)>;
 
 // The single-process factory.
 SyncFactory localSync();

@@ -83,6 +83,22 @@ class ShmTransport::Channel {
                   " (enlarge /dev/shm, or run with --noshm to use Gloo over loopback)");
     }
     base_.assign(static_cast<size_t>(world_), nullptr);
+    try {
+      connect(store, o, fd, mine, index, name);
+    } catch (...) {  // a failed start (a peer missing, a mapping refused) leaves nothing behind
+      ::shm_unlink(mine.c_str());
+      for (char* b : base_) {
+        if (b) ::munmap(b, size_);
+      }
+      throw;
+    }
+    worker_ = std::make_unique<ChannelWorker>(timeline_, row_);
+  }
+
+  // Maps this rank's segment (fd, named `mine`) and, once every rank created its own, every
+  // peer's; unlinks `mine` once every rank mapped it.
+  template <typename NameFn>
+  void connect(c10d::Store& store, const ShmOptions& o, int fd, const std::string& mine, int index, NameFn name) {
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
     new (header(rank_)) Header{};  // value-initialized: seq, word and waiters start at 0
     const std::string key = strCat(o.name, "/shm/c", index);
@@ -98,7 +114,6 @@ class ShmTransport::Channel {
     store.set(strCat(key, "/mapped/", rank_), std::vector<uint8_t>{1});
     waitForRanks(store, key + "/mapped", world_, timeout_);
     ::shm_unlink(mine.c_str());  // everyone holds a mapping: nothing outlives the job
-    worker_ = std::make_unique<ChannelWorker>(timeline_, row_);
   }
 
   ~Channel() {

@@ -15,7 +15,8 @@
 // timeout, naming it.
 //
 // Segments are created under a random job id agreed through the store, mapped by everyone, then
-// unlinked at once: nothing is left in /dev/shm even if the job is killed later. Each channel has
+// unlinked at once: nothing is left in /dev/shm even if the job is killed later; a start that
+// fails (a peer missing, a segment refused) unlinks and unmaps what it made. Each channel has
 // its own segments and worker thread, so channels run concurrently.
 #pragma once
 

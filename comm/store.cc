@@ -10,6 +10,8 @@
 
 namespace aiacc::comm {
 
+const char* const kJobKey = "aiacc/job";
+
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<std::uint16_t>(o.port);
@@ -18,9 +20,9 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
   opts.numWorkers = static_cast<std::size_t>(o.world);
   opts.waitWorkers = false;  // we wait ourselves, with a message naming the missing ranks
   opts.timeout = o.timeout;
+  c10::intrusive_ptr<c10d::Store> store;
   try {
-    auto store = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
-    return c10::make_intrusive<c10d::PrefixStore>(o.prefix, store);
+    store = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
@@ -31,6 +33,17 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
                                    : o.client_only ? "is the launcher's agent (torchrun) still running?"
                                                    : "is rank 0 running?");
   }
+  if (!o.job.empty()) claimForJob(*store, o.job, o.host + ":" + std::to_string(o.port));
+  return c10::make_intrusive<c10d::PrefixStore>(o.prefix, store);
+}
+
+void claimForJob(c10d::Store& store, const std::string& job, const std::string& where) {
+  const std::vector<uint8_t> mine(job.begin(), job.end());
+  const std::vector<uint8_t> owner = store.compareSet(kJobKey, {}, mine);
+  if (owner == mine) return;
+  AIACC_THROW(CommError, "the rendezvous store at ", where, " belongs to another job ('",
+              std::string(owner.begin(), owner.end()), "'; this process is job '", job,
+              "'): two jobs share the port; give this job its own --master port (or the same --job-id on every rank)");
 }
 
 c10::intrusive_ptr<c10d::Store> makeHashStore() { return c10::make_intrusive<c10d::HashStore>(); }

@@ -20,11 +20,18 @@ struct StoreOptions {
   // The launcher's agent (torchrun with TORCHELASTIC_USE_AGENT_STORE=True) already hosts the
   // server at host:port: every rank, rank 0 included, connects as a client.
   bool client_only = false;
+  // Non-empty: the store belongs to this job. The first process to connect claims it (one
+  // compare-and-set of an unprefixed key); a process of another job is refused with a CommError
+  // naming both ids, and touches none of the running job's keys.
+  std::string job;
 };
 
-// Rank 0 hosts the server (unless client_only); everyone connects. A port already in use is a
-// CommError naming it.
+// Rank 0 hosts the server (unless client_only); everyone connects, then claims the store for
+// o.job. A port already in use, or a store of another job, is a CommError saying so.
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o);
+
+// The claim itself, on an unprefixed store (makeTcpStore calls it; tests call it directly).
+void claimForJob(c10d::Store& store, const std::string& job, const std::string& where);
 
 // An in-memory store for ranks as threads of one process.
 c10::intrusive_ptr<c10d::Store> makeHashStore();

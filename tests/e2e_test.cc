@@ -131,16 +131,7 @@ TEST_F(TrainE2E, ResumeContinuesExactlyWhereItStopped) {
   EXPECT_DOUBLE_EQ(rest.final_top1, full.final_top1);
 }
 
-// Runs a shell command; returns its exit code and stdout.
-std::pair<int, std::string> runCommand(const std::string& cmd) {
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WEXITSTATUS(status), out};
-}
+const auto runCommand = test::runShell;
 
 // Runs aiacc_train with arguments; returns exit code and stderr+stdout.
 std::pair<int, std::string> runTrain(const std::string& args) {

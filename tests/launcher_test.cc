@@ -4,10 +4,7 @@
 // aiacc_train ranks that meet at its agent's store and train one job; aiacc_train's own launcher
 // prefixes or files its workers' output, forwards SIGTERM, and leaves no worker behind when it
 // is SIGKILLed.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,32 +17,8 @@
 namespace aiacc::app {
 namespace {
 
-// Runs a shell command; returns its exit code and stdout.
-std::pair<int, std::string> run(const std::string& cmd) {
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WEXITSTATUS(status), out};
-}
-
-// A port nobody listens on now (the kernel's pick for port 0): tests run in parallel.
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
+const auto run = test::runShell;
+using test::freePort;
 
 // A short CPU job: 2 ranks x 8 images x `steps` steps.
 std::string smallJob(int steps) {
@@ -248,6 +221,30 @@ TEST(Launcher, SigtermIsForwardedAndEndsTheJob) {
   EXPECT_NE(out.find("aiacc_train: received SIGTERM; forwarding it to the 2 worker(s)"), std::string::npos) << out;
   EXPECT_NE(out.find("aiacc_train: stopped by SIGTERM"), std::string::npos) << out;
   EXPECT_EQ(out.find("left:"), std::string::npos) << out;
+}
+
+// A process of another job pointed at a running job's store (here: rank 1 of a job whose id
+// differs, as after a port collision) is refused at once, saying so, and the running job goes
+// on to train every step it was asked for.
+TEST(Launcher, ProcessOfAnotherJobIsRefusedAndTheJobGoesOn) {
+  test::TempDir d;
+  const std::string metrics = d / "m.jsonl";
+  const std::string port = std::to_string(freePort());
+  const std::string job = " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 2400 "
+                          "--batch-size 8 --image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --max-steps 60";
+  const std::string script =
+      std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" + port + job + " --metrics-file " +
+      metrics + " --report-file " + d.path() + "/r.json > " + d.path() + "/log 2>&1 & L=$!; " + waitForFile(metrics) +
+      "env AIACC_RANK=1 AIACC_WORLD_SIZE=2 AIACC_MASTER=127.0.0.1:" + port + " AIACC_JOB_ID=intruder " +
+      AIACC_TRAIN_BIN + job + " 2>&1; echo intruder=$?; wait $L; echo rc=$?; cat " + d.path() + "/log";
+  test::writeText(d / "other.sh", script + "\n");
+  const std::string out = run("bash " + d.path() + "/other.sh").second;
+  EXPECT_NE(out.find("belongs to another job ('aiacc-"), std::string::npos) << out;
+  EXPECT_NE(out.find("this process is job 'intruder')"), std::string::npos) << out;
+  EXPECT_NE(out.find("intruder=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
+  const std::string json = test::readText(d / "r.json");
+  EXPECT_NE(json.find("\"images_seen\": 960"), std::string::npos) << json << out;  // 60 steps x 8 x 2 ranks
 }
 
 }  // namespace

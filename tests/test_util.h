@@ -1,13 +1,19 @@
-// Shared test helpers: a self-deleting temporary folder and small file writers.
+// Shared test helpers: a self-deleting temporary folder, small file writers, shell commands.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace aiacc::test {
@@ -60,5 +66,32 @@ inline std::vector<double> metricValues(const std::string& path, const std::stri
 
 // Folder of the test sources (for scripts the tests call).
 inline std::string sourceDir() { return AIACC_SOURCE_DIR; }
+
+// Runs a shell command; returns its exit code and stdout.
+inline std::pair<int, std::string> runShell(const std::string& cmd) {
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+// A loopback port nobody listens on now (the kernel's pick for port 0): tests run in parallel.
+inline int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
 
 }  // namespace aiacc::test

@@ -136,7 +136,9 @@ TEST(TrainGolden, TwoRanksWithDataParallelTakePyTorchDdpsSteps) {
     w.world = 2;
     w.local_rank = rank;
     w.local_size = 2;
-    SyncFactory make = [&, w](std::shared_ptr<torch::nn::Module> model) -> std::unique_ptr<comm::GradientSync> {
+    SyncFactory make = [&, w](std::shared_ptr<torch::nn::Module> model,
+                               const comm::Settings& job) -> std::unique_ptr<comm::GradientSync> {
+      comm::agreeAcrossRanks(*store, w, job, std::chrono::seconds(60));  // as aiacc_train does
 #ifdef AIACC_WITH_GLOO
       auto transport = std::make_shared<comm::GlooTransport>(store, comm::test::glooOptions(w.rank, 2, 1));
 #else  // the CPU transport a build without Gloo has

@@ -1,6 +1,7 @@
 // comm/ transports: Gloo, shared memory, two-level, the factory, fp16/bf16 conversion and the
 // store. Ranks are threads sharing one in-memory store (real Gloo over TCP on loopback).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <thread>
@@ -172,6 +174,33 @@ TEST(Shm, MissingPeerIsNamedWithinTheTimeout) {
   });
   EXPECT_NE(errors[0].find("rank 1 did not reach the barrier"), std::string::npos) << errors[0];
   EXPECT_EQ(errors[1], "");
+}
+
+// Segments of a start that failed (rank 1 of 3 never comes) are unlinked: /dev/shm holds none
+// of this test's names afterwards, on the rank that waited nor on the one that came.
+TEST(Shm, FailedStartLeavesNoSegment) {
+  const std::string tag = "leaktest" + std::to_string(::getpid());
+  auto ours = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      n += e.path().filename().string().find(tag) != std::string::npos;
+    }
+    return n;
+  };
+  auto store = makeHashStore();
+  const std::vector<std::string> errors = runThreads(3, [&](int r) {
+    if (r == 1) return;
+    ShmOptions so;
+    so.rank = r;
+    so.world = 3;
+    so.channels = 2;
+    so.name = tag;
+    so.timeout = std::chrono::milliseconds(500);
+    ShmTransport shm(store, so);
+  });
+  EXPECT_NE(errors[0].find("(1 of 3 missing)"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[2].find("(1 of 3 missing)"), std::string::npos) << errors[2];
+  EXPECT_EQ(ours(), 0);
 }
 
 // The one factory picks: shared memory on one host, Gloo between hosts, two-level between nodes
@@ -406,6 +435,20 @@ TEST(Store, PortInUseIsAClearError) {
     FAIL() << "second server on the same port";
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("port 29731"), std::string::npos) << e.what();
+  }
+}
+
+// The first process claims the store for its job; one of another job is refused, naming both.
+TEST(Store, AnotherJobIsRefused) {
+  auto store = makeHashStore();
+  claimForJob(*store, "job-a", "here");
+  claimForJob(*store, "job-a", "here");  // a second rank of the same job
+  try {
+    claimForJob(*store, "job-b", "127.0.0.1:1234");
+    FAIL() << "a process of another job was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("the rendezvous store at 127.0.0.1:1234 belongs to another job ('job-a'; "
+                                         "this process is job 'job-b')"), std::string::npos) << e.what();
   }
 }
 
