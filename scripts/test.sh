@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Runs the test suite in both build configurations: set up packages if needed, build, run every
+# Runs the test suite in four build configurations: set up packages if needed, build, run every
 # CTest test.
 #   1. Debian's LibTorch 1.13 (CPU, with the system Gloo) in build/;
 #   2. the pip LibTorch 2.11 with CUDA 13.0 (scripts/torch2.sh) in build-torch2/, C++20, without
 #      GlooTransport (comm/CMakeLists.txt says why); its checkpoints are checked against build/'s
 #      both ways (CheckpointCompat.AcrossBuilds).
-#   3. asan, tsan (not in the default list): the comm and data tests (CTest labels "comm", "data")
+#   3. asan, 4. tsan: the comm and data tests (CTest labels "comm", "data")
 #      with aiacc's own code built with -fsanitize=address (with LeakSanitizer) or
 #      -fsanitize=thread against Debian's LibTorch, in build-asan/ and build-tsan/
-#      (-DAIACC_SANITIZE builds only those two test executables). The dependencies (LibTorch,
-#      Gloo, libjpeg-turbo, OpenCV) are not instrumented; tests/sanitizers/ holds the
-#      suppressions, each naming the dependency it is about.
+#      (-DAIACC_SANITIZE builds only the comm and data libraries and their tests). The
+#      dependencies (LibTorch, Gloo, libjpeg-turbo, OpenCV) are not instrumented;
+#      tests/sanitizers/ holds the suppressions, each naming the dependency it is about.
 # AIACC_CONFIGS="debian" (or "torch2", "asan tsan", ...) runs those; extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIGS=${AIACC_CONFIGS:-debian torch2}
+# The sanitizer configurations last: about 16 min of CI's 90 on 2 cores (each builds ~6 min and
+# tests ~2 min at -j2, measured at -j1 as 11-13 and 3.5-4.5 min).
+CONFIGS=${AIACC_CONFIGS:-debian torch2 asan tsan}
 # The pip LibTorch 2.x is set up only for the torch2 configuration.
 case " $CONFIGS " in *" torch2 "*) ;; *) export AIACC_SKIP_TORCH2=${AIACC_SKIP_TORCH2:-1} ;; esac
 scripts/setup.sh
