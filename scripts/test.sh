@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Runs the test suite in both build configurations: set up packages if needed, build, run every
+# Runs the test suite in four build configurations: set up packages if needed, build, run every
 # CTest test.
 #   1. Debian's LibTorch 1.13 (CPU, with the system Gloo) in build/;
 #   2. the pip LibTorch 2.11 with CUDA 13.0 (scripts/torch2.sh) in build-torch2/, C++20, without
 #      GlooTransport (comm/CMakeLists.txt says why); its checkpoints are checked against build/'s
 #      both ways (CheckpointCompat.AcrossBuilds).
-# AIACC_CONFIGS="debian" (or "torch2") runs one; extra arguments go to ctest.
+#   3. asan, 4. tsan: the comm and data tests (CTest labels "comm", "data")
+#      with aiacc's own code built with -fsanitize=address (with LeakSanitizer) or
+#      -fsanitize=thread against Debian's LibTorch, in build-asan/ and build-tsan/
+#      (-DAIACC_SANITIZE builds only the comm and data libraries and their tests). The
+#      dependencies (LibTorch, Gloo, libjpeg-turbo, OpenCV) are not instrumented;
+#      tests/sanitizers/ holds the suppressions, each naming the dependency it is about.
+# AIACC_CONFIGS="debian" (or "torch2", "asan tsan", ...) runs those; extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFIGS=${AIACC_CONFIGS:-debian torch2}
+# The sanitizer configurations last: about 16 min of CI's 90 on 2 cores (each builds ~6 min and
+# tests ~2 min at -j2, measured at -j1 as 11-13 and 3.5-4.5 min).
+CONFIGS=${AIACC_CONFIGS:-debian torch2 asan tsan}
+# The pip LibTorch 2.x is set up only for the torch2 configuration.
+case " $CONFIGS " in *" torch2 "*) ;; *) export AIACC_SKIP_TORCH2=${AIACC_SKIP_TORCH2:-1} ;; esac
 scripts/setup.sh
 t0=$SECONDS
 for c in $CONFIGS; do
@@ -27,7 +37,31 @@ for c in $CONFIGS; do
       echo "test.sh: torch2 build: $((SECONDS - s)) s"
       (cd build-torch2 && ctest --output-on-failure -j "${AIACC_TEST_JOBS:-2}" --timeout 600 "$@")
       ;;
-    *) echo "test.sh: unknown configuration '$c' (debian, torch2)" >&2; exit 2 ;;
+    asan|tsan)
+      s=$SECONDS
+      supp=$PWD/tests/sanitizers
+      if [ "$c" = asan ]; then
+        san=address
+        # Stop at the first error. LeakSanitizer runs at exit: a leak fails the test unless every
+        # allocation in it is a dependency's (lsan.supp; none so far: what LibTorch's and Gloo's
+        # static initialisation allocates stays reachable, so it is not reported).
+        env=(ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_init_order=1:check_initialization_order=1
+             LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0)
+      else
+        san=thread
+        # OMP_NUM_THREADS=1: LibTorch's intra-op parallelism (OpenMP in Debian's build) would
+        # otherwise hand our tensors to uninstrumented threads that synchronize where TSan cannot
+        # see it, and every such hand-off would read as a race. With one thread, at::parallel_for
+        # runs inline; aiacc's own threads (channel workers, loader workers) are all instrumented.
+        env=(TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp OMP_NUM_THREADS=1)
+      fi
+      AIACC_BUILD_DIR=build-$c scripts/build.sh -DAIACC_SANITIZE=$san
+      echo "test.sh: $c build: $((SECONDS - s)) s"
+      s=$SECONDS
+      (cd build-$c && env "${env[@]}" ctest --output-on-failure -j "${AIACC_TEST_JOBS:-2}" --timeout 600 -L '^(comm|data)$' "$@")
+      echo "test.sh: $c tests: $((SECONDS - s)) s"
+      ;;
+    *) echo "test.sh: unknown configuration '$c' (debian, torch2, asan, tsan)" >&2; exit 2 ;;
   esac
 done
 echo "test.sh: $CONFIGS passed in $((SECONDS - t0)) s"

@@ -171,7 +171,7 @@ TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
 // parameter unused everywhere keeps no gradient; one used on a single rank gets the average.
 TEST(DataParallel, DetectUnusedLeavesNeverUsedParametersWithoutGradient) {
   for (TransferDtype dtype : {TransferDtype::kFloat32, TransferDtype::kFloat16, TransferDtype::kBFloat16}) {
-    std::vector<bool> defined(2), used_once(2);
+    bool defined[2] = {false, false}, used_once[2] = {false, false};  // not vector<bool>: one word for both ranks
     expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
       Net net;
       DataParallelOptions o;

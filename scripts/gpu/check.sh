@@ -74,7 +74,8 @@ fi
 FAIL=0
 if [ -x "$BUILD/tests/aiacc_tests" ]; then
   say "GPU tests"
-  (cd "$BUILD/tests" && ./aiacc_tests --gtest_filter='Gpu.*:GradScaler.*:Autocast.*:LoaderTest.*' 2>&1) \
+  (cd "$BUILD/tests" && ./aiacc_tests --gtest_filter='Gpu.*:GradScaler.*:Autocast.*' 2>&1;
+   ./aiacc_data_tests --gtest_filter='LoaderTest.*' 2>&1) \
     | tee "$OUTDIR/tests.log" | grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) *\]|Failure|error" | head -40
   grep -q "FAILED" "$OUTDIR/tests.log" && FAIL=1
 else
