@@ -138,6 +138,49 @@ TEST(DataParallel, TwentyStepsMatchSingleProcess) {
   }
 }
 
+// Gradients of Net's mean loss on rank r's batch of 4, from the weights w.
+std::vector<at::Tensor> gradsOf(const std::vector<at::Tensor>& w, int r) {
+  test::Net m;
+  test::restore(*m, w);
+  torch::nn::functional::cross_entropy(m->forward(test::inputs(4, r)), test::targets(4, r)).backward();
+  std::vector<at::Tensor> g;
+  for (auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
+  return g;
+}
+
+// A rank with an empty batch (aiacc_train: every file skipped) calls finishBackward() without a
+// backward. 3 ranks, rank 2 runs no backward at all: every rank ends with (g0 + g1 + 0) / 3, the closed
+// form, on every parameter.
+TEST(DataParallel, RankWithoutBackwardContributesZeros) {
+  test::Net ref;
+  const std::vector<at::Tensor> w0 = test::snapshot(*ref);
+  const std::vector<at::Tensor> g0 = gradsOf(w0, 0), g1 = gradsOf(w0, 1);
+  std::vector<std::vector<at::Tensor>> got(3);
+  const auto errors = test::runRanks(3, [&](int r, std::shared_ptr<Transport> t) {
+    test::Net m;
+    if (r == 0) test::restore(*m, w0);  // DataParallel broadcasts rank 0's weights
+    WorldInfo w;
+    w.rank = r;
+    w.world = 3;
+    DataParallel dp(m.ptr(), t, w);
+    for (int step = 0; step < 2; ++step) {  // the first step rebuilds the buckets: run a second
+      dp.beforeForward();
+      for (auto& p : m->parameters()) p.mutable_grad() = at::Tensor();
+      if (r < 2) torch::nn::functional::cross_entropy(m->forward(test::inputs(4, r)), test::targets(4, r)).backward();
+      ASSERT_TRUE(dp.finishBackward());
+    }
+    for (auto& p : m->parameters()) got[r].push_back(p.grad().clone());
+  });
+  test::expectNoErrors(errors);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(got[r].size(), g0.size());
+    for (size_t i = 0; i < g0.size(); ++i) {
+      const at::Tensor expected = (g0[i] + g1[i]) / 3;
+      EXPECT_TRUE(at::allclose(got[r][i], expected, 1e-5, 1e-7)) << "rank " << r << " parameter " << i;
+    }
+  }
+}
+
 TEST(DataParallel, ModelMismatchIsNamedNotHung) {
   const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
     Net net(r == 0 ? 8 : 6);  // rank 1 has a different c1

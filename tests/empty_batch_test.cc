@@ -1,7 +1,7 @@
 // A rank whose batch decoded to nothing (every file skipped) still takes part in the step: it
-// contributes zeros, and every decoded image keeps its weight 1 / (world x batch).
+// contributes zeros, and every decoded image keeps its weight 1 / (world x batch). The closed
+// form of the zeros' average: DataParallel.RankWithoutBackwardContributesZeros.
 #include <gtest/gtest.h>
-#include <torch/nn/functional/loss.h>
 
 #include <chrono>
 #include <memory>
@@ -15,54 +15,9 @@
 #include "comm/store.h"
 #include "data/tensor_source.h"
 #include "tests/comm_test_util.h"
-#include "tests/data_parallel_test_util.h"
 
 namespace aiacc {
 namespace {
-
-namespace F = torch::nn::functional;
-
-// Gradients of Net's mean loss on rank r's batch of 4, from the weights w.
-std::vector<at::Tensor> gradsOf(const std::vector<at::Tensor>& w, int r) {
-  comm::test::Net m;
-  comm::test::restore(*m, w);
-  F::cross_entropy(m->forward(comm::test::inputs(4, r)), comm::test::targets(4, r)).backward();
-  std::vector<at::Tensor> g;
-  for (auto& p : m->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
-  return g;
-}
-
-// 3 ranks, rank 2 runs no backward at all: every rank ends with (g0 + g1 + 0) / 3, the closed
-// form, on every parameter.
-TEST(EmptyBatch, RankWithNothingContributesZeros) {
-  comm::test::Net ref;
-  const std::vector<at::Tensor> w0 = comm::test::snapshot(*ref);
-  const std::vector<at::Tensor> g0 = gradsOf(w0, 0), g1 = gradsOf(w0, 1);
-  std::vector<std::vector<at::Tensor>> got(3);
-  const auto errors = comm::test::runRanks(3, [&](int r, std::shared_ptr<comm::Transport> t) {
-    comm::test::Net m;
-    if (r == 0) comm::test::restore(*m, w0);  // DataParallel broadcasts rank 0's weights
-    comm::WorldInfo w;
-    w.rank = r;
-    w.world = 3;
-    comm::DataParallel dp(m.ptr(), t, w);
-    for (int step = 0; step < 2; ++step) {  // the first step rebuilds the buckets: run a second
-      dp.beforeForward();
-      for (auto& p : m->parameters()) p.mutable_grad() = at::Tensor();
-      if (r < 2) F::cross_entropy(m->forward(comm::test::inputs(4, r)), comm::test::targets(4, r)).backward();
-      ASSERT_TRUE(dp.finishBackward());
-    }
-    for (auto& p : m->parameters()) got[r].push_back(p.grad().clone());
-  });
-  comm::test::expectNoErrors(errors);
-  for (int r = 0; r < 3; ++r) {
-    ASSERT_EQ(got[r].size(), g0.size());
-    for (size_t i = 0; i < g0.size(); ++i) {
-      const at::Tensor expected = (g0[i] + g1[i]) / 3;
-      EXPECT_TRUE(at::allclose(got[r][i], expected, 1e-5, 1e-7)) << "rank " << r << " parameter " << i;
-    }
-  }
-}
 
 // Serves the inner source's batches, but batch `at` of each epoch comes back empty (as when
 // every file in it failed to decode).

@@ -3,7 +3,8 @@
 // 2.11 client is reset by a 1.13 agent's store) starts two
 // aiacc_train ranks that meet at its agent's store and train one job; aiacc_train's own launcher
 // prefixes or files its workers' output, forwards SIGTERM, and leaves no worker behind when it
-// is SIGKILLed.
+// is SIGKILLed; three ranks without a launcher end within --comm-timeout when one is killed; a
+// process of another job is refused by a running job's store.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -245,6 +246,35 @@ TEST(Launcher, ProcessOfAnotherJobIsRefusedAndTheJobGoesOn) {
   EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
   const std::string json = test::readText(d / "r.json");
   EXPECT_NE(json.find("\"images_seen\": 960"), std::string::npos) << json << out;  // 60 steps x 8 x 2 ranks
+}
+
+// Three real aiacc_train ranks (no launcher: as under Kubernetes, nobody stops the others); rank
+// 2 is SIGKILLed once the job trains. Ranks 0 and 1 must exit with an error within
+// --comm-timeout (5 s) plus a few seconds, not train on or hang.
+TEST(DeadRank, OthersExitWithinTheTimeout) {
+  test::TempDir d;
+  const std::string port = std::to_string(test::freePort());
+  const std::string metrics = d / "m.jsonl";
+  auto rank = [&](int r) {
+    return "env AIACC_RANK=" + std::to_string(r) + " AIACC_WORLD_SIZE=3 AIACC_LOCAL_RANK=" + std::to_string(r) +
+           " AIACC_LOCAL_SIZE=3 AIACC_MASTER=127.0.0.1:" + port + " " + AIACC_TRAIN_BIN +
+           " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 100000 --batch-size 4 "
+           "--image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --comm-timeout 5" +
+           (r == 0 ? " --metrics-file " + metrics : std::string()) + " > " + d.path() + "/log" + std::to_string(r) +
+           " 2>&1 & P" + std::to_string(r) + "=$!; ";
+  };
+  const std::string script = rank(0) + rank(1) + rank(2) +
+                             "for i in $(seq 300); do [ -s " + metrics + " ] && break; sleep 0.2; done; "
+                             "kill -KILL $P2; s=$(date +%s%N); wait $P0; echo rc0=$?; wait $P1; echo rc1=$?; "
+                             "echo took_ms=$(( ($(date +%s%N) - s) / 1000000 )); cat " + d.path() + "/log0 " +
+                             d.path() + "/log1";
+  test::writeText(d / "dead.sh", script + "\n");
+  const std::string out = test::runShell("bash " + d.path() + "/dead.sh").second;
+  EXPECT_NE(out.find("rc0=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc1=1"), std::string::npos) << out;
+  const size_t at = out.find("took_ms=");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_LT(std::stod(out.substr(at + 8)), (5.0 + 10.0) * 1000) << out;
 }
 
 }  // namespace
