@@ -1,15 +1,20 @@
 #include "app/job_settings.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "common/error.h"
 
 namespace aiacc::app {
 namespace {
 
+// The shortest form that reads back as the same double (0.1, not 0.10000000000000001).
 std::string str(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 std::string onOff(bool b) { return b ? "on" : "off"; }
@@ -58,6 +63,11 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
     steps += strCat(steps.empty() ? "" : ", ", "from epoch ", st.start_epoch, ": ",
                     st.batch_size > 0 ? shard_size / st.batch_size : 0);
   }
+  std::string schedule = c.lr_schedule;
+  if (c.lr_schedule == "step") {
+    for (int e : c.lr_step_epochs) schedule += strCat(schedule == c.lr_schedule ? " at " : ",", e);
+    schedule += strCat(" x", str(c.lr_step_gamma));
+  }
   return {
       {"dataset", dataset},
       {"steps per epoch", steps},
@@ -69,6 +79,16 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
       {"--target-top1", str(c.target_top1)},
       {"--target-top5", str(c.target_top5)},
       {"--seed", std::to_string(c.seed)},
+      // The update every rank applies to the same averaged gradient: a difference would let the
+      // weights drift apart without any collective noticing.
+      {"--lr (per 256 images)", str(c.lr)},
+      {"--warmup-epochs", str(c.warmup_epochs)},
+      {"--lr-schedule", schedule},
+      {"--momentum", str(c.momentum)},
+      {"--nesterov", onOff(c.nesterov)},
+      {"--weight-decay", str(c.weight_decay)},
+      {"--bn-weight-decay", onOff(c.bn_weight_decay)},
+      {"--label-smoothing", str(c.label_smoothing)},
       {"--amp", c.amp ? c.amp_dtype : "off"},
       {"checkpoints (--checkpoint-dir)", onOff(!c.checkpoint_dir.empty())},
       {"resumed at (epochs done/step)", strCat(resumed.epochs_done, "/", resumed.step)},

@@ -24,8 +24,9 @@ comm::Settings distSettings(const DistSpec& d, const comm::WorldInfo& world);
 std::string datasetFingerprint(const std::vector<std::string>& classes, size_t train_files, size_t val_files);
 
 // The training options that decide how many steps run, when collectives happen between them
-// (evaluations, checkpoints, the stop at a target), where a resumed run starts, and the steps
-// of each epoch (from this rank's training shard of `shard_size` images).
+// (evaluations, checkpoints, the stop at a target), where a resumed run starts, the steps of
+// each epoch (from this rank's training shard of `shard_size` images), and the optimizer and
+// schedule every rank applies to the averaged gradient.
 comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_t shard_size,
                              const TrainPosition& resumed);
 

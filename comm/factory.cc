@@ -47,8 +47,7 @@ std::shared_ptr<Transport> twoLevel(c10::intrusive_ptr<c10d::Store> store, const
 #else
   (void)store;
   (void)go;
-  AIACC_THROW(InputError, "two-level reduction between CPU nodes needs GlooTransport, which this build "
-              "does not have (", kNoGloo, ")");
+  AIACC_THROW(Error, "internal: two-level CPU reduction without Gloo (checkLayoutSupported refuses it)");
 #endif
 }
 
@@ -123,9 +122,7 @@ Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const Transport
     out.primary = std::make_shared<GlooTransport>(store, go);
     out.why = one_host ? "Gloo over TCP (shared memory off or emulated nodes)" : "Gloo over TCP between hosts";
 #else
-    AIACC_THROW(InputError, "CPU ranks ", one_host ? "with shared memory off or emulated nodes" : "on several hosts",
-                " need GlooTransport, which this build does not have (", kNoGloo,
-                "): run CPU ranks on one host (shared memory) or train on GPUs (NCCL)");
+    AIACC_THROW(Error, "internal: CPU ranks over TCP without Gloo (checkLayoutSupported refuses it)");
 #endif
   }
   if (tuned) {

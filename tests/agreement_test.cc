@@ -127,6 +127,7 @@ const Mismatch kMismatches[] = {
     {"Dataset", "--synthetic-images 160",
      "dataset is synthetic: 160 images, 4 classes on rank 1 but synthetic: 128 images, 4 classes on rank 0"},
     {"Streams", "--streams 3", "--streams is 3 on rank 1 but auto on rank 0"},
+    {"LearningRate", "--lr 0.2", "--lr (per 256 images) is 0.2 on rank 1 but 0.1 on rank 0"},
 };
 
 class RanksStartedDifferently : public ::testing::TestWithParam<Mismatch> {};
