@@ -236,7 +236,8 @@ TEST(Launcher, ProcessOfAnotherJobIsRefusedAndTheJobGoesOn) {
   const std::string script =
       std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" + port + job + " --metrics-file " +
       metrics + " --report-file " + d.path() + "/r.json > " + d.path() + "/log 2>&1 & L=$!; " + waitForFile(metrics) +
-      "env AIACC_RANK=1 AIACC_WORLD_SIZE=2 AIACC_MASTER=127.0.0.1:" + port + " AIACC_JOB_ID=intruder " +
+      "env AIACC_RANK=1 AIACC_WORLD_SIZE=2 AIACC_LOCAL_RANK=1 AIACC_LOCAL_SIZE=2 AIACC_MASTER=127.0.0.1:" + port +
+      " AIACC_JOB_ID=intruder " +
       AIACC_TRAIN_BIN + job + " 2>&1; echo intruder=$?; wait $L; echo rc=$?; cat " + d.path() + "/log";
   test::writeText(d / "other.sh", script + "\n");
   const std::string out = run("bash " + d.path() + "/other.sh").second;
