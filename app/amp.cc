@@ -30,19 +30,20 @@ AutocastGuard::~AutocastGuard() {
   compat::setAutocastDtype(device_type_, prev_dtype_);
 }
 
-GradScaler::GradScaler(GradScalerOptions options) : opt_(options), scale_(options.init_scale) {
+GradScaler::GradScaler(GradScalerOptions options)
+    : opt_(options), scale_(std::make_shared<comm::GradScale>(options)) {
   AIACC_CHECK(opt_.init_scale > 0 && opt_.growth > 1 && opt_.backoff > 0 && opt_.backoff < 1 &&
                   opt_.growth_interval >= 1,
               "GradScaler: need init_scale > 0, growth > 1, 0 < backoff < 1, growth_interval >= 1");
 }
 
 at::Tensor GradScaler::scaleLoss(const at::Tensor& loss) const {
-  return opt_.enabled ? loss * scale_ : loss;
+  return opt_.enabled ? loss * scale_->value() : loss;
 }
 
 bool GradScaler::unscaleAndCheck(const std::vector<at::Tensor>& params) {
   if (!opt_.enabled) return true;
-  const double inv = 1.0 / scale_;
+  const double inv = 1.0 / scale_->value();
   std::map<at::ScalarType, std::vector<at::Tensor>> cuda_grads;  // the fused kernel takes one dtype
   std::vector<at::Tensor> flags;
   for (const at::Tensor& p : params) {
@@ -69,17 +70,7 @@ bool GradScaler::unscaleAndCheck(const std::vector<at::Tensor>& params) {
 }
 
 void GradScaler::update(bool found_inf) {
-  if (!opt_.enabled) return;
-  if (found_inf) {
-    scale_ *= opt_.backoff;
-    good_steps_ = 0;
-    ++skipped_;
-    return;
-  }
-  if (++good_steps_ >= opt_.growth_interval) {
-    scale_ *= opt_.growth;
-    good_steps_ = 0;
-  }
+  if (opt_.enabled) scale_->update(!found_inf);
 }
 
 }  // namespace aiacc::app

@@ -9,12 +9,18 @@
 //   - after `growth_interval` finite steps in a row, scale is multiplied by `growth`.
 // Master weights stay fp32 (autocast casts per op; parameters are never converted). bf16 has
 // fp32's range and needs no scaling: the scaler is then disabled and costs nothing.
+// The scale and its arithmetic are a comm::GradScale, which the trainer hands to the gradient
+// sync (GradientSync::shareLossScale): under fp16 transfer the loss scale is then the transfer's
+// scale too, and the sync unscales, checks and moves it, so that the two never compound.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "comm/grad_scale.h"
 
 namespace aiacc::app {
 
@@ -34,12 +40,9 @@ class AutocastGuard {
   at::ScalarType prev_dtype_ = at::kFloat;
 };
 
-struct GradScalerOptions {
+// The scale's start, growth, backoff and interval (comm::GradScaleOptions), and whether to scale.
+struct GradScalerOptions : comm::GradScaleOptions {
   bool enabled = true;
-  double init_scale = 65536.0;  // 2^16, as PyTorch's
-  double growth = 2.0;
-  double backoff = 0.5;
-  int64_t growth_interval = 2000;
 };
 
 class GradScaler {
@@ -56,20 +59,17 @@ class GradScaler {
   void update(bool found_inf);
 
   bool enabled() const { return opt_.enabled; }
-  double scale() const { return scale_; }
-  int64_t goodSteps() const { return good_steps_; }
-  int64_t skippedSteps() const { return skipped_; }
+  double scale() const { return scale_->value(); }
+  int64_t goodSteps() const { return scale_->goodSteps(); }
+  int64_t skippedSteps() const { return scale_->skippedSteps(); }
+  // The scale itself, to share with the gradient sync (see above).
+  const std::shared_ptr<comm::GradScale>& shared() const { return scale_; }
   // Checkpointed state.
-  void setState(double scale, int64_t good_steps) {
-    scale_ = scale;
-    good_steps_ = good_steps;
-  }
+  void setState(double scale, int64_t good_steps) { scale_->setState(scale, good_steps); }
 
  private:
   GradScalerOptions opt_;
-  double scale_;
-  int64_t good_steps_ = 0;
-  int64_t skipped_ = 0;
+  std::shared_ptr<comm::GradScale> scale_;
 };
 
 }  // namespace aiacc::app

@@ -10,7 +10,10 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
+
+#include "comm/grad_scale.h"
 
 namespace aiacc::comm {
 
@@ -41,6 +44,11 @@ class GradientSync {
   virtual std::string describe() const { return ""; }
   // True while the communication set-up is still being tuned (steps not representative).
   virtual bool tuning() const { return false; }
+  // Mixed precision: from now on the gradients reaching finishBackward() are multiplied by
+  // `scale` (the loss scale). Returns true when this sync divides them by it after the reduce,
+  // checks them and moves the scale (skipping the step on overflow), so the caller must not;
+  // false (the default) when the caller unscales after finishBackward() as usual.
+  virtual bool shareLossScale(std::shared_ptr<GradScale>) { return false; }
 };
 
 // World size 1: gradients are already the average over the (one) rank's batch.

@@ -143,5 +143,76 @@ TEST(DataParallel, Fp16OverflowSkipsTheStepEverywhere) {
   }
 }
 
+// AMP fp16 with fp16 transfer: the gradients arrive multiplied by the loss scale. Shared with
+// DataParallel, that one scale is also the transfer's: the wire carries S x g / world (not
+// S x 1024 x g / world, which overflows fp16 for |g| above 1e-3 at S = 65536), the reduced
+// gradient is divided by S once, and an overflow skips the step on every rank and halves the one
+// scale that the loss scaler reads.
+TEST(DataParallel, Fp16TransferSharesTheLossScale) {
+  const int W = 2;
+  const double S = 65536;
+  // Rank r's gradient of w is the closed form g_r = c_r (the loss is c_r . w), times S.
+  const auto grad = [](int r, int step) {
+    const double m = step == 1 ? 100.0 : 1.0;  // step 1: S x g overflows fp16 (65504)
+    return at::tensor({0.01 * (r + 1), -0.02 * (r + 1), 0.003 * (r + 2), 0.0}, at::kFloat) * m;
+  };
+  std::vector<std::vector<bool>> stepped(W);
+  std::vector<std::vector<double>> scales(W);
+  std::vector<std::vector<at::Tensor>> grads(W);
+  std::vector<int64_t> skipped(W);
+  std::vector<bool> shared(W), unshared_ok(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    auto net = std::make_shared<torch::nn::Module>();
+    at::Tensor w = net->register_parameter("w", at::zeros({4}));
+    DataParallelOptions o;
+    o.transfer = TransferDtype::kFloat16;
+    DataParallel dp(net, t, WorldInfo{r, W, r, W}, o);
+    auto scale = std::make_shared<GradScale>();
+    shared[r] = dp.shareLossScale(scale);
+    for (int step = 0; step < 3; ++step) {
+      w.mutable_grad() = at::Tensor();
+      ((w * grad(r, step)).sum() * scale->value()).backward();
+      stepped[r].push_back(dp.finishBackward());
+      scales[r].push_back(scale->value());
+      grads[r].push_back(w.grad().clone());
+    }
+    skipped[r] = scale->skippedSteps();
+    // The same scaled gradient through a DataParallel that keeps its own transfer scale (1024):
+    // the two scales multiply and fp16 overflows. This is what sharing prevents.
+    auto net2 = std::make_shared<torch::nn::Module>();
+    at::Tensor w2 = net2->register_parameter("w", at::zeros({4}));
+    DataParallel own(net2, t, WorldInfo{r, W, r, W}, o);
+    ((w2 * grad(r, 0)).sum() * S).backward();
+    unshared_ok[r] = own.finishBackward();
+  }));
+  const at::Tensor mean0 = (grad(0, 0) + grad(1, 0)) / 2;
+  for (int r = 0; r < W; ++r) {
+    EXPECT_TRUE(shared[r]);
+    EXPECT_EQ(stepped[r], (std::vector<bool>{true, false, true})) << "rank " << r;
+    EXPECT_EQ(scales[r], (std::vector<double>{S, S / 2, S / 2})) << "rank " << r;
+    EXPECT_EQ(skipped[r], 1) << "the skipped step is counted where the loss scaler reads it";
+    // fp16 keeps 11 significant bits: 2^-11 relative, plus the rounding of the sum.
+    for (int step : {0, 2}) {
+      EXPECT_TRUE(at::allclose(grads[r][static_cast<size_t>(step)], mean0, 2e-3, 1e-7))
+          << "step " << step << " rank " << r << ": " << grads[r][static_cast<size_t>(step)] << " vs " << mean0;
+    }
+    EXPECT_FALSE(unshared_ok[r]) << "two scales compound: S x 1024 x g overflows fp16";
+  }
+}
+
+// fp32 and bf16 transfer have no use for a scale: the loss scaler keeps unscaling after the sync.
+TEST(DataParallel, OnlyFp16TransferTakesTheLossScale) {
+  for (TransferDtype d : {TransferDtype::kFloat32, TransferDtype::kBFloat16}) {
+    expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+      auto net = std::make_shared<torch::nn::Module>();
+      net->register_parameter("w", at::zeros({4}));
+      DataParallelOptions o;
+      o.transfer = d;
+      DataParallel dp(net, t, WorldInfo{r, 2, r, 2}, o);
+      EXPECT_FALSE(dp.shareLossScale(std::make_shared<GradScale>())) << transferDtypeName(d);
+    }));
+  }
+}
+
 }  // namespace
 }  // namespace aiacc::comm

@@ -1,0 +1,46 @@
+// GradScale: the one dynamic gradient scale of a job, and its arithmetic.
+//
+// Gradients travel or are computed multiplied by value() so that small ones do not flush to zero
+// in fp16. After a step, update() is told whether every gradient was finite: on overflow the step
+// is skipped (counted) and the scale is multiplied by `backoff`; after `growth_interval` finite
+// steps in a row it is multiplied by `growth`. Both owners of a scale use this object: the fp16
+// bucket codec (comm/bucket_codec.h) when it scales gradients for the wire itself, and the AMP
+// loss scaler (app/amp.h), which can hand its scale to DataParallel so that the loss scale and the
+// transfer scale are one and the same (DataParallel::shareLossScale).
+//
+// Pure arithmetic, no collective: every rank sees the same reduced gradients, so every rank
+// calls update() with the same verdict and holds the same scale. Not thread-safe (training thread).
+#pragma once
+
+#include <cstdint>
+
+namespace aiacc::comm {
+
+struct GradScaleOptions {
+  double init_scale = 65536.0;  // 2^16, PyTorch's GradScaler default
+  double growth = 2.0;
+  double backoff = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class GradScale {
+ public:
+  explicit GradScale(GradScaleOptions options = {});
+
+  double value() const { return value_; }
+  // After a step: `finite` false skips it (counted) and backs off; true counts a good step and
+  // grows the scale after growth_interval of them in a row.
+  void update(bool finite);
+  int64_t goodSteps() const { return good_steps_; }
+  int64_t skippedSteps() const { return skipped_; }
+  // Checkpointed state.
+  void setState(double value, int64_t good_steps);
+
+ private:
+  GradScaleOptions opt_;
+  double value_;
+  int64_t good_steps_ = 0;
+  int64_t skipped_ = 0;
+};
+
+}  // namespace aiacc::comm

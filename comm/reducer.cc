@@ -1,0 +1,330 @@
+#include "comm/reducer.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace aiacc::comm {
+namespace {
+
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+int64_t capBytes(double mb) { return std::max<int64_t>(1, static_cast<int64_t>(mb * 1024 * 1024)); }
+
+}  // namespace
+
+Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> data,
+                 std::shared_ptr<Transport> control, std::shared_ptr<BucketCodec> codec, const WorldInfo& world,
+                 const ReducerOptions& options)
+    : data_(std::move(data)), control_(std::move(control)), codec_(std::move(codec)), world_(world), opt_(options) {
+  for (const auto& p : module->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    params_.push_back(p.value());
+    ParamInfo info;
+    info.name = p.key();
+    info.shape = p.value().sizes().vec();
+    info.dtype = static_cast<int>(p.value().scalar_type());
+    info.numel = p.value().numel();
+    info.element_size = static_cast<int64_t>(p.value().element_size());
+    infos_.push_back(info);
+  }
+  AIACC_CHECK_INPUT(!params_.empty(), "DataParallel: the module has no trainable parameters");
+  order_ = reverseOrder(infos_.size());
+  plan_ = planBuckets(infos_, order_, capBytes(opt_.first_bucket_mb), capBytes(opt_.bucket_mb));
+  verifyFingerprints();
+  buildBuckets();
+  ready_.assign(params_.size(), 0);
+  had_grad_.assign(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { onGradReady(i); })));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  for (auto& w : works_) {
+    try {
+      w->wait();
+    } catch (...) {
+    }
+  }
+}
+
+void Reducer::verifyFingerprints() {
+  const int W = world_.world;
+  // 1. Parameter counts: a different count is reported before per-parameter comparison.
+  at::Tensor count = at::full({1}, static_cast<int64_t>(infos_.size()), at::kLong);
+  at::Tensor counts = at::empty({W}, at::kLong);
+  control_->allgather(count, counts, 0)->wait();
+  for (int r = 0; r < W; ++r) {
+    if (counts[r].item<int64_t>() != static_cast<int64_t>(infos_.size())) {
+      AIACC_THROW(CommError, "model mismatch: rank ", r, " has ", counts[r].item<int64_t>(),
+                  " trainable parameters, rank ", world_.rank, " has ", infos_.size());
+    }
+  }
+  // 2. Per-parameter fingerprints plus the plan's: the first difference is named.
+  const size_t n = infos_.size();
+  at::Tensor mine = at::empty({static_cast<int64_t>(n + 1)}, at::kLong);
+  for (size_t i = 0; i < n; ++i) mine[static_cast<int64_t>(i)] = static_cast<int64_t>(paramFingerprint(infos_[i]));
+  mine[static_cast<int64_t>(n)] = static_cast<int64_t>(planFingerprint(infos_, plan_));
+  at::Tensor all = at::empty({W, static_cast<int64_t>(n + 1)}, at::kLong);
+  control_->allgather(mine, all, 0)->wait();
+  for (int r = 0; r < W; ++r) {
+    for (size_t i = 0; i <= n; ++i) {
+      if (all[r][static_cast<int64_t>(i)].item<int64_t>() == mine[static_cast<int64_t>(i)].item<int64_t>()) continue;
+      if (i == n) {
+        AIACC_THROW(CommError, "bucket plan mismatch between rank ", world_.rank, " and rank ", r,
+                    " (different --bucket-mb?)");
+      }
+      std::string shape;
+      for (int64_t d : infos_[i].shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+      AIACC_THROW(CommError, "model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape,
+                  " on rank ", world_.rank, ") differs on rank ", r,
+                  " (same --arch and number of classes on every rank?)");
+    }
+  }
+}
+
+void Reducer::buildBuckets() {
+  buffers_.clear();
+  wire_.clear();
+  bucket_numel_.clear();
+  bucket_of_.assign(params_.size(), 0);
+  offset_of_.assign(params_.size(), 0);
+  pending_.assign(plan_.buckets.size(), 0);
+  flags_at_ = -1;
+  direct_ = codec_->direct(params_.front().device());
+  const bool cast = codec_->wireType() != at::kFloat;
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+    int64_t numel = 0;
+    for (size_t i : plan_.buckets[b]) {
+      bucket_of_[i] = b;
+      offset_of_[i] = numel;
+      numel += params_[i].numel();
+    }
+    // The unused-parameter flags ride on the last bucket, after its gradients, summed with them
+    // (any rank's 1 makes the sum positive). The last bucket launches only after every other, so
+    // every flag is known by then.
+    const bool last = b + 1 == plan_.buckets.size();
+    if (last && opt_.detect_unused && opt_.launch_in_backward && params_[plan_.buckets[b].front()].is_floating_point()) {
+      flags_at_ = numel;
+      numel += static_cast<int64_t>(params_.size());
+    }
+    const at::TensorOptions options = params_[plan_.buckets[b].front()].options();
+    AIACC_CHECK(!cast || options.dtype() == at::kFloat, "fp16/bf16 transfer needs fp32 parameters");
+    bucket_numel_.push_back(numel);
+    buffers_.push_back(direct_ ? at::Tensor() : at::zeros({numel}, options));
+    wire_.push_back(cast ? at::empty({numel}, options.dtype(codec_->wireType())) : buffers_.back());
+    pending_[b] = static_cast<int>(plan_.buckets[b].size());
+  }
+  next_launch_ = 0;
+}
+
+void Reducer::onGradReady(size_t i) {
+  if (!sync_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Autograd sums every use of a parameter before its accumulator fires, once per backward: a
+  // second firing is a second backward before finishBackward(), whose gradient the bucket, maybe
+  // already on the wire, would drop. PyTorch's DDP refuses it too.
+  AIACC_CHECK_INPUT(!ready_[i], "DataParallel: the gradient of '", infos_[i].name,
+                    "' became ready twice before finishBackward() (a second backward, or the parameter used in "
+                    "two reentrant backward passes); call finishBackward() after every backward, or "
+                    "setSync(false) to accumulate gradients locally (no_sync)");
+  ready_[i] = 1;
+  if (steps_ == 0) arrival_.push_back(i);
+  const size_t b = bucket_of_[i];
+  if (--pending_[b] == 0 && opt_.launch_in_backward) {
+    while (next_launch_ < pending_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
+  }
+}
+
+// Fills the bucket's wire through the codec, adds the gradient flags to the last bucket, launches.
+void Reducer::launch(size_t b) {
+  at::NoGradGuard no_grad;
+  if (direct_) {
+    fillDirect(b);
+  } else {
+    fill(b);
+    codec_->encode(buffers_[b], wire_[b], world_.world);
+  }
+  if (opt_.timeline) {  // when each bucket's gradients were complete: the scaling model's input
+    const int64_t bytes = bucket_numel_[b] * static_cast<int64_t>(params_[plan_.buckets[b].front()].element_size());
+    opt_.timeline->instant("bucket ready", 0, strCat("{\"bucket\": ", b, ", \"bytes\": ", bytes, "}"));
+  }
+  if (flags_at_ >= 0 && b + 1 == wire_.size()) {  // this rank's gradient flags, as 1 or 0
+    const at::Tensor flags = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte);
+    wire_[b].narrow(0, flags_at_, flags.numel()).copy_(flags);
+  }
+  works_.push_back(data_->allreduce(wire_[b], ReduceOp::kSum, 0));
+}
+
+// The bucket's gradients into its fp32 buffer (zeros where a parameter has none).
+void Reducer::fill(size_t b) {
+  at::Tensor& buf = buffers_[b];
+  for (size_t i : plan_.buckets[b]) {
+    at::Tensor slot = buf.narrow(0, offset_of_[i], params_[i].numel());
+    const at::Tensor& g = params_[i].grad();
+    had_grad_[i] = g.defined();
+    if (g.defined()) {
+      slot.copy_(g.reshape(-1));
+    } else {
+      slot.zero_();
+    }
+  }
+}
+
+// The bucket's gradients converted one parameter at a time straight into its wire (zeros where
+// a parameter has none).
+void Reducer::fillDirect(size_t b) {
+  for (size_t i : plan_.buckets[b]) {
+    const at::Tensor& g = params_[i].grad();
+    had_grad_[i] = g.defined();
+    at::Tensor slot = wire_[b].narrow(0, offset_of_[i], params_[i].numel());
+    if (!g.defined()) {
+      std::memset(slot.data_ptr(), 0, static_cast<size_t>(slot.nbytes()));  // +0.0 in fp16 and bf16
+      continue;
+    }
+    const at::Tensor c = g.is_contiguous() ? g : g.contiguous();  // e.g. a channels-last weight
+    codec_->encodeInto(c, slot, world_.world);
+  }
+}
+
+at::Tensor Reducer::localGradientFlags() const {
+  const int64_t P = static_cast<int64_t>(params_.size());
+  at::Tensor mine = at::empty({P}, at::kByte);
+  for (int64_t i = 0; i < P; ++i) mine.data_ptr<uint8_t>()[i] = params_[static_cast<size_t>(i)].grad().defined();
+  return mine;
+}
+
+bool Reducer::finish(const at::Tensor& agreed) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Buckets with parameters that got no gradient this step are launched now, still in order.
+    while (next_launch_ < pending_.size()) launch(next_launch_++);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& w : works_) w->wait();
+  last_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  exposed_s_ += last_exposed_s_;
+  works_.clear();
+  at::NoGradGuard no_grad;
+  bool finite = true;
+  if (!direct_) {
+    for (size_t b = 0; b < wire_.size(); ++b) finite &= codec_->decode(wire_[b], buffers_[b]);
+    if (!finite) {
+      codec_->endStep(false);
+      resetStep();
+      return false;
+    }
+  }
+  // Which parameters got a gradient anywhere: the flags that rode on the last bucket, or one
+  // bitwise-or allreduce; no coordinator.
+  at::Tensor anywhere = agreed;
+  if (opt_.detect_unused && !anywhere.defined() && flags_at_ >= 0) {
+    const at::Tensor& reduced = wire_.back();
+    anywhere = reduced.narrow(0, flags_at_, static_cast<int64_t>(params_.size())).gt(0).to(at::kByte).cpu().contiguous();
+  } else if (opt_.detect_unused && !anywhere.defined()) {
+    anywhere = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte).clone();
+    control_->allreduce(anywhere, ReduceOp::kBitwiseOr, 0)->wait();
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (anywhere.defined() && anywhere.data_ptr<uint8_t>()[i] == 0) continue;
+    if (direct_) {
+      finite &= decodeInto(i);
+      continue;
+    }
+    at::Tensor avg = buffers_[bucket_of_[i]].narrow(0, offset_of_[i], params_[i].numel()).view_as(params_[i]);
+    if (params_[i].grad().defined()) {
+      params_[i].mutable_grad().copy_(avg);
+    } else {
+      params_[i].mutable_grad() = avg.clone();
+    }
+  }
+  if (!codec_->endStep(finite)) {
+    resetStep();
+    return false;
+  }
+  const bool rebuild = steps_ == 0 && opt_.rebuild_after_first_step;
+  ++steps_;
+  if (rebuild) {
+    rebuildFromArrivalOrder();
+  } else {
+    resetStep();
+  }
+  return true;
+}
+
+// Parameter i's reduced gradient from the wire into its .grad (allocated when this rank had
+// none). Returns false when any value is inf or nan.
+bool Reducer::decodeInto(size_t i) {
+  const at::Tensor slot = wire_[bucket_of_[i]].narrow(0, offset_of_[i], params_[i].numel());
+  at::Tensor& g = params_[i].mutable_grad();
+  if (!g.defined()) g = at::empty(params_[i].sizes(), params_[i].options());
+  at::Tensor out = g.is_contiguous() ? g : at::empty(g.sizes(), g.options());
+  const bool finite = codec_->decodeInto(slot, out);
+  if (!out.is_same(g)) g.copy_(out);
+  return finite;
+}
+
+void Reducer::setBucketCap(double mb) {
+  if (mb == opt_.bucket_mb) return;
+  opt_.bucket_mb = mb;
+  std::lock_guard<std::mutex> lock(mu_);
+  plan_ = planBuckets(infos_, order_, capBytes(opt_.first_bucket_mb), capBytes(opt_.bucket_mb));
+  buildBuckets();
+}
+
+void Reducer::setTransports(std::shared_ptr<Transport> data, std::shared_ptr<Transport> control) {
+  data_ = std::move(data);
+  control_ = std::move(control);
+}
+
+// Rank 0's arrival order (parameters that never arrived go last, in reverse registration order)
+// is broadcast, and every rank rebuilds the same plan from it.
+void Reducer::rebuildFromArrivalOrder() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<char> seen(params_.size(), 0);
+  std::vector<int64_t> order;
+  for (size_t i : arrival_) {
+    order.push_back(static_cast<int64_t>(i));
+    seen[i] = 1;
+  }
+  for (size_t i : reverseOrder(params_.size())) {
+    if (!seen[i]) order.push_back(static_cast<int64_t>(i));
+  }
+  at::Tensor t = at::tensor(order, at::kLong);
+  control_->broadcast(t, 0, 0)->wait();
+  std::vector<size_t> agreed(params_.size());
+  for (size_t k = 0; k < agreed.size(); ++k) agreed[k] = static_cast<size_t>(t[static_cast<int64_t>(k)].item<int64_t>());
+  order_ = agreed;
+  plan_ = planBuckets(infos_, order_, capBytes(opt_.first_bucket_mb), capBytes(opt_.bucket_mb));
+  buildBuckets();
+  std::fill(ready_.begin(), ready_.end(), 0);
+  arrival_.clear();
+}
+
+void Reducer::resetStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t b = 0; b < plan_.buckets.size(); ++b) pending_[b] = static_cast<int>(plan_.buckets[b].size());
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_launch_ = 0;
+  arrival_.clear();
+}
+
+}  // namespace aiacc::comm

@@ -1,0 +1,215 @@
+// DataParallel's parts on their own, with closed-form expectations and no peers: the gradient
+// scale's arithmetic, the bucket codecs' wire values, and the striping of buffers over channels
+// (fed fake channel statistics through a recording transport).
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include "comm/bucket_codec.h"
+#include "comm/grad_scale.h"
+#include "comm/striped_transport.h"
+
+namespace aiacc::comm {
+namespace {
+
+TEST(GradScale, BacksOffOnOverflowAndGrowsAfterAnInterval) {
+  GradScaleOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  GradScale s(o);
+  s.update(true);
+  s.update(true);
+  EXPECT_EQ(s.value(), 1024);
+  s.update(false);  // an overflow restarts the interval
+  EXPECT_EQ(s.value(), 512);
+  EXPECT_EQ(s.skippedSteps(), 1);
+  EXPECT_EQ(s.goodSteps(), 0);
+  for (int i = 0; i < 3; ++i) s.update(true);
+  EXPECT_EQ(s.value(), 1024);
+  EXPECT_EQ(s.goodSteps(), 0);
+  s.setState(8, 2);
+  s.update(true);
+  EXPECT_EQ(s.value(), 16);
+}
+
+TEST(BucketCodec, Fp32TravelsAsTheBucketDividedByWorldSize) {
+  auto c = makeCodec({});
+  EXPECT_EQ(c->wireType(), at::kFloat);
+  EXPECT_FALSE(c->direct(at::Device(at::kCPU)));
+  at::Tensor b = at::tensor({2.0f, -4.0f, 6.0f});
+  c->encode(b, b, 2);
+  EXPECT_TRUE(at::equal(b, at::tensor({1.0f, -2.0f, 3.0f})));
+  EXPECT_TRUE(c->decode(b, b));
+  EXPECT_TRUE(c->endStep(true));
+  EXPECT_FALSE(c->shareScale(std::make_shared<GradScale>()));
+}
+
+// fp16: x scale / world on the way out, / scale on the way back; both paths give the same values.
+TEST(BucketCodec, Fp16ScalesOutAndBackOnBothPaths) {
+  CodecOptions o;
+  o.dtype = TransferDtype::kFloat16;
+  o.grad_scale = 256;
+  auto c = makeCodec(o);
+  EXPECT_EQ(c->wireType(), at::kHalf);
+  EXPECT_TRUE(c->direct(at::Device(at::kCPU)));
+  const at::Tensor g = at::tensor({0.5f, -0.25f, 1e-3f, 0.0f});
+  at::Tensor staged = g.clone(), wire = at::empty({4}, at::kHalf);
+  c->encode(staged, wire, 4);  // 256 / 4 = 64
+  EXPECT_TRUE(at::equal(wire, (g * 64).to(at::kHalf)));
+  at::Tensor direct_wire = at::empty({4}, at::kHalf);
+  c->encodeInto(g, direct_wire, 4);
+  EXPECT_TRUE(at::equal(direct_wire, wire));
+  at::Tensor back = at::empty({4}), direct_back = at::empty({4});
+  EXPECT_TRUE(c->decode(wire, back));
+  EXPECT_TRUE(c->decodeInto(direct_wire, direct_back));
+  EXPECT_TRUE(at::allclose(back, g / 4, 1e-3, 0));
+  EXPECT_TRUE(at::equal(back, direct_back));
+  wire[1] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(c->decode(wire, back));
+  EXPECT_FALSE(c->endStep(false));
+  EXPECT_EQ(c->scale(), 128);
+  EXPECT_EQ(c->skippedSteps(), 1);
+}
+
+// Sharing the loss scale: gradients arrive multiplied by it, so only / world goes out, and the
+// shared scale is the one that moves.
+TEST(BucketCodec, Fp16WithASharedScaleDoesNotScaleAgain) {
+  CodecOptions o;
+  o.dtype = TransferDtype::kFloat16;
+  auto c = makeCodec(o);
+  auto s = std::make_shared<GradScale>();  // 65536
+  ASSERT_TRUE(c->shareScale(s));
+  const at::Tensor scaled = at::tensor({0.01f, -0.02f}) * 65536;  // 655.36, -1310.72
+  at::Tensor wire = at::empty({2}, at::kHalf);
+  c->encodeInto(scaled, wire, 2);
+  EXPECT_TRUE(at::equal(wire, (scaled / 2).to(at::kHalf)));
+  at::Tensor back = at::empty({2});
+  EXPECT_TRUE(c->decodeInto(wire, back));
+  EXPECT_TRUE(at::allclose(back, at::tensor({0.005f, -0.01f}), 1e-3, 0));
+  EXPECT_FALSE(c->endStep(false));
+  EXPECT_EQ(s->value(), 32768);
+  EXPECT_EQ(c->scale(), 32768);
+  EXPECT_EQ(s->skippedSteps(), 1);
+}
+
+TEST(BucketCodec, Bf16HasNoScaleButStillChecks) {
+  CodecOptions o;
+  o.dtype = TransferDtype::kBFloat16;
+  auto c = makeCodec(o);
+  EXPECT_EQ(c->wireType(), at::kBFloat16);
+  EXPECT_EQ(c->scale(), 1);
+  EXPECT_FALSE(c->shareScale(std::make_shared<GradScale>()));
+  at::Tensor wire = at::empty({2}, at::kBFloat16);
+  c->encodeInto(at::tensor({3.0f, -1.0f}), wire, 2);
+  EXPECT_TRUE(at::equal(wire, at::tensor({1.5f, -0.5f}).to(at::kBFloat16)));
+  wire[0] = std::numeric_limits<float>::quiet_NaN();
+  at::Tensor back = at::empty({2});
+  EXPECT_FALSE(c->decodeInto(wire, back));
+  EXPECT_FALSE(c->endStep(false));
+  EXPECT_EQ(c->skippedSteps(), 1);
+}
+
+class DoneWork : public Work {
+ public:
+  void wait() override {}
+};
+
+// One rank, `k` channels: records each allreduce (channel, offset into the buffer it came from,
+// elements) and reports whatever channel statistics the test sets.
+class RecordingTransport : public Transport {
+ public:
+  struct Call {
+    int channel;
+    int64_t offset, numel;
+  };
+  explicit RecordingTransport(int k) : stats(static_cast<size_t>(k)) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int channels() const override { return static_cast<int>(stats.size()); }
+  ChannelStats channelStats(int c) const override { return stats[static_cast<size_t>(c)]; }
+  std::string describe() const override { return "recording"; }
+  void abort(const std::string&) override {}
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp, int channel) override {
+    const auto* p = static_cast<const char*>(t.data_ptr());
+    if (p >= base && p < base + base_bytes) {
+      calls.push_back({channel, (p - base) / 4, t.numel()});
+    }
+    return std::make_shared<DoneWork>();
+  }
+  std::shared_ptr<Work> broadcast(at::Tensor, int, int) override { return std::make_shared<DoneWork>(); }
+  std::shared_ptr<Work> allgather(at::Tensor, at::Tensor, int) override { return std::make_shared<DoneWork>(); }
+  std::shared_ptr<Work> reduceScatter(at::Tensor, int) override { return std::make_shared<DoneWork>(); }
+  std::shared_ptr<Work> allgatherShards(at::Tensor, int) override { return std::make_shared<DoneWork>(); }
+
+  std::vector<ChannelStats> stats;
+  std::vector<Call> calls;
+  // Calls on this buffer's memory are recorded.
+  void watch(const at::Tensor& t) {
+    base = static_cast<const char*>(t.data_ptr());
+    base_bytes = static_cast<int64_t>(t.nbytes());
+  }
+  const char* base = nullptr;
+  int64_t base_bytes = 0;
+};
+
+TEST(StripedTransport, SplitsByWeightAndRebalancesToMeasuredSpeed) {
+  auto rec = std::make_shared<RecordingTransport>(2);
+  StripingOptions o;
+  o.min_split_bytes = 1024;
+  StripedTransport st(rec, o);
+  ASSERT_EQ(st.activeChannels(), 2);
+  at::Tensor buf = at::zeros({1000});
+  rec->watch(buf);
+  st.allreduce(buf)->wait();
+  ASSERT_EQ(rec->calls.size(), 2u);
+  EXPECT_EQ(rec->calls[0].channel, 0);
+  EXPECT_EQ(rec->calls[0].numel, 500);
+  EXPECT_EQ(rec->calls[1].channel, 1);
+  EXPECT_EQ(rec->calls[1].offset, 500);
+  EXPECT_EQ(rec->calls[1].numel, 500);
+  // Channel 0 moved 3 bytes per second for every 1 of channel 1: the weights move halfway
+  // (balance_alpha 0.5) from 1/2 toward 3/4 and 1/4.
+  rec->stats = {{300, 1}, {100, 1}};
+  st.rebalance();
+  EXPECT_NEAR(st.weights()[0], 0.625, 1e-12);
+  EXPECT_NEAR(st.weights()[1], 0.375, 1e-12);
+  rec->calls.clear();
+  st.allreduce(buf)->wait();
+  ASSERT_EQ(rec->calls.size(), 2u);
+  EXPECT_EQ(rec->calls[0].numel, 625);
+  EXPECT_EQ(rec->calls[1].offset, 625);
+  EXPECT_EQ(rec->calls[1].numel, 375);
+  // A channel that carried nothing since: no information, the weights stay.
+  rec->stats[1] = {100, 2};
+  st.rebalance();
+  EXPECT_NEAR(st.weights()[0], 0.625, 1e-12);
+}
+
+TEST(StripedTransport, SmallBuffersGoWholeRoundRobinAndOneChannelTakesAll) {
+  auto rec = std::make_shared<RecordingTransport>(3);
+  StripingOptions o;
+  o.min_split_bytes = 1024;
+  StripedTransport st(rec, o);
+  at::Tensor small = at::zeros({10});  // 40 bytes
+  rec->watch(small);
+  for (int i = 0; i < 4; ++i) st.allreduce(small)->wait();
+  ASSERT_EQ(rec->calls.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(rec->calls[static_cast<size_t>(i)].channel, i % 3);
+    EXPECT_EQ(rec->calls[static_cast<size_t>(i)].numel, 10);
+  }
+  st.setActiveChannels(1);
+  at::Tensor big = at::zeros({1000});
+  rec->watch(big);
+  rec->calls.clear();
+  st.allreduce(big)->wait();
+  ASSERT_EQ(rec->calls.size(), 1u);
+  EXPECT_EQ(rec->calls[0].channel, 0);
+  EXPECT_EQ(rec->calls[0].numel, 1000);
+  st.setActiveChannels(7);  // more than there are: all of them
+  EXPECT_EQ(st.activeChannels(), 3);
+}
+
+}  // namespace
+}  // namespace aiacc::comm
