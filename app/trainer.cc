@@ -19,6 +19,7 @@
 #include "app/job_settings.h"
 #include "app/json.h"
 #include "app/launch_env.h"
+#include "app/option_names.h"
 #include "common/error.h"
 #include "data/device_input.h"
 #include "data/entropy_hook.h"
@@ -71,7 +72,7 @@ struct Trainer::State {
   void setupDevice();
   void setupData();
   void setupModel();
-  at::ScalarType ampDtype() const { return cfg.amp_dtype == "bf16" ? at::kBFloat16 : at::kHalf; }
+  at::ScalarType ampDtype() const { return cfg.amp_dtype == AmpDtype::kBf16 ? at::kBFloat16 : at::kHalf; }
   void setLearningRate(double lr);
   int64_t plannedSteps() const;
   EvalPoint evaluate(double epoch_pos);
@@ -205,7 +206,7 @@ void Trainer::State::setupModel() {
   optimizer = std::make_unique<FusedSgd>(groups, torch::optim::SGDOptions(cfg.lr));
   params = model->parameters();
   GradScalerOptions so;
-  so.enabled = cfg.amp && cfg.amp_dtype == "fp16";  // bf16 has fp32's range: nothing to scale
+  so.enabled = cfg.amp && cfg.amp_dtype == AmpDtype::kFp16;  // bf16 has fp32's range: nothing to scale
   scaler = std::make_unique<GradScaler>(so);
   if (!cfg.resume.empty()) {
     pos = loadCheckpoint(cfg.resume, *model, *optimizer);
@@ -220,7 +221,7 @@ void Trainer::State::setupModel() {
   if (isRank0()) {
     LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, "
               << mo.num_classes << " classes on " << device.str()
-              << (cfg.amp ? ", mixed precision " + cfg.amp_dtype : std::string(", fp32"))
+              << (cfg.amp ? std::string(", mixed precision ") + optionName(cfg.amp_dtype) : std::string(", fp32"))
               << (cfg.channels_last ? ", channels-last" : "") << "; " << at::get_num_threads()
               << " compute threads";
   }
@@ -510,7 +511,7 @@ Report Trainer::run() {
   r.ignored_files = s.ignored_files;
   r.exposed_comm_s = s.sync().exposedCommSeconds();
   r.device = s.device.str();
-  r.precision = cfg.amp ? "amp " + cfg.amp_dtype : "fp32";
+  r.precision = cfg.amp ? std::string("amp ") + optionName(cfg.amp_dtype) : "fp32";
   r.loss_scale = s.scaler->enabled() ? s.scaler->scale() : 0;
   r.overflow_skips = s.scaler->skippedSteps();
   r.comm = s.sync().describe();
