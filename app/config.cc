@@ -21,16 +21,20 @@ double learningRate(const Config& c, double pos, int64_t global_batch) {
   if (pos < c.warmup_epochs) return peak * pos / c.warmup_epochs;
   const double span = std::max(1e-9, c.epochs - c.warmup_epochs);
   const double t = std::min(1.0, (pos - c.warmup_epochs) / span);
-  if (c.lr_schedule == "cosine") return peak * 0.5 * (1.0 + std::cos(M_PI * t));
-  if (c.lr_schedule == "linear") return peak * (1.0 - t);
-  if (c.lr_schedule == "step") {
-    double lr = peak;
-    for (int e : c.lr_step_epochs) {
-      if (pos >= e) lr *= c.lr_step_gamma;
+  switch (c.lr_schedule) {
+    case LrSchedule::kCosine:
+      return peak * 0.5 * (1.0 + std::cos(M_PI * t));
+    case LrSchedule::kLinear:
+      return peak * (1.0 - t);
+    case LrSchedule::kStep: {
+      double lr = peak;
+      for (int e : c.lr_step_epochs) {
+        if (pos >= e) lr *= c.lr_step_gamma;
+      }
+      return lr;
     }
-    return lr;
   }
-  AIACC_THROW(InputError, "unknown --lr-schedule '", c.lr_schedule, "' (cosine, step or linear)");
+  AIACC_THROW(Error, "internal: unknown LrSchedule ", static_cast<int>(c.lr_schedule));
 }
 
 std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, double scale_min) {

@@ -18,6 +18,15 @@ struct Stage {
   double scale_min = 0.08;  // random-resized-crop minimum area fraction
 };
 
+// Autocast's compute dtype (--amp-dtype; its "auto" is resolved by configFromFlags).
+enum class AmpDtype {
+  kFp16,  // loss-scaled (app/amp.h GradScaler)
+  kBf16,  // fp32's range: no scaling needed
+};
+
+// The learning rate's shape after warmup (--lr-schedule).
+enum class LrSchedule { kCosine, kStep, kLinear };
+
 struct Config {
   // Data
   std::string data;  // ImageNet-layout folder, or "synthetic"
@@ -36,7 +45,7 @@ struct Config {
   // Device and precision
   bool cuda = false;            // one GPU per process (cuda:local_rank); else the CPU
   bool amp = false;             // autocast + dynamic loss scaling (app/amp.h)
-  std::string amp_dtype = "fp16";  // fp16 (loss-scaled) | bf16 (no scaling needed)
+  AmpDtype amp_dtype = AmpDtype::kFp16;
   bool cudnn_benchmark = true;  // let cuDNN time its algorithms on the first batch of each shape
 
   // Model
@@ -49,7 +58,7 @@ struct Config {
   std::vector<Stage> stages;  // sorted by start_epoch, first starts at 0
   double lr = 0.1;            // per 256 images (linear scaling rule)
   double warmup_epochs = 2;
-  std::string lr_schedule = "cosine";  // cosine | step | linear
+  LrSchedule lr_schedule = LrSchedule::kCosine;
   std::vector<int> lr_step_epochs = {30, 60, 80};
   double lr_step_gamma = 0.1;
   double momentum = 0.9;

@@ -1,6 +1,7 @@
 #include "app/flags.h"
 
 #include "app/cli.h"
+#include "app/option_names.h"
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -200,23 +201,13 @@ DistSpec distSpecFromFlags() {
   d.autotune = FLAGS_autotune;
   d.shm = FLAGS_shm;
   d.timeline = FLAGS_timeline;
-  AIACC_CHECK_INPUT(FLAGS_allreduce_dtype == "fp32" || FLAGS_allreduce_dtype == "fp16" ||
-                    FLAGS_allreduce_dtype == "bf16",
-                    "--allreduce-dtype must be fp32, fp16 or bf16 (got '", FLAGS_allreduce_dtype, "')");
-  d.allreduce_dtype = FLAGS_allreduce_dtype;
-  AIACC_CHECK_INPUT(FLAGS_bn_sync == "lazy" || FLAGS_bn_sync == "broadcast" || FLAGS_bn_sync == "average" ||
-                        FLAGS_bn_sync == "none",
-                    "--bn-sync must be lazy, average, broadcast or none (got '", FLAGS_bn_sync, "')");
-  d.bn_sync = FLAGS_bn_sync;
+  d.allreduce_dtype = parseOption<comm::TransferDtype>("--allreduce-dtype", FLAGS_allreduce_dtype);
+  d.bn_sync = parseOption<comm::BufferSync>("--bn-sync", FLAGS_bn_sync);
   d.find_unused = FLAGS_find_unused;
-  AIACC_CHECK_INPUT(FLAGS_hierarchical == "on" || FLAGS_hierarchical == "off" || FLAGS_hierarchical == "auto",
-                    "--hierarchical must be on, off or auto (got '", FLAGS_hierarchical, "')");
-  d.hierarchical = FLAGS_hierarchical;
+  d.hierarchical = parseOption<comm::TwoLevelMode>("--hierarchical", FLAGS_hierarchical);
   AIACC_CHECK_INPUT(FLAGS_ranks_per_node >= 0, "--ranks-per-node must be >= 0");
   d.ranks_per_node = FLAGS_ranks_per_node;
-  AIACC_CHECK_INPUT(FLAGS_negotiation == "decentralized" || FLAGS_negotiation == "central",
-                    "--negotiation must be decentralized or central");
-  d.central = FLAGS_negotiation == "central";
+  d.negotiation = parseOption<comm::Negotiation>("--negotiation", FLAGS_negotiation);
   AIACC_CHECK_INPUT(d.bucket_mb > 0, "--bucket-mb must be positive");
   AIACC_CHECK_INPUT(d.timeout_s > 0, "--comm-timeout must be positive");
   return d;
@@ -351,10 +342,14 @@ Config configFromFlags(const Recipe& recipe) {
   c.cuda = FLAGS_gpus > 0;
   c.channels_last = FLAGS_channels_last || (c.cuda && !set_on_cli("channels_last"));
   c.amp = FLAGS_amp || (c.cuda && !set_on_cli("amp"));
-  c.amp_dtype = FLAGS_amp_dtype == "auto" ? (c.cuda ? "fp16" : "bf16") : FLAGS_amp_dtype;
-  AIACC_CHECK_INPUT(c.amp_dtype == "fp16" || c.amp_dtype == "bf16",
-                    "--amp-dtype must be fp16, bf16 or auto (got '", FLAGS_amp_dtype, "')");
-  AIACC_CHECK_INPUT(!(c.amp && !c.cuda && c.amp_dtype == "fp16"),
+  if (FLAGS_amp_dtype == "auto") {
+    c.amp_dtype = c.cuda ? AmpDtype::kFp16 : AmpDtype::kBf16;
+  } else {
+    const std::optional<AmpDtype> dtype = optionFromName<AmpDtype>(FLAGS_amp_dtype);
+    if (!dtype) throwBadOption("--amp-dtype", optionNames<AmpDtype>("auto"), FLAGS_amp_dtype);
+    c.amp_dtype = *dtype;
+  }
+  AIACC_CHECK_INPUT(!(c.amp && !c.cuda && c.amp_dtype == AmpDtype::kFp16),
                     "--amp-dtype fp16 needs --gpus (CPU autocast computes in bf16)");
   c.cudnn_benchmark = FLAGS_cudnn_benchmark;
   c.synthetic_images = FLAGS_synthetic_images;
@@ -366,7 +361,6 @@ Config configFromFlags(const Recipe& recipe) {
   c.epochs = FLAGS_epochs;
   c.lr = FLAGS_lr;
   c.warmup_epochs = FLAGS_warmup_epochs;
-  c.lr_schedule = FLAGS_lr_schedule;
   c.lr_step_epochs.clear();
   {
     std::stringstream ss(FLAGS_lr_step_epochs);
@@ -422,8 +416,7 @@ Config configFromFlags(const Recipe& recipe) {
   AIACC_CHECK_INPUT(c.epochs >= 1, "--epochs must be at least 1");
   AIACC_CHECK_INPUT(c.lr > 0, "--lr must be positive");
   AIACC_CHECK_INPUT(c.warmup_epochs >= 0 && c.warmup_epochs <= c.epochs, "--warmup-epochs must be in [0, --epochs]");
-  AIACC_CHECK_INPUT(c.lr_schedule == "cosine" || c.lr_schedule == "step" || c.lr_schedule == "linear",
-                    "--lr-schedule must be cosine, step or linear (got '", c.lr_schedule, "')");
+  c.lr_schedule = parseOption<LrSchedule>("--lr-schedule", FLAGS_lr_schedule);
   AIACC_CHECK_INPUT(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   AIACC_CHECK_INPUT(c.ratio_min > 0 && c.ratio_min <= c.ratio_max, "need 0 < --min-ratio <= --max-ratio");
   AIACC_CHECK_INPUT(c.crop_fraction > 0 && c.crop_fraction <= 1, "--crop-fraction must be in (0, 1]");

@@ -8,6 +8,8 @@
 #include "app/config.h"
 #include "app/launch_env.h"
 #include "app/launcher.h"
+#include "comm/data_parallel.h"
+#include "comm/factory.h"
 #include "data/sample_gen.h"
 
 namespace aiacc::app {
@@ -37,7 +39,8 @@ Recipe applyRecipeFlag();
 // Builds the Config from the parsed flags and the applied recipe. Validates ranges.
 Config configFromFlags(const Recipe& recipe);
 
-// Distribution flags: how to launch, and the communication settings of each worker.
+// Distribution flags: how to launch, and the communication settings of each worker. Every
+// value is validated here, once (names: app/option_names.h).
 struct DistSpec {
   LaunchSpec launch;         // the flags' values (no launcher)
   LaunchFlags launch_flags;  // which launch flags the command line gave, for planLaunch()
@@ -47,13 +50,13 @@ struct DistSpec {
   int streams = 0;  // 0: auto
   bool autotune = true;
   bool shm = true;  // shared memory between the ranks of one host
-  std::string allreduce_dtype = "fp32";  // --allreduce-dtype fp32|fp16|bf16
+  comm::TransferDtype allreduce_dtype = comm::TransferDtype::kFloat32;  // --allreduce-dtype
   std::string timeline;  // --timeline FILE (rank 0)
   double timeout_s = 120;
-  std::string bn_sync = "lazy";  // --bn-sync lazy|average|broadcast|none
+  comm::BufferSync bn_sync = comm::BufferSync::kAverageWhenRead;  // --bn-sync (lazy)
   bool find_unused = false;
-  bool central = false;  // --negotiation central
-  std::string hierarchical = "auto";  // --hierarchical on|off|auto
+  comm::Negotiation negotiation = comm::Negotiation::kDecentralized;  // --negotiation
+  comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;                // --hierarchical
   int ranks_per_node = 0;             // 0: the launcher's local size
 };
 // From the flags, after applyRecipeFlag().

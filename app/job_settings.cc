@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "app/option_names.h"
 #include "common/error.h"
 
 namespace aiacc::app {
@@ -40,11 +41,11 @@ comm::Settings distSettings(const DistSpec& d, const comm::WorldInfo& world) {
       {"--streams", d.streams > 0 ? std::to_string(d.streams) : "auto"},
       {"--autotune", onOff(d.autotune)},
       {"--shm", onOff(d.shm)},
-      {"--allreduce-dtype", d.allreduce_dtype},
-      {"--bn-sync", d.bn_sync},
+      {"--allreduce-dtype", optionName(d.allreduce_dtype)},
+      {"--bn-sync", optionName(d.bn_sync)},
       {"--find-unused", onOff(d.find_unused)},
-      {"--negotiation", d.central ? "central" : "decentralized"},
-      {"--hierarchical", d.hierarchical},
+      {"--negotiation", optionName(d.negotiation)},
+      {"--hierarchical", optionName(d.hierarchical)},
       {"--ranks-per-node", d.ranks_per_node > 0 ? std::to_string(d.ranks_per_node) : "auto"},
   };
 }
@@ -63,9 +64,10 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
     steps += strCat(steps.empty() ? "" : ", ", "from epoch ", st.start_epoch, ": ",
                     st.batch_size > 0 ? shard_size / st.batch_size : 0);
   }
-  std::string schedule = c.lr_schedule;
-  if (c.lr_schedule == "step") {
-    for (int e : c.lr_step_epochs) schedule += strCat(schedule == c.lr_schedule ? " at " : ",", e);
+  const std::string name = optionName(c.lr_schedule);
+  std::string schedule = name;
+  if (c.lr_schedule == LrSchedule::kStep) {
+    for (int e : c.lr_step_epochs) schedule += strCat(schedule == name ? " at " : ",", e);
     schedule += strCat(" x", str(c.lr_step_gamma));
   }
   return {
@@ -89,7 +91,7 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
       {"--weight-decay", str(c.weight_decay)},
       {"--bn-weight-decay", onOff(c.bn_weight_decay)},
       {"--label-smoothing", str(c.label_smoothing)},
-      {"--amp", c.amp ? c.amp_dtype : "off"},
+      {"--amp", c.amp ? optionName(c.amp_dtype) : "off"},
       {"checkpoints (--checkpoint-dir)", onOff(!c.checkpoint_dir.empty())},
       {"resumed at (epochs done/step)", strCat(resumed.epochs_done, "/", resumed.step)},
   };

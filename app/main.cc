@@ -61,7 +61,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     ts.hierarchical = dist.hierarchical;
     ts.ranks_per_node = dist.ranks_per_node;
     // Two-level auto between nodes: the tuner chooses (or it is on when the tuner is off).
-    ts.tune_two_level = dist.hierarchical == "auto" && dist.autotune;
+    ts.tune_two_level = dist.hierarchical == aiacc::comm::TwoLevelMode::kAuto && dist.autotune;
     aiacc::comm::checkLayoutSupported(ts);  // every rank refuses at once, before the rendezvous
     aiacc::comm::StoreOptions so;
     so.host = host;
@@ -82,15 +82,10 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
     aiacc::comm::DataParallelOptions dp;
     dp.bucket_mb = dist.bucket_mb;
-    dp.buffers = dist.bn_sync == "average"     ? aiacc::comm::BufferSync::kAverage
-                 : dist.bn_sync == "broadcast" ? aiacc::comm::BufferSync::kBroadcast
-                 : dist.bn_sync == "none"      ? aiacc::comm::BufferSync::kNone
-                                               : aiacc::comm::BufferSync::kAverageWhenRead;
+    dp.buffers = dist.bn_sync;
     dp.detect_unused = dist.find_unused;
-    dp.transfer = dist.allreduce_dtype == "fp16"   ? aiacc::comm::TransferDtype::kFloat16
-                  : dist.allreduce_dtype == "bf16" ? aiacc::comm::TransferDtype::kBFloat16
-                                                   : aiacc::comm::TransferDtype::kFloat32;
-    dp.negotiation = dist.central ? aiacc::comm::Negotiation::kCentral : aiacc::comm::Negotiation::kDecentralized;
+    dp.transfer = dist.allreduce_dtype;
+    dp.negotiation = dist.negotiation;
     dp.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 1 : 2);  // the tuner starts from 1
     dp.autotune = dist.autotune;
     dp.tune_space.bucket_mb = {2, 8, 64};

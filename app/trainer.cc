@@ -19,9 +19,10 @@
 #include "app/job_settings.h"
 #include "app/json.h"
 #include "app/launch_env.h"
+#include "app/option_names.h"
 #include "common/error.h"
 #include "data/device_input.h"
-#include "data/entropy_hook.h"
+#include "data/entropy_gate.h"
 #include "data/loader.h"
 #include "models/resnet.h"
 #include "models/weights.h"
@@ -33,6 +34,31 @@ using Clock = Trainer::Clock;
 SyncFactory localSync() {
   return [](std::shared_ptr<torch::nn::Module>, const comm::Settings&) { return std::make_unique<comm::LocalSync>(); };
 }
+
+namespace {
+
+// What one optimizer step did.
+struct StepResult {
+  double loss = 0;       // the batch's mean loss per decoded image; 0 when it decoded to nothing
+  bool applied = false;  // the optimizer stepped (not skipped on a non-finite gradient)
+};
+
+// This run's progress (a resumed run counts from where it resumed).
+struct RunTotals {
+  int64_t planned = 0;  // steps of the whole schedule (--max-steps included)
+  int64_t steps = 0;
+  double train_s = 0;
+  int64_t images = 0;
+  // Steady state: after 3 warm-up steps and once the communication tuner has frozen.
+  double steady_s = 0;
+  int64_t steady_images = 0;
+  bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
+  bool stop = false;
+  Clock::time_point last_progress;
+  double epoch_pos = 0;  // fractional epoch of the training position
+};
+
+}  // namespace
 
 struct Trainer::State {
   Config cfg;
@@ -58,6 +84,8 @@ struct Trainer::State {
   std::shared_ptr<comm::Timeline> timeline;
   std::ofstream metrics;
   Report report;
+  RunTotals run;
+  torch::nn::functional::CrossEntropyFuncOptions loss_opts;
 
   State(Config c, comm::WorldInfo w, SyncFactory f, Clock::time_point t)
       : cfg(std::move(c)), world_info(w), make_sync(std::move(f)), start(t) {}
@@ -68,10 +96,26 @@ struct Trainer::State {
   }
   bool isRank0() const { return rank == 0; }
 
+  // Threads, device, data, model (and the resumed position), metrics file, report header.
+  void setUp();
   void setupDevice();
   void setupData();
   void setupModel();
-  at::ScalarType ampDtype() const { return cfg.amp_dtype == "bf16" ? at::kBFloat16 : at::kHalf; }
+  // One epoch's steps, each followed by its metrics line, progress and --eval-every evaluation;
+  // true when every batch of the epoch was trained (no target or --max-steps stop within it).
+  bool trainEpoch(int epoch);
+  // One optimizer step (below, with the loss scaler's handling in one place).
+  StepResult trainStep(const data::Batch& batch, const Stage& st, Clock::time_point t0);
+  // Rank 0, every --progress-seconds: where the run is, the mean speed and the time left.
+  void printProgress(int epoch, int64_t step_in_epoch, int64_t batches, const Stage& st, double loss, double lr,
+                     Clock::time_point t);
+  // After a complete epoch: the position at its end, the JPEG index summary once.
+  void finishEpoch(int epoch);
+  // Evaluates at run.epoch_pos, records it (report, metrics, log) and stops at the target.
+  void evaluateAndRecord();
+  // The report's totals, the peak memory over ranks, and --save-weights.
+  Report finishReport();
+  at::ScalarType ampDtype() const { return cfg.amp_dtype == AmpDtype::kBf16 ? at::kBFloat16 : at::kHalf; }
   void setLearningRate(double lr);
   int64_t plannedSteps() const;
   EvalPoint evaluate(double epoch_pos);
@@ -148,7 +192,7 @@ void Trainer::State::setupData() {
   lo.workers = cfg.workers;
   lo.prefetch = cfg.prefetch;
   lo.jpeg_index_bytes = static_cast<size_t>(cfg.jpeg_index_mb) << 20;
-  data::EntropyHook::enable(!cfg.libjpeg_huffman);  // process-wide: one trainer per process
+  lo.huffman = cfg.libjpeg_huffman ? data::HuffmanDecoder::kLibjpegTurbo : data::huffmanTakeover().decoder();
   lo.crop.scale_max = cfg.scale_max;
   lo.crop.ratio_min = cfg.ratio_min;
   lo.crop.ratio_max = cfg.ratio_max;
@@ -205,7 +249,7 @@ void Trainer::State::setupModel() {
   optimizer = std::make_unique<FusedSgd>(groups, torch::optim::SGDOptions(cfg.lr));
   params = model->parameters();
   GradScalerOptions so;
-  so.enabled = cfg.amp && cfg.amp_dtype == "fp16";  // bf16 has fp32's range: nothing to scale
+  so.enabled = cfg.amp && cfg.amp_dtype == AmpDtype::kFp16;  // bf16 has fp32's range: nothing to scale
   scaler = std::make_unique<GradScaler>(so);
   if (!cfg.resume.empty()) {
     pos = loadCheckpoint(cfg.resume, *model, *optimizer);
@@ -220,7 +264,7 @@ void Trainer::State::setupModel() {
   if (isRank0()) {
     LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, "
               << mo.num_classes << " classes on " << device.str()
-              << (cfg.amp ? ", mixed precision " + cfg.amp_dtype : std::string(", fp32"))
+              << (cfg.amp ? std::string(", mixed precision ") + optionName(cfg.amp_dtype) : std::string(", fp32"))
               << (cfg.channels_last ? ", channels-last" : "") << "; " << at::get_num_threads()
               << " compute threads";
   }
@@ -318,205 +362,221 @@ void Trainer::State::checkpoint() {
   }
 }
 
-Report Trainer::run() {
-  State& s = *s_;
-  const Config& cfg = s.cfg;
+void Trainer::State::setUp() {
   // Set the thread count explicitly: Debian's LibTorch starts with one OpenMP thread.
-  const int local = std::max(1, s.world_info.local_size);
+  const int local = std::max(1, world_info.local_size);
   const int threads = cfg.threads > 0 ? cfg.threads
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   at::set_num_threads(threads);
-  s.setupDevice();
-  s.setupData();
-  s.setupModel();  // and the resumed position
-  if (!cfg.metrics_file.empty() && s.isRank0()) {
-    s.metrics.open(cfg.metrics_file, std::ios::app);
-    AIACC_CHECK_INPUT(s.metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");
+  setupDevice();
+  setupData();
+  setupModel();  // and the resumed position
+  if (!cfg.metrics_file.empty() && isRank0()) {
+    metrics.open(cfg.metrics_file, std::ios::app);
+    AIACC_CHECK_INPUT(metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");
   }
-  Report& r = s.report;
-  r.arch = cfg.arch;
-  r.data = s.data_name;
-  r.world = s.world;
-  r.target_top1 = cfg.target_top1;
-  r.target_top5 = cfg.target_top5;
-  r.machine = machineInfo();
+  report.arch = cfg.arch;
+  report.data = data_name;
+  report.world = world;
+  report.target_top1 = cfg.target_top1;
+  report.target_top5 = cfg.target_top5;
+  report.machine = machineInfo();
+  loss_opts = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.label_smoothing);
+  run.planned = plannedSteps();
+  run.last_progress = Clock::now();
+  run.epoch_pos = static_cast<double>(pos.epochs_done);
+}
 
-  namespace F = torch::nn::functional;
-  const auto loss_opts = F::CrossEntropyFuncOptions().label_smoothing(cfg.label_smoothing);
-  const int64_t planned = s.plannedSteps();
-  int64_t steps_this_run = 0;
-  double run_train_s = 0;
-  int64_t run_images = 0;
-  // Steady state: after 3 warm-up steps and once the communication tuner has frozen.
-  bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
-  double steady_s = 0;
-  int64_t steady_images = 0;
-  bool stop = false;
-  auto last_progress = Clock::now();
-  double epoch_pos = static_cast<double>(s.pos.epochs_done);
-  auto do_eval = [&]() {
-    EvalPoint e = s.evaluate(epoch_pos);
-    r.evals.push_back(e);
-    s.writeMetric(JsonObject().add("type", "eval").add("step", e.step).add("epoch", e.epoch)
-                      .add("seconds", e.seconds).add("top1", e.top1).add("top5", e.top5)
-                      .add("loss", e.loss).str());
-    if (s.isRank0()) {
-      LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 "
-                << e.top1 << "% top-5 " << e.top5 << "% loss " << std::setprecision(4) << e.loss
-                << " (" << e.images << " images, " << formatDuration(e.seconds) << " elapsed)";
-    }
-    if (!r.target_reached && s.targetReached(e)) {
-      r.target_reached = true;
-      r.time_to_target_s = e.seconds;
-      stop = true;
-      if (s.isRank0()) LOG(INFO) << "target reached after " << formatDuration(e.seconds);
-    }
-  };
-
-  for (int epoch = static_cast<int>(s.pos.epochs_done); epoch < cfg.epochs && !stop; ++epoch) {
-    const Stage& st = stageAt(cfg, epoch);
-    data::EpochSpec spec{epoch, st.image_size, st.batch_size, st.scale_min};
-    const int64_t nb = s.train->startEpoch(spec);
-    const int64_t global_batch = static_cast<int64_t>(st.batch_size) * s.world;
-    int64_t step_in_epoch = 0;
-    auto t_last = Clock::now();
-    while (auto batch = s.train->next()) {
-      epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
-      const double lr = learningRate(cfg, epoch_pos, global_batch);
-      s.setLearningRate(lr);
-      const auto t0 = Clock::now();
-      double loss_value = 0;
-      // Images decoded for this step; skipped (undecodable) ones are missing from the batch.
-      const int64_t n = batch->labels.numel();
-      // A rank whose batch decoded to nothing still takes part in the step (the others wait for
-      // its buckets): zero contribution, then the same averaged update as everyone. Alone, there
-      // is nothing to learn from.
-      if (n > 0 || s.world > 1) {
-        s.sync().beforeForward();
-        // Gradients set to none, not zeroed: backward then hands each parameter its new gradient
-        // tensor instead of adding it into a zeroed one (a write and a read-add pass saved).
-        for (auto& p : s.params) p.mutable_grad() = torch::Tensor();
-        torch::Tensor loss;
-        if (n > 0) {
-          const torch::Tensor images = data::imagesOnDevice(batch->images, s.device, cfg.channels_last);
-          const torch::Tensor labels = data::labelsOnDevice(batch->labels, s.device);
-          AutocastGuard autocast(cfg.amp, s.device.type(), s.ampDtype());
-          const torch::Tensor logits = s.model->forward(images);
-          loss = F::cross_entropy(logits.to(at::kFloat), labels, loss_opts);
-          // Every decoded image weighs 1 / (world x batch) in the step's gradient, on every rank:
-          // a partial batch's mean counts for its share of a full one (skipped images count as
-          // zero gradient, not as a larger weight on the rest of their rank's batch).
-          if (n < st.batch_size) loss = loss * (static_cast<double>(n) / st.batch_size);
-        }
-        const auto t_fwd = Clock::now();
-        if (loss.defined()) s.scaler->scaleLoss(loss).backward();
-        const auto t_bwd = Clock::now();
-        bool step_ok = s.sync().finishBackward();
-        const auto t_sync = Clock::now();
-        if (step_ok && s.scaler->enabled()) {
-          // The averaged gradients are the same on every rank, so every rank agrees on overflow.
-          const bool finite = s.scaler->unscaleAndCheck(s.params);
-          s.scaler->update(!finite);
-          step_ok = finite;
-        }
-        if (step_ok) s.optimizer->step();
-        // Also the point where this step's input copy has certainly finished (it reads the
-        // stream that copied it): only after it may the loader reuse the pinned batch buffer.
-        if (loss.defined()) loss_value = loss.item<double>() * (n < st.batch_size ? static_cast<double>(st.batch_size) / n : 1.0);
-        if (s.timeline) {
-          const auto t_end = Clock::now();
-          s.timeline->span("forward", 0, t0, t_fwd);
-          s.timeline->span("backward", 0, t_fwd, t_bwd);
-          s.timeline->span(step_ok ? "gradient sync wait" : "gradient sync wait (step skipped)", 0, t_bwd, t_sync);
-          s.timeline->span("optimizer", 0, t_sync, t_end);
-        }
-      }
-      const auto t1 = Clock::now();
-      const double step_s = std::chrono::duration<double>(t1 - t0).count();
-      const double wall_s = std::chrono::duration<double>(t1 - t_last).count();
-      t_last = t1;
-      run_train_s += wall_s;
-      s.pos.train_s += wall_s;
-      const int64_t imgs = batch->labels.numel() * s.world;
-      run_images += imgs;
-      if (steps_this_run >= 3 && !s.sync().tuning()) {
-        steady_s += wall_s;
-        steady_images += imgs;
-      }
-      ++s.pos.step;
-      ++steps_this_run;
-      ++step_in_epoch;
-      s.pos.images_seen += imgs;
-      epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
-      const double ips = static_cast<double>(imgs) / std::max(1e-9, wall_s);
-      s.writeMetric(JsonObject().add("type", "step").add("step", s.pos.step).add("epoch", epoch_pos)
-                        .add("loss", loss_value).add("lr", lr).add("images_per_s", ips)
-                        .add("compute_s", step_s).str());
-      if (s.isRank0() && std::chrono::duration<double>(t1 - last_progress).count() >= cfg.progress_seconds) {
-        last_progress = t1;
-        const double mean_ips = static_cast<double>(run_images) / std::max(1e-9, run_train_s);
-        const int64_t left = std::max<int64_t>(0, planned - s.pos.step);
-        const double eta = static_cast<double>(left) * run_train_s / std::max<int64_t>(1, steps_this_run);
-        std::cout << "epoch " << epoch + 1 << "/" << cfg.epochs << " step " << step_in_epoch << "/"
-                  << nb << " size " << st.image_size << " loss " << std::fixed
-                  << std::setprecision(4) << loss_value << " lr " << lr << std::setprecision(1)
-                  << " img/s " << mean_ips << " ETA " << formatDuration(eta) << std::endl;
-      }
-      if (cfg.eval_every > 0 && s.pos.step % cfg.eval_every == 0) do_eval();
-      if ((cfg.max_steps > 0 && s.pos.step >= cfg.max_steps) || stop) {
-        stop = true;
-        break;
-      }
-    }
-    const bool epoch_complete = step_in_epoch == nb;
-    if (epoch_complete) {
-      s.pos.epochs_done = epoch + 1;
-      epoch_pos = epoch + 1;
-      const auto* loader = dynamic_cast<const data::ImageLoader*>(s.train.get());
-      if (s.isRank0() && loader && loader->jpegIndex() && !index_logged) {
-        const data::JpegIndexCache& ix = *loader->jpegIndex();
-        LOG(INFO) << "JPEG indexes (--jpeg-index-mb): " << ix.indexedFiles() << " train files indexed, "
-                  << (ix.bytes() + 1023) / 1024 << " KiB; " << ix.refusedFiles() << " not indexable (progressive, restart markers, "
-                  << "not baseline JPEG); later epochs decode only each crop's MCUs";
-        index_logged = true;
-      }
-    }
-    if (cfg.eval_every == 0 && !r.target_reached) do_eval();
+Report Trainer::run() {
+  State& s = *s_;
+  s.setUp();
+  for (int epoch = static_cast<int>(s.pos.epochs_done); epoch < s.cfg.epochs && !s.run.stop; ++epoch) {
+    const bool epoch_complete = s.trainEpoch(epoch);
+    if (epoch_complete) s.finishEpoch(epoch);
+    if (s.cfg.eval_every == 0 && !s.report.target_reached) s.evaluateAndRecord();
     if (epoch_complete) s.checkpoint();  // resume restarts at an epoch boundary
   }
   // Make sure the final state was evaluated.
-  if (r.evals.empty() || r.evals.back().step != s.pos.step) do_eval();
+  if (s.report.evals.empty() || s.report.evals.back().step != s.pos.step) s.evaluateAndRecord();
+  return s.finishReport();
+}
 
+bool Trainer::State::trainEpoch(int epoch) {
+  const Stage& st = stageAt(cfg, epoch);
+  data::EpochSpec spec{epoch, st.image_size, st.batch_size, st.scale_min};
+  const int64_t nb = train->startEpoch(spec);
+  const int64_t global_batch = static_cast<int64_t>(st.batch_size) * world;
+  int64_t step_in_epoch = 0;
+  auto t_last = Clock::now();
+  while (auto batch = train->next()) {
+    run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
+    const double lr = learningRate(cfg, run.epoch_pos, global_batch);
+    setLearningRate(lr);
+    const auto t0 = Clock::now();
+    const StepResult step = trainStep(*batch, st, t0);
+    const auto t1 = Clock::now();
+    const double step_s = std::chrono::duration<double>(t1 - t0).count();
+    const double wall_s = std::chrono::duration<double>(t1 - t_last).count();
+    t_last = t1;
+    run.train_s += wall_s;
+    pos.train_s += wall_s;
+    const int64_t imgs = batch->labels.numel() * world;
+    run.images += imgs;
+    if (run.steps >= 3 && !sync().tuning()) {
+      run.steady_s += wall_s;
+      run.steady_images += imgs;
+    }
+    ++pos.step;
+    ++run.steps;
+    ++step_in_epoch;
+    pos.images_seen += imgs;
+    run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
+    const double ips = static_cast<double>(imgs) / std::max(1e-9, wall_s);
+    writeMetric(JsonObject().add("type", "step").add("step", pos.step).add("epoch", run.epoch_pos)
+                    .add("loss", step.loss).add("lr", lr).add("images_per_s", ips)
+                    .add("compute_s", step_s).str());
+    printProgress(epoch, step_in_epoch, nb, st, step.loss, lr, t1);
+    if (cfg.eval_every > 0 && pos.step % cfg.eval_every == 0) evaluateAndRecord();
+    if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || run.stop) {
+      run.stop = true;
+      break;
+    }
+  }
+  return step_in_epoch == nb;
+}
+
+// One optimizer step on `batch` (begun at t0, the forward span's start): beforeForward, forward
+// and loss, backward, finishBackward (the gradient sync), the loss scaler's unscale and update,
+// the optimizer step.
+StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, Clock::time_point t0) {
+  StepResult result;
+  // Images decoded for this step; skipped (undecodable) ones are missing from the batch.
+  const int64_t n = batch.labels.numel();
+  // A rank whose batch decoded to nothing still takes part in the step (the others wait for
+  // its buckets): zero contribution, then the same averaged update as everyone. Alone, there
+  // is nothing to learn from.
+  if (n == 0 && world == 1) return result;
+  sync().beforeForward();
+  // Gradients set to none, not zeroed: backward then hands each parameter its new gradient
+  // tensor instead of adding it into a zeroed one (a write and a read-add pass saved).
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  torch::Tensor loss;
+  if (n > 0) {
+    const torch::Tensor images = data::imagesOnDevice(batch.images, device, cfg.channels_last);
+    const torch::Tensor labels = data::labelsOnDevice(batch.labels, device);
+    AutocastGuard autocast(cfg.amp, device.type(), ampDtype());
+    const torch::Tensor logits = model->forward(images);
+    loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels, loss_opts);
+    // Every decoded image weighs 1 / (world x batch) in the step's gradient, on every rank:
+    // a partial batch's mean counts for its share of a full one (skipped images count as
+    // zero gradient, not as a larger weight on the rest of their rank's batch).
+    if (n < st.batch_size) loss = loss * (static_cast<double>(n) / st.batch_size);
+  }
+  const auto t_fwd = Clock::now();
+  if (loss.defined()) scaler->scaleLoss(loss).backward();
+  const auto t_bwd = Clock::now();
+  bool step_ok = sync().finishBackward();
+  const auto t_sync = Clock::now();
+  // AMP (fp16): the loss scaler's unscale, overflow check and scale update, all here.
+  if (step_ok && scaler->enabled()) {
+    // The averaged gradients are the same on every rank, so every rank agrees on overflow.
+    const bool finite = scaler->unscaleAndCheck(params);
+    scaler->update(!finite);
+    step_ok = finite;
+  }
+  if (step_ok) optimizer->step();
+  result.applied = step_ok;
+  // Also the point where this step's input copy has certainly finished (it reads the
+  // stream that copied it): only after it may the loader reuse the pinned batch buffer.
+  if (loss.defined()) result.loss = loss.item<double>() * (n < st.batch_size ? static_cast<double>(st.batch_size) / n : 1.0);
+  if (timeline) {
+    const auto t_end = Clock::now();
+    timeline->span("forward", 0, t0, t_fwd);
+    timeline->span("backward", 0, t_fwd, t_bwd);
+    timeline->span(step_ok ? "gradient sync wait" : "gradient sync wait (step skipped)", 0, t_bwd, t_sync);
+    timeline->span("optimizer", 0, t_sync, t_end);
+  }
+  return result;
+}
+
+void Trainer::State::printProgress(int epoch, int64_t step_in_epoch, int64_t batches, const Stage& st, double loss,
+                                   double lr, Clock::time_point t) {
+  if (!isRank0() || std::chrono::duration<double>(t - run.last_progress).count() < cfg.progress_seconds) return;
+  run.last_progress = t;
+  const double mean_ips = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
+  const int64_t left = std::max<int64_t>(0, run.planned - pos.step);
+  const double eta = static_cast<double>(left) * run.train_s / std::max<int64_t>(1, run.steps);
+  std::cout << "epoch " << epoch + 1 << "/" << cfg.epochs << " step " << step_in_epoch << "/"
+            << batches << " size " << st.image_size << " loss " << std::fixed
+            << std::setprecision(4) << loss << " lr " << lr << std::setprecision(1)
+            << " img/s " << mean_ips << " ETA " << formatDuration(eta) << std::endl;
+}
+
+void Trainer::State::finishEpoch(int epoch) {
+  pos.epochs_done = epoch + 1;
+  run.epoch_pos = epoch + 1;
+  const data::JpegIndexCache* ix = train->jpegIndex();
+  if (isRank0() && ix && !run.index_logged) {
+    LOG(INFO) << "JPEG indexes (--jpeg-index-mb): " << ix->indexedFiles() << " train files indexed, "
+              << (ix->bytes() + 1023) / 1024 << " KiB; " << ix->refusedFiles() << " not indexable (progressive, restart markers, "
+              << "not baseline JPEG); later epochs decode only each crop's MCUs";
+    run.index_logged = true;
+  }
+}
+
+void Trainer::State::evaluateAndRecord() {
+  EvalPoint e = evaluate(run.epoch_pos);
+  Report& r = report;
+  r.evals.push_back(e);
+  writeMetric(JsonObject().add("type", "eval").add("step", e.step).add("epoch", e.epoch)
+                  .add("seconds", e.seconds).add("top1", e.top1).add("top5", e.top5)
+                  .add("loss", e.loss).str());
+  if (isRank0()) {
+    LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 "
+              << e.top1 << "% top-5 " << e.top5 << "% loss " << std::setprecision(4) << e.loss
+              << " (" << e.images << " images, " << formatDuration(e.seconds) << " elapsed)";
+  }
+  if (!r.target_reached && targetReached(e)) {
+    r.target_reached = true;
+    r.time_to_target_s = e.seconds;
+    run.stop = true;
+    if (isRank0()) LOG(INFO) << "target reached after " << formatDuration(e.seconds);
+  }
+}
+
+Report Trainer::State::finishReport() {
+  Report& r = report;
   const EvalPoint& last = r.evals.back();
   r.final_top1 = last.top1;
   r.final_top5 = last.top5;
-  r.steps = s.pos.step;
-  r.images_seen = s.pos.images_seen;
-  r.epochs = epoch_pos;
-  r.train_s = s.pos.train_s;
-  r.mean_images_per_s = static_cast<double>(run_images) / std::max(1e-9, run_train_s);
-  r.steady_images_per_s = steady_images > 0 ? static_cast<double>(steady_images) / steady_s : r.mean_images_per_s;
-  r.total_s = s.now();
+  r.steps = pos.step;
+  r.images_seen = pos.images_seen;
+  r.epochs = run.epoch_pos;
+  r.train_s = pos.train_s;
+  r.mean_images_per_s = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
+  r.steady_images_per_s =
+      run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s : r.mean_images_per_s;
+  r.total_s = now();
   {  // peak resident memory: this rank's, and the largest over ranks (summing one-hot slots)
     rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);
     r.peak_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
-    at::Tensor all = at::zeros({s.world}, at::kDouble);
-    all[s.rank] = r.peak_rss_mb;
-    s.sync().allreduceSum(all);
+    at::Tensor all = at::zeros({world}, at::kDouble);
+    all[rank] = r.peak_rss_mb;
+    sync().allreduceSum(all);
     r.max_peak_rss_mb = all.max().item<double>();
   }
-  r.skipped_files = s.skips->count();
-  r.ignored_files = s.ignored_files;
-  r.exposed_comm_s = s.sync().exposedCommSeconds();
-  r.device = s.device.str();
-  r.precision = cfg.amp ? "amp " + cfg.amp_dtype : "fp32";
-  r.loss_scale = s.scaler->enabled() ? s.scaler->scale() : 0;
-  r.overflow_skips = s.scaler->skippedSteps();
-  r.comm = s.sync().describe();
-  if (!cfg.save_weights.empty() && s.isRank0()) {  // the final evaluation averaged the BN statistics
+  r.skipped_files = skips->count();
+  r.ignored_files = ignored_files;
+  r.exposed_comm_s = sync().exposedCommSeconds();
+  r.device = device.str();
+  r.precision = cfg.amp ? std::string("amp ") + optionName(cfg.amp_dtype) : "fp32";
+  r.loss_scale = scaler->enabled() ? scaler->scale() : 0;
+  r.overflow_skips = scaler->skippedSteps();
+  r.comm = sync().describe();
+  if (!cfg.save_weights.empty() && isRank0()) {  // the final evaluation averaged the BN statistics
     const std::string tmp = cfg.save_weights + ".tmp";
-    models::writeNamedTensors(tmp, models::stateOf(*s.model));
+    models::writeNamedTensors(tmp, models::stateOf(*model));
     std::error_code ec;
     std::filesystem::rename(tmp, cfg.save_weights, ec);
     if (ec) AIACC_THROW(IoError, "cannot rename '", tmp, "' to --save-weights '", cfg.save_weights, "': ", ec.message());

@@ -59,8 +59,8 @@ int ranksPerNode(const TransportSpec& spec) {
 
 bool useTwoLevel(const TransportSpec& spec) {
   const int R = ranksPerNode(spec), W = spec.world.world;
-  if (spec.hierarchical == "off" || R < 1) return false;
-  if (spec.hierarchical == "on") return true;
+  if (spec.hierarchical == TwoLevelMode::kOff || R < 1) return false;
+  if (spec.hierarchical == TwoLevelMode::kOn) return true;
   return R > 1 && W > R && W % R == 0;
 }
 

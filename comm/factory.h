@@ -15,6 +15,13 @@
 
 namespace aiacc::comm {
 
+// Two-level reduction (intra-node reduce-scatter, inter-node allreduce, intra-node allgather).
+enum class TwoLevelMode {
+  kOff,
+  kOn,
+  kAuto,  // on between nodes with several ranks each
+};
+
 struct TransportSpec {
   WorldInfo world;
   int channels = 1;
@@ -23,9 +30,9 @@ struct TransportSpec {
   bool gpu = false;                     // tensors live on CUDA device `device`: NCCL
   int device = -1;                      // this rank's CUDA device; -1: world.local_rank
   bool shm = true;                      // shared memory between ranks of one host
-  // Two-level reduction: "on", "off", or "auto" (on between nodes with several ranks each; with
-  // tune_two_level the flat transport is primary and the two-level one the tuner's alternative).
-  std::string hierarchical = "auto";
+  // Two-level reduction; with kAuto and tune_two_level the flat transport is primary and the
+  // two-level one the tuner's alternative.
+  TwoLevelMode hierarchical = TwoLevelMode::kAuto;
   int ranks_per_node = 0;               // 0: world.local_size (consecutive ranks form a node)
   bool tune_two_level = false;
   std::shared_ptr<Timeline> timeline;

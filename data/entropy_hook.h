@@ -59,8 +59,9 @@ class EntropyHook {
   // True when the data was not valid somewhere: the decoded pixels are not to be used.
   bool failed() const { return failed_; }
 
-  // Process-wide switch (--libjpeg-huffman, tests, aiacc_bench's A/B): false keeps
-  // libjpeg-turbo's decoder for decodeCrop's HuffmanDecoder::kProcessDefault.
+  // Process-wide switch (tests, aiacc_bench's --libjpeg-huffman A/B): false keeps
+  // libjpeg-turbo's decoder for decodeCrop's HuffmanDecoder::kProcessDefault. aiacc_train does
+  // not use it: its loaders take the decoder as an option (LoaderOptions::huffman).
   static void enable(bool on);
   static bool enabled();
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/decode.h"
 #include "data/image_folder.h"
 #include "data/transforms.h"
 #include "data/jpeg_index.h"
@@ -69,6 +70,9 @@ class BatchSource {
   virtual int64_t numClasses() const = 0;
   // Samples in this rank's shard per epoch.
   virtual int64_t shardSize() const = 0;
+  // The JPEG entropy index cache this source builds as it decodes (data/jpeg_index.h); null for
+  // sources without one (in-memory and synthetic batches, a loader with jpeg_index_bytes 0).
+  virtual const JpegIndexCache* jpegIndex() const { return nullptr; }
 };
 
 struct LoaderOptions {
@@ -86,6 +90,11 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int rank = 0;
   int world = 1;
+  // Whose Huffman decoder entropy-decodes the JPEGs (data/decode.h; the same pixels either way).
+  // kProcessDefault follows the process-wide switch (EntropyHook::enable, aiacc_bench) and the
+  // gate; the trainer passes kLibjpegTurbo (--libjpeg-huffman) or the gate's choice,
+  // huffmanTakeover().decoder() (data/entropy_gate.h).
+  HuffmanDecoder huffman = HuffmanDecoder::kProcessDefault;
   // Memory for JPEG entropy indexes (data/jpeg_index.h), built as files are first decoded; after
   // that, only each crop's MCUs are entropy-decoded. 0: no indexes.
   size_t jpeg_index_bytes = 0;
@@ -107,7 +116,7 @@ class ImageLoader : public BatchSource {
   int64_t numClasses() const override { return static_cast<int64_t>(folder_.classes.size()); }
   int64_t shardSize() const override;
   // The JPEG index cache, null without one (LoaderOptions::jpeg_index_bytes 0).
-  const JpegIndexCache* jpegIndex() const { return jpeg_index_.get(); }
+  const JpegIndexCache* jpegIndex() const override { return jpeg_index_.get(); }
 
  private:
   void stopWorkers();

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -18,6 +19,8 @@
 #include "app/flags.h"
 #include "app/fused_sgd.h"
 #include "app/heap.h"
+#include "app/job_settings.h"
+#include "app/option_names.h"
 #include "app/report.h"
 #include "models/resnet.h"
 #include "tests/test_util.h"
@@ -134,16 +137,16 @@ TEST(Schedule, WarmupThenShapesClosedForm) {
   c.lr = 0.1;
   c.epochs = 10;
   c.warmup_epochs = 2;
-  c.lr_schedule = "cosine";
+  c.lr_schedule = LrSchedule::kCosine;
   const int64_t gb = 512;  // linear scaling: peak 0.2
   EXPECT_DOUBLE_EQ(learningRate(c, 0.0, gb), 0.0);
   EXPECT_DOUBLE_EQ(learningRate(c, 1.0, gb), 0.1);
   EXPECT_DOUBLE_EQ(learningRate(c, 2.0, gb), 0.2);
   EXPECT_NEAR(learningRate(c, 6.0, gb), 0.1, 1e-12);  // halfway down the cosine
   EXPECT_NEAR(learningRate(c, 10.0, gb), 0.0, 1e-12);
-  c.lr_schedule = "linear";
+  c.lr_schedule = LrSchedule::kLinear;
   EXPECT_NEAR(learningRate(c, 4.0, gb), 0.15, 1e-12);
-  c.lr_schedule = "step";
+  c.lr_schedule = LrSchedule::kStep;
   c.warmup_epochs = 0;
   c.lr_step_epochs = {3, 6};
   c.lr_step_gamma = 0.1;
@@ -303,13 +306,86 @@ TEST(Flags, RecipeDistributionKeysReachTheDistSpec) {
   EXPECT_EQ(dist.launch.nproc, 3);
   EXPECT_FALSE(dist.launch_flags.nproc.has_value()) << "a recipe value is a default, not a command-line flag";
   EXPECT_DOUBLE_EQ(dist.bucket_mb, 7);
-  EXPECT_EQ(dist.allreduce_dtype, "bf16");
+  EXPECT_STREQ(optionName(dist.allreduce_dtype), "bf16");
   EXPECT_EQ(dist.streams, 4) << "the command line wins";
-  EXPECT_EQ(dist.bn_sync, "broadcast");
+  EXPECT_STREQ(optionName(dist.bn_sync), "broadcast");
   EXPECT_DOUBLE_EQ(dist.timeout_s, 9);
   EXPECT_EQ(dist.timeline, "/tmp/t.json");
-  EXPECT_EQ(dist.hierarchical, "off");
+  EXPECT_STREQ(optionName(dist.hierarchical), "off");
   EXPECT_EQ(configFromFlags(recipe).recipe, d / "dist.recipe");
+}
+
+// Each typed option parses from its flag's names, once, and gives the same name back (the
+// agreement settings print it); a bad value is one line naming the flag and the allowed values.
+TEST(Flags, TypedOptionsParseFromTheirNames) {
+  for (auto v : {comm::TransferDtype::kFloat32, comm::TransferDtype::kFloat16, comm::TransferDtype::kBFloat16}) {
+    EXPECT_EQ(optionFromName<comm::TransferDtype>(optionName(v)), v);
+  }
+  for (auto v : {comm::BufferSync::kAverageWhenRead, comm::BufferSync::kAverage, comm::BufferSync::kBroadcast,
+                 comm::BufferSync::kNone}) {
+    EXPECT_EQ(optionFromName<comm::BufferSync>(optionName(v)), v);
+  }
+  for (auto v : {comm::TwoLevelMode::kOn, comm::TwoLevelMode::kOff, comm::TwoLevelMode::kAuto}) {
+    EXPECT_EQ(optionFromName<comm::TwoLevelMode>(optionName(v)), v);
+  }
+  for (auto v : {LrSchedule::kCosine, LrSchedule::kStep, LrSchedule::kLinear}) {
+    EXPECT_EQ(optionFromName<LrSchedule>(optionName(v)), v);
+  }
+  EXPECT_STREQ(optionName(comm::BufferSync::kAverageWhenRead), "lazy");
+  EXPECT_STREQ(optionName(comm::Negotiation::kCentral), "central");
+  EXPECT_STREQ(optionName(AmpDtype::kBf16), "bf16");
+  EXPECT_FALSE(optionFromName<comm::TransferDtype>("fp8").has_value());
+  EXPECT_EQ(optionNames<AmpDtype>("auto"), "fp16, bf16 or auto");
+
+  gflags::FlagSaver saver;
+  gflags::SetCommandLineOption("allreduce_dtype", "fp16");
+  gflags::SetCommandLineOption("bn_sync", "none");
+  gflags::SetCommandLineOption("negotiation", "central");
+  gflags::SetCommandLineOption("hierarchical", "on");
+  const DistSpec dist = distSpecFromFlags();
+  EXPECT_EQ(dist.allreduce_dtype, comm::TransferDtype::kFloat16);
+  EXPECT_EQ(dist.bn_sync, comm::BufferSync::kNone);
+  EXPECT_EQ(dist.negotiation, comm::Negotiation::kCentral);
+  EXPECT_EQ(dist.hierarchical, comm::TwoLevelMode::kOn);
+  const comm::Settings settings = distSettings(dist, comm::WorldInfo{0, 2, 0, 2});
+  auto value = [&](const std::string& name) {
+    for (const comm::Setting& x : settings) {
+      if (x.name == name) return x.value;
+    }
+    return std::string("(missing)");
+  };
+  EXPECT_EQ(value("--allreduce-dtype"), "fp16");
+  EXPECT_EQ(value("--bn-sync"), "none");
+  EXPECT_EQ(value("--negotiation"), "central");
+  EXPECT_EQ(value("--hierarchical"), "on");
+
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  gflags::SetCommandLineOption("bn_sync", "sometimes");
+  EXPECT_EQ(message([] { distSpecFromFlags(); }), "--bn-sync must be lazy, average, broadcast or none (got 'sometimes')");
+  gflags::SetCommandLineOption("bn_sync", "lazy");
+  gflags::SetCommandLineOption("hierarchical", "maybe");
+  EXPECT_EQ(message([] { distSpecFromFlags(); }), "--hierarchical must be on, off or auto (got 'maybe')");
+  gflags::SetCommandLineOption("hierarchical", "auto");
+  gflags::SetCommandLineOption("allreduce_dtype", "fp8");
+  EXPECT_EQ(message([] { distSpecFromFlags(); }), "--allreduce-dtype must be fp32, fp16 or bf16 (got 'fp8')");
+
+  EXPECT_EQ(configFromFlags(Recipe{}).amp_dtype, AmpDtype::kBf16) << "auto on the CPU";
+  gflags::SetCommandLineOption("amp_dtype", "fp8");
+  EXPECT_EQ(message([] { configFromFlags(Recipe{}); }), "--amp-dtype must be fp16, bf16 or auto (got 'fp8')");
+  gflags::SetCommandLineOption("amp_dtype", "bf16");
+  gflags::SetCommandLineOption("lr_schedule", "step");
+  const Config c = configFromFlags(Recipe{});
+  EXPECT_EQ(c.amp_dtype, AmpDtype::kBf16);
+  EXPECT_EQ(c.lr_schedule, LrSchedule::kStep);
+  gflags::SetCommandLineOption("lr_schedule", "wavy");
+  EXPECT_EQ(message([] { configFromFlags(Recipe{}); }), "--lr-schedule must be cosine, step or linear (got 'wavy')");
 }
 
 TEST(Flags, ShippedRecipesParse) {
@@ -334,7 +410,7 @@ TEST(Flags, DawnbenchRecipeIsThePublishedSchedule) {
   EXPECT_EQ(stageAt(c, 0).batch_size * 8, 2048);
   EXPECT_EQ(stageAt(c, 20).batch_size * 8, 1024);
   EXPECT_NEAR(learningRate(c, 5.0, 2048), 1.2, 1e-9);  // peak after 5 warmup epochs, 8 GPUs
-  EXPECT_EQ(c.lr_schedule, "linear");
+  EXPECT_STREQ(optionName(c.lr_schedule), "linear");
   EXPECT_TRUE(c.nesterov);
   EXPECT_GT(c.label_smoothing, 0);
 }

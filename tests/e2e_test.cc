@@ -68,7 +68,7 @@ TEST_F(TrainE2E, MixedPrecisionTracksFp32) {
     c.stages = {Stage{0, 16, 8, 0.35}};
     c.max_steps = 8;
     c.amp = amp;
-    c.amp_dtype = "bf16";
+    c.amp_dtype = AmpDtype::kBf16;
     c.metrics_file = *dir_ / (amp ? "amp.jsonl" : "fp32.jsonl");
     Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
     EXPECT_EQ(r.precision, amp ? "amp bf16" : "fp32");

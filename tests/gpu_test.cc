@@ -193,7 +193,7 @@ TEST(Gpu, TrainerLearnsWithAmpAndChannelsLast) {
   app::Config c = test::learnableConfig(dir / "ds");
   c.cuda = true;
   c.amp = true;
-  c.amp_dtype = "fp16";
+  c.amp_dtype = app::AmpDtype::kFp16;
   c.channels_last = true;
   c.workers = 2;
   app::Report r = app::Trainer(c, {}, app::localSync(), app::Trainer::Clock::now()).run();

@@ -6,6 +6,8 @@
 #include <numeric>
 
 #include "data/device_input.h"
+#include "data/entropy_gate.h"
+#include "data/entropy_hook.h"
 #include "data/sample_gen.h"
 #include "tests/test_util.h"
 
@@ -86,6 +88,34 @@ TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
   auto c = epochOf(one, EpochSpec{2, 32, 5, 0.3});
   EXPECT_FALSE(a[0].labels.equal(c[0].labels) && a[1].labels.equal(c[1].labels) &&
                a[0].images.equal(c[0].images));
+}
+
+// LoaderOptions::huffman picks the Huffman decoder for this loader alone (no process-wide
+// switch): libjpeg-turbo's takes no decode over, aiacc's (where the gate allows) does, and the
+// batches are the same.
+TEST_F(LoaderTest, HuffmanDecoderIsALoaderOption) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.seed = 7;
+  o.huffman = HuffmanDecoder::kLibjpegTurbo;
+  ImageLoader theirs(l.train, o, nullptr);
+  o.huffman = huffmanTakeover().decoder();
+  ImageLoader ours(l.train, o, nullptr);
+  const EpochSpec spec{1, 24, 4, 0.08};
+  const EntropyHook::Counts before = EntropyHook::counts();
+  auto a = epochOf(theirs, spec);
+  const EntropyHook::Counts middle = EntropyHook::counts();
+  EXPECT_EQ(middle.installed, before.installed) << "libjpeg-turbo's decoder: no takeover";
+  auto b = epochOf(ours, spec);
+  const EntropyHook::Counts after = EntropyHook::counts();
+  if (huffmanTakeover().enabled) {
+    EXPECT_GT(after.installed, middle.installed) << "aiacc's decoder";
+  }
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].images.equal(b[i].images)) << "batch " << i;
+    EXPECT_TRUE(a[i].labels.equal(b[i].labels));
+  }
 }
 
 // JPEG entropy indexes (built along the decodes, used after) change no pixel.

@@ -49,7 +49,7 @@ Config goldenConfig(const test::TempDir& dir, int rank, int world) {
   c.stages = {Stage{0, 32, 16 / world, 0.08}};
   c.lr = 0.4;
   c.warmup_epochs = 0.5;
-  c.lr_schedule = "cosine";
+  c.lr_schedule = LrSchedule::kCosine;
   c.momentum = 0.9;
   c.nesterov = true;
   c.weight_decay = 5e-5;

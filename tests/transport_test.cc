@@ -268,17 +268,17 @@ TEST(Transport, AbortFailsQueuedAndLaterOperationsAtOnce) {
 TEST(Factory, PicksTheTransportForTheLayout) {
   struct Case {
     int world, local_size;
-    std::string hierarchical;
+    TwoLevelMode hierarchical;
     bool tune, shm;
     std::string primary, alternative;
   };
   const std::vector<Case> cases = {
-      {2, 2, "auto", true, true, "shm, 2 ranks", ""},
-      {2, 1, "auto", true, true, "gloo, 2 ranks", ""},
-      {2, 2, "auto", true, false, "gloo, 2 ranks", ""},
-      {4, 2, "auto", false, true, "two-level, 2 nodes x 2 ranks (intra: shm", ""},
-      {4, 2, "auto", true, true, "gloo, 4 ranks", "two-level, 2 nodes x 2 ranks"},
-      {4, 2, "off", true, true, "gloo, 4 ranks", ""},
+      {2, 2, TwoLevelMode::kAuto, true, true, "shm, 2 ranks", ""},
+      {2, 1, TwoLevelMode::kAuto, true, true, "gloo, 2 ranks", ""},
+      {2, 2, TwoLevelMode::kAuto, true, false, "gloo, 2 ranks", ""},
+      {4, 2, TwoLevelMode::kAuto, false, true, "two-level, 2 nodes x 2 ranks (intra: shm", ""},
+      {4, 2, TwoLevelMode::kAuto, true, true, "gloo, 4 ranks", "two-level, 2 nodes x 2 ranks"},
+      {4, 2, TwoLevelMode::kOff, true, true, "gloo, 4 ranks", ""},
   };
   for (const Case& c : cases) {
     auto store = makeHashStore();

@@ -1,0 +1,109 @@
+#include "app/option_names.h"
+
+#include <initializer_list>
+#include <vector>
+
+#include "common/error.h"
+
+namespace aiacc::app {
+namespace {
+
+template <typename E>
+struct Named {
+  E value;
+  const char* name;
+};
+
+// The one table of each enum's names, in the order the messages list them.
+template <typename E>
+constexpr std::initializer_list<Named<E>> kNames = {};
+template <>
+constexpr std::initializer_list<Named<comm::TransferDtype>> kNames<comm::TransferDtype> = {
+    {comm::TransferDtype::kFloat32, "fp32"},
+    {comm::TransferDtype::kFloat16, "fp16"},
+    {comm::TransferDtype::kBFloat16, "bf16"},
+};
+template <>
+constexpr std::initializer_list<Named<comm::BufferSync>> kNames<comm::BufferSync> = {
+    {comm::BufferSync::kAverageWhenRead, "lazy"},
+    {comm::BufferSync::kAverage, "average"},
+    {comm::BufferSync::kBroadcast, "broadcast"},
+    {comm::BufferSync::kNone, "none"},
+};
+template <>
+constexpr std::initializer_list<Named<comm::Negotiation>> kNames<comm::Negotiation> = {
+    {comm::Negotiation::kDecentralized, "decentralized"},
+    {comm::Negotiation::kCentral, "central"},
+};
+template <>
+constexpr std::initializer_list<Named<comm::TwoLevelMode>> kNames<comm::TwoLevelMode> = {
+    {comm::TwoLevelMode::kOn, "on"},
+    {comm::TwoLevelMode::kOff, "off"},
+    {comm::TwoLevelMode::kAuto, "auto"},
+};
+template <>
+constexpr std::initializer_list<Named<AmpDtype>> kNames<AmpDtype> = {
+    {AmpDtype::kFp16, "fp16"},
+    {AmpDtype::kBf16, "bf16"},
+};
+template <>
+constexpr std::initializer_list<Named<LrSchedule>> kNames<LrSchedule> = {
+    {LrSchedule::kCosine, "cosine"},
+    {LrSchedule::kStep, "step"},
+    {LrSchedule::kLinear, "linear"},
+};
+
+template <typename E>
+const char* nameIn(E v) {
+  for (const auto& row : kNames<E>) {
+    if (row.value == v) return row.name;
+  }
+  AIACC_THROW(Error, "internal: option value ", static_cast<int>(v), " has no name");
+}
+
+}  // namespace
+
+const char* optionName(comm::TransferDtype v) { return nameIn(v); }
+const char* optionName(comm::BufferSync v) { return nameIn(v); }
+const char* optionName(comm::Negotiation v) { return nameIn(v); }
+const char* optionName(comm::TwoLevelMode v) { return nameIn(v); }
+const char* optionName(AmpDtype v) { return nameIn(v); }
+const char* optionName(LrSchedule v) { return nameIn(v); }
+
+template <typename E>
+std::optional<E> optionFromName(const std::string& name) {
+  for (const auto& row : kNames<E>) {
+    if (name == row.name) return row.value;
+  }
+  return std::nullopt;
+}
+
+template <typename E>
+std::string optionNames(const char* extra) {
+  std::vector<const char*> names;
+  for (const auto& row : kNames<E>) names.push_back(row.name);
+  if (extra) names.push_back(extra);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+void throwBadOption(const char* flag, const std::string& allowed, const std::string& got) {
+  AIACC_THROW(InputError, flag, " must be ", allowed, " (got '", got, "')");
+}
+
+#define AIACC_OPTION_ENUM(E)                                            \
+  template std::optional<E> optionFromName<E>(const std::string& name); \
+  template std::string optionNames<E>(const char* extra);
+AIACC_OPTION_ENUM(comm::TransferDtype)
+AIACC_OPTION_ENUM(comm::BufferSync)
+AIACC_OPTION_ENUM(comm::Negotiation)
+AIACC_OPTION_ENUM(comm::TwoLevelMode)
+AIACC_OPTION_ENUM(AmpDtype)
+AIACC_OPTION_ENUM(LrSchedule)
+#undef AIACC_OPTION_ENUM
+
+}  // namespace aiacc::app
