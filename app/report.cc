@@ -156,7 +156,11 @@ void printReport(const Report& r, std::ostream& os) {
      << "model            " << r.arch << " on " << r.data << " (" << r.world << " process"
      << (r.world > 1 ? "es" : "") << ")\n";
   os << "device           " << r.device << ", " << r.precision;
-  if (r.loss_scale > 0) os << " (loss scale " << r.loss_scale << ", " << r.overflow_skips << " overflow steps skipped)";
+  if (r.loss_scale > 0) {
+    os << " (loss scale " << r.loss_scale << ", " << r.overflow_skips << " overflow steps skipped)";
+  } else if (r.overflow_skips > 0) {
+    os << " (" << r.overflow_skips << " steps skipped for a non-finite reduced gradient)";
+  }
   os << "\n";
   if (!r.comm.empty()) os << "communication    " << r.comm << "\n";
   if (r.target_top1 > 0 || r.target_top5 > 0) {

@@ -50,7 +50,7 @@ struct Report {
   std::string device = "cpu";     // training device of rank 0 ("cuda:0")
   std::string precision = "fp32";  // "fp32" | "amp fp16" | "amp bf16"
   double loss_scale = 0;          // final dynamic loss scale (amp fp16); 0: none
-  int64_t overflow_skips = 0;     // steps skipped for inf/NaN gradients by the loss scaler
+  int64_t overflow_skips = 0;     // steps skipped for inf/NaN gradients (loss scaler or fp16/bf16 transfer)
   double peak_rss_mb = 0;      // this process's peak resident memory, MiB
   double max_peak_rss_mb = 0;  // the largest over all ranks
   std::vector<EvalPoint> evals;

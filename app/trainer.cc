@@ -56,6 +56,7 @@ struct RunTotals {
   bool stop = false;
   Clock::time_point last_progress;
   double epoch_pos = 0;  // fractional epoch of the training position
+  int64_t skipped_steps = 0;  // steps every rank skipped for a non-finite gradient
 };
 
 }  // namespace
@@ -79,6 +80,9 @@ struct Trainer::State {
   std::unique_ptr<FusedSgd> optimizer;
   std::vector<torch::Tensor> params;
   std::unique_ptr<GradScaler> scaler;
+  // The gradient sync took the loss scale (fp16 transfer under AMP fp16): it unscales, checks
+  // and moves the one scale itself, and the trainer must not unscale again.
+  bool sync_unscales = false;
 
   TrainPosition pos;
   std::shared_ptr<comm::Timeline> timeline;
@@ -261,6 +265,8 @@ void Trainer::State::setupModel() {
   // Data parallelism wraps the model here: the ranks' settings are compared first, then
   // DataParallel broadcasts rank 0's weights.
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), pos));
+  // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
+  if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
   if (isRank0()) {
     LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, "
               << mo.num_classes << " classes on " << device.str()
@@ -477,14 +483,16 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
   const auto t_bwd = Clock::now();
   bool step_ok = sync().finishBackward();
   const auto t_sync = Clock::now();
-  // AMP (fp16): the loss scaler's unscale, overflow check and scale update, all here.
-  if (step_ok && scaler->enabled()) {
+  // AMP (fp16): the loss scaler's unscale, overflow check and scale update, all here, unless the
+  // sync did them with the same scale (sync_unscales; a step it skipped has moved the scale).
+  if (step_ok && scaler->enabled() && !sync_unscales) {
     // The averaged gradients are the same on every rank, so every rank agrees on overflow.
     const bool finite = scaler->unscaleAndCheck(params);
     scaler->update(!finite);
     step_ok = finite;
   }
   if (step_ok) optimizer->step();
+  if (!step_ok) ++run.skipped_steps;
   result.applied = step_ok;
   // Also the point where this step's input copy has certainly finished (it reads the
   // stream that copied it): only after it may the loader reuse the pinned batch buffer.
@@ -572,7 +580,7 @@ Report Trainer::State::finishReport() {
   r.device = device.str();
   r.precision = cfg.amp ? std::string("amp ") + optionName(cfg.amp_dtype) : "fp32";
   r.loss_scale = scaler->enabled() ? scaler->scale() : 0;
-  r.overflow_skips = scaler->skippedSteps();
+  r.overflow_skips = run.skipped_steps;  // the loss scaler's and the fp16/bf16 transfer's
   r.comm = sync().describe();
   if (!cfg.save_weights.empty() && isRank0()) {  // the final evaluation averaged the BN statistics
     const std::string tmp = cfg.save_weights + ".tmp";
