@@ -19,6 +19,7 @@
 #include "app/job_settings.h"
 #include "app/json.h"
 #include "app/launch_env.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "data/device_input.h"
 #include "data/entropy_hook.h"
@@ -515,11 +516,12 @@ Report Trainer::run() {
   r.overflow_skips = s.scaler->skippedSteps();
   r.comm = s.sync().describe();
   if (!cfg.save_weights.empty() && s.isRank0()) {  // the final evaluation averaged the BN statistics
-    const std::string tmp = cfg.save_weights + ".tmp";
-    models::writeNamedTensors(tmp, models::stateOf(*s.model));
-    std::error_code ec;
-    std::filesystem::rename(tmp, cfg.save_weights, ec);
-    if (ec) AIACC_THROW(IoError, "cannot rename '", tmp, "' to --save-weights '", cfg.save_weights, "': ", ec.message());
+    try {
+      writeFileAtomicByPath(cfg.save_weights,
+                            [&](const std::string& tmp) { models::writeNamedTensors(tmp, models::stateOf(*s.model)); });
+    } catch (const IoError& e) {
+      AIACC_THROW(IoError, "--save-weights: ", e.what());
+    }
   }
   return r;
 }
