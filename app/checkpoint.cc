@@ -1,17 +1,14 @@
 #include "app/checkpoint.h"
 
-#include <fcntl.h>
 #include <torch/nn/module.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "app/optim_state.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "models/weights.h"
 
@@ -24,32 +21,12 @@ constexpr int64_t kLegacyFormatVersion = 2;
 
 std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-// Writes bytes to path with plain POSIX calls, checking every one (a full disk shows up at
-// write, fsync or close), so no library destructor ever has to report an I/O error.
-void writeAll(const std::string& path, const std::string& bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) AIACC_THROW(IoError, "cannot create '", path, "': ", std::strerror(errno));
-  size_t off = 0;
-  int err = 0;
-  while (off < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (!err && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && !err) err = errno;
-  if (err) AIACC_THROW(IoError, "cannot write '", path, "': ", std::strerror(err));
-}
 }  // namespace
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model,
                     torch::optim::SGD& optimizer, const TrainPosition& pos) {
   // Serialize into memory first (LibTorch's file writer reports I/O errors from a destructor,
-  // which would abort the process on a full disk), then write the bytes ourselves.
+  // which would abort the process on a full disk), then write the bytes atomically.
   std::string bytes;
   {
     torch::serialize::OutputArchive root, state_ar, optim_ar;
@@ -72,19 +49,10 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model,
       return n;
     });
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::error_code ec;
   try {
-    writeAll(tmp, bytes);
+    writeFileAtomic(path, bytes);  // plain POSIX writes: a full disk shows up at write or fsync
   } catch (const IoError& e) {
-    std::filesystem::remove(tmp, ec);
-    AIACC_THROW(IoError, "cannot write checkpoint '", path, "' (", bytes.size() >> 20,
-                " MiB; disk full?): ", e.what());
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    AIACC_THROW(IoError, "cannot move checkpoint into '", path, "': ", ec.message());
+    AIACC_THROW(IoError, "cannot save checkpoint (", bytes.size() >> 20, " MiB): ", e.what());
   }
 }
 

@@ -4,8 +4,9 @@
 // between LibTorch versions (1.13 and 2.x, either way); format-2 files (torch::optim's own layout)
 // are still read.
 //
-// Written atomically: to a temporary file in the same folder, then renamed over the old one, so a
-// crash or a full disk mid-write leaves the previous checkpoint intact. A file that cannot be
+// Written atomically (common/atomic_file.h): to a temporary file in the same folder, fsynced, then
+// renamed over the old one, so a crash or a full disk mid-write leaves the previous checkpoint
+// intact. A file that cannot be
 // read raises IoError naming it; the trainer never falls back to a silent fresh start.
 #pragma once
 

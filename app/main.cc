@@ -23,6 +23,7 @@
 #include "comm/data_parallel.h"
 #include "comm/factory.h"
 #include "comm/store.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "data/sample_gen.h"
 
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
     if (world.rank == 0) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {
-        aiacc::app::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");
+        aiacc::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");
       }
       if (!config.dawnbench_dir.empty()) aiacc::app::writeDawnbench(config.dawnbench_dir, report, config);
     }

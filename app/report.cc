@@ -3,7 +3,6 @@
 #include <jconfig.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "app/json.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 
 namespace aiacc::app {
@@ -197,26 +197,6 @@ void printReport(const Report& r, std::ostream& os) {
      << r.machine.gpu << "; LibTorch " << r.machine.torch_version << ", OpenCV "
      << r.machine.opencv_version << ", libjpeg-turbo " << r.machine.jpeg_turbo_version << "\n";
   os.unsetf(std::ios::floatfield);
-}
-
-void writeFileAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      AIACC_THROW(IoError, "cannot write '", path, "' (disk full or read-only?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    AIACC_THROW(IoError, "cannot rename into '", path, "': ", ec.message());
-  }
 }
 
 void writeDawnbench(const std::string& dir, const Report& r, const Config& c) {

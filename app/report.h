@@ -65,9 +65,6 @@ void printReport(const Report& r, std::ostream& os);
 // top5Accuracy; percent) in the format of the public DAWNBench ImageNet entries.
 void writeDawnbench(const std::string& dir, const Report& r, const Config& c);
 
-// Writes text to path atomically (temp file + rename). Throws IoError.
-void writeFileAtomic(const std::string& path, const std::string& text);
-
 // "1h02m03s" / "4m05s" / "12.3s".
 std::string formatDuration(double seconds);
 

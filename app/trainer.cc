@@ -20,6 +20,7 @@
 #include "app/json.h"
 #include "app/launch_env.h"
 #include "app/option_names.h"
+#include "common/atomic_file.h"
 #include "common/error.h"
 #include "data/device_input.h"
 #include "data/entropy_gate.h"
@@ -583,11 +584,12 @@ Report Trainer::State::finishReport() {
   r.overflow_skips = run.skipped_steps;  // the loss scaler's and the fp16/bf16 transfer's
   r.comm = sync().describe();
   if (!cfg.save_weights.empty() && isRank0()) {  // the final evaluation averaged the BN statistics
-    const std::string tmp = cfg.save_weights + ".tmp";
-    models::writeNamedTensors(tmp, models::stateOf(*model));
-    std::error_code ec;
-    std::filesystem::rename(tmp, cfg.save_weights, ec);
-    if (ec) AIACC_THROW(IoError, "cannot rename '", tmp, "' to --save-weights '", cfg.save_weights, "': ", ec.message());
+    try {
+      writeFileAtomicByPath(cfg.save_weights,
+                            [&](const std::string& tmp) { models::writeNamedTensors(tmp, models::stateOf(*model)); });
+    } catch (const IoError& e) {
+      AIACC_THROW(IoError, "--save-weights: ", e.what());
+    }
   }
   return r;
 }

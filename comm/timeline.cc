@@ -1,10 +1,9 @@
 #include "comm/timeline.h"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <ostream>
 
-#include "common/error.h"
+#include "common/atomic_file.h"
 #include "common/json_escape.h"
 
 namespace aiacc::comm {
@@ -57,17 +56,11 @@ size_t Timeline::events() const {
 
 void Timeline::flush() {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string tmp = path_ + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
+  writeFileAtomicStream(path_, [this](std::ostream& f) {
     f << "[\n";
     for (size_t i = 0; i < events_.size(); ++i) f << events_[i] << (i + 1 < events_.size() ? ",\n" : "\n");
     f << "]\n";
-    if (!f.flush()) AIACC_THROW(IoError, "cannot write timeline '", path_, "' (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path_, ec);
-  if (ec) AIACC_THROW(IoError, "cannot write timeline '", path_, "': ", ec.message());
+  });
 }
 
 }  // namespace aiacc::comm

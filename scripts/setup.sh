@@ -17,6 +17,7 @@ PKGS=(
   libgtest-dev googletest
   python3 python3-torch python3-torchvision python3-numpy python3-pil  # golden tests, reference peers
   iproute2 procps
+  clang-format            # clang-format 14: .clang-format, scripts/format_check.sh
   python3-venv            # the venv of the LibTorch 2.x configuration
 )
 
