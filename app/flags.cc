@@ -138,8 +138,6 @@ DEFINE_string(bn_sync, "lazy", "BatchNorm running stats across ranks. lazy: ever
               "keeps its own (evaluation mixes them)");
 DEFINE_bool(find_unused, false, "agree each step (one bitmask allreduce) which parameters got no "
             "gradient on any rank; they are left out of the optimizer step");
-DEFINE_string(negotiation, "decentralized", "who decides what to reduce: decentralized (every "
-              "rank, in plan order) | central (rank 0 gathers readiness each step; for comparison)");
 DEFINE_double(comm_timeout, 120, "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
 DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (atomic rename)");
@@ -207,7 +205,6 @@ DistSpec distSpecFromFlags() {
   d.hierarchical = parseOption<comm::TwoLevelMode>("--hierarchical", FLAGS_hierarchical);
   AIACC_CHECK_INPUT(FLAGS_ranks_per_node >= 0, "--ranks-per-node must be >= 0");
   d.ranks_per_node = FLAGS_ranks_per_node;
-  d.negotiation = parseOption<comm::Negotiation>("--negotiation", FLAGS_negotiation);
   AIACC_CHECK_INPUT(d.bucket_mb > 0, "--bucket-mb must be positive");
   AIACC_CHECK_INPUT(d.timeout_s > 0, "--comm-timeout must be positive");
   return d;

@@ -55,7 +55,6 @@ struct DistSpec {
   double timeout_s = 120;
   comm::BufferSync bn_sync = comm::BufferSync::kAverageWhenRead;  // --bn-sync (lazy)
   bool find_unused = false;
-  comm::Negotiation negotiation = comm::Negotiation::kDecentralized;  // --negotiation
   comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;                // --hierarchical
   int ranks_per_node = 0;             // 0: the launcher's local size
 };

@@ -44,7 +44,6 @@ comm::Settings distSettings(const DistSpec& d, const comm::WorldInfo& world) {
       {"--allreduce-dtype", optionName(d.allreduce_dtype)},
       {"--bn-sync", optionName(d.bn_sync)},
       {"--find-unused", onOff(d.find_unused)},
-      {"--negotiation", optionName(d.negotiation)},
       {"--hierarchical", optionName(d.hierarchical)},
       {"--ranks-per-node", d.ranks_per_node > 0 ? std::to_string(d.ranks_per_node) : "auto"},
   };

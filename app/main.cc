@@ -86,7 +86,6 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
     dp.buffers = dist.bn_sync;
     dp.detect_unused = dist.find_unused;
     dp.transfer = dist.allreduce_dtype;
-    dp.negotiation = dist.negotiation;
     dp.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 1 : 2);  // the tuner starts from 1
     dp.autotune = dist.autotune;
     dp.tune_space.bucket_mb = {2, 8, 64};

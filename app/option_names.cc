@@ -31,11 +31,6 @@ constexpr std::initializer_list<Named<comm::BufferSync>> kNames<comm::BufferSync
     {comm::BufferSync::kNone, "none"},
 };
 template <>
-constexpr std::initializer_list<Named<comm::Negotiation>> kNames<comm::Negotiation> = {
-    {comm::Negotiation::kDecentralized, "decentralized"},
-    {comm::Negotiation::kCentral, "central"},
-};
-template <>
 constexpr std::initializer_list<Named<comm::TwoLevelMode>> kNames<comm::TwoLevelMode> = {
     {comm::TwoLevelMode::kOn, "on"},
     {comm::TwoLevelMode::kOff, "off"},
@@ -65,7 +60,6 @@ const char* nameIn(E v) {
 
 const char* optionName(comm::TransferDtype v) { return nameIn(v); }
 const char* optionName(comm::BufferSync v) { return nameIn(v); }
-const char* optionName(comm::Negotiation v) { return nameIn(v); }
 const char* optionName(comm::TwoLevelMode v) { return nameIn(v); }
 const char* optionName(AmpDtype v) { return nameIn(v); }
 const char* optionName(LrSchedule v) { return nameIn(v); }
@@ -100,7 +94,6 @@ void throwBadOption(const char* flag, const std::string& allowed, const std::str
   template std::string optionNames<E>(const char* extra);
 AIACC_OPTION_ENUM(comm::TransferDtype)
 AIACC_OPTION_ENUM(comm::BufferSync)
-AIACC_OPTION_ENUM(comm::Negotiation)
 AIACC_OPTION_ENUM(comm::TwoLevelMode)
 AIACC_OPTION_ENUM(AmpDtype)
 AIACC_OPTION_ENUM(LrSchedule)

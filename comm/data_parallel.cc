@@ -19,7 +19,6 @@ ReducerOptions reducerOptions(const DataParallelOptions& o) {
   r.bucket_mb = o.bucket_mb;
   r.first_bucket_mb = o.first_bucket_mb;
   r.detect_unused = o.detect_unused;
-  r.launch_in_backward = o.negotiation == Negotiation::kDecentralized;
   r.rebuild_after_first_step = o.rebuild_after_first_step;
   r.timeline = o.timeline;
   return r;
@@ -74,21 +73,9 @@ void DataParallel::beforeForward() { buffers_.beforeForward(control()); }
 
 void DataParallel::syncBuffers() { buffers_.beforeRead(control()); }
 
-// Coordinator: rank 0 gathers every rank's readiness bitmask (an allgather stands in for the
-// gather), combines them and broadcasts the decision: two dependent round trips per step.
-at::Tensor DataParallel::centralReadiness() {
-  const at::Tensor mine = reducer_->localGradientFlags();
-  at::Tensor all = at::empty({world_.world, mine.numel()}, at::kByte);
-  control().allgather(mine, all, 0)->wait();
-  at::Tensor decision = world_.rank == 0 ? std::get<0>(all.max(0)).contiguous() : at::empty({mine.numel()}, at::kByte);
-  control().broadcast(decision, 0, 0)->wait();
-  return decision;
-}
-
 bool DataParallel::finishBackward() {
   if (!reducer_->syncing()) return true;
-  const at::Tensor decided = opt_.negotiation == Negotiation::kCentral ? centralReadiness() : at::Tensor();
-  if (!reducer_->finish(decided)) {
+  if (!reducer_->finish()) {
     last_finish_ = now();
     return false;
   }

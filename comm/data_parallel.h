@@ -14,7 +14,9 @@
 //     first steps from step times every rank averaged; DataParallel feeds it and applies its
 //     choice through the Reducer's and the StripedTransport's setters.
 // DataParallel itself composes them and keeps the order of their collectives, which must be the
-// same on every rank. Calls only comm/.
+// same on every rank. No rank coordinates: every rank launches buckets in plan order as they fill
+// (the classic coordinator, kept for comparison, is aiacc_bench negotiation's CentralSync).
+// Calls only comm/.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -35,12 +37,6 @@
 
 namespace aiacc::comm {
 
-enum class Negotiation {
-  kDecentralized,  // every rank launches buckets in plan order as they fill (default)
-  kCentral,        // classic coordinator, for comparison: at the end of backward rank 0 gathers
-                   // every rank's readiness and broadcasts what to reduce; nothing overlaps
-};
-
 struct DataParallelOptions {
   double bucket_mb = 25;        // cap of a fused bucket
   double first_bucket_mb = 1;   // small first bucket: communication starts early in backward
@@ -49,7 +45,6 @@ struct DataParallelOptions {
   // keep an undefined .grad (the optimizer skips them). Off: every parameter gets the averaged
   // gradient (zeros where unused).
   bool detect_unused = false;
-  Negotiation negotiation = Negotiation::kDecentralized;
   // Channels a bucket is split across (0: all of the transport's); see StripingOptions.
   int channels = 0;
   bool balance_channels = true;
@@ -109,7 +104,6 @@ class DataParallel : public GradientSync {
 
  private:
   Transport& control() const { return *striped_->inner(); }
-  at::Tensor centralReadiness();
   void tune(double exposed_this_step);
   void apply(const TuneConfig& c);
   double now() const;

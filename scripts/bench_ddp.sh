@@ -36,7 +36,7 @@ ddp() {  # nproc [fp16]
 echo "$ARCH batch $BATCH @ $SIZE px, synthetic, $THREADS thread(s) per rank, $STEPS timed steps"
 a1=$(aiacc 1); d1=$(ddp 1)
 P="--noautotune --streams 1"  # plain: one channel, fixed 25 MiB buckets
-aN=$(aiacc "$N" $P); rssA=$(cat "$tmp/rss.aiacc"); aT=$(aiacc "$N"); aC=$(aiacc "$N" $P --negotiation central)
+aN=$(aiacc "$N" $P); rssA=$(cat "$tmp/rss.aiacc"); aT=$(aiacc "$N")
 aH=$(aiacc "$N" $P --allreduce-dtype fp16)
 aS=$(aiacc "$N" --noautotune --streams 2); dN=$(ddp "$N"); rssD=$(cat "$tmp/rss.ddp"); dH=$(ddp "$N" fp16)
 row() { printf "%-40s %10s %8s\n" "$1" "$2" "$3"; }
@@ -49,7 +49,6 @@ row "PyTorch DDP fp32, $N processes" "$dN" "1.00x"
 row "PyTorch DDP fp16 hook, $N processes" "$dH" "$(ratio "$dH" "$dN")"
 row "aiacc, $N processes" "$aN" "$(ratio "$aN" "$dN")"
 row "aiacc with autotune, $N processes" "$aT" "$(ratio "$aT" "$dN")"
-row "aiacc --negotiation central, $N proc" "$aC" "$(ratio "$aC" "$dN")"
 row "aiacc --allreduce-dtype fp16, $N proc" "$aH" "$(ratio "$aH" "$dN")   ($(ratio "$aH" "$dH") DDP fp16)"
 row "aiacc --streams 2, $N proc" "$aS" "$(ratio "$aS" "$dN")"
 echo "scaling efficiency: aiacc $(eff "$aN" "$a1" "$N"), PyTorch DDP $(eff "$dN" "$d1" "$N")"

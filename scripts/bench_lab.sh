@@ -236,7 +236,6 @@ for layout in $LAYOUTS; do
       for off in "fp16 transfer off:--allreduce-dtype fp32" "two-level off:--allreduce-dtype fp16 --hierarchical off" \
                  "multi-stream off:--allreduce-dtype fp16 --streams 1" "autotune off:--allreduce-dtype fp16 --noautotune" \
                  "heap settings off (--nokeep-freed-memory):--allreduce-dtype fp16 --nokeep-freed-memory" \
-                 "overlap off (central):--allreduce-dtype fp16 --negotiation central" \
                  "BN stats broadcast each step (DDP's way):--allreduce-dtype fp16 --bn-sync broadcast"; do
         [ "$ABLATION" = 1 ] || break
         name=${off%%:*}; flags=${off#*:}

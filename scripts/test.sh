@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the test suite in four build configurations: set up packages if needed, build, run every
-# CTest test.
+# Runs the test suite in four build configurations: set up packages if needed, check the C++
+# formatting, build, run every CTest test.
 #   1. Debian's LibTorch 1.13 (CPU, with the system Gloo) in build/;
 #   2. the pip LibTorch 2.11 with CUDA 13.0 (scripts/torch2.sh) in build-torch2/, C++20, without
 #      GlooTransport (comm/CMakeLists.txt says why); its checkpoints are checked against build/'s
@@ -20,6 +20,9 @@ CONFIGS=${AIACC_CONFIGS:-debian torch2 asan tsan}
 # The pip LibTorch 2.x is set up only for the torch2 configuration.
 case " $CONFIGS " in *" torch2 "*) ;; *) export AIACC_SKIP_TORCH2=${AIACC_SKIP_TORCH2:-1} ;; esac
 scripts/setup.sh
+# Formatting first: every C++ file follows .clang-format (scripts/format_check.sh names the ones
+# that do not, with the command that fixes them).
+scripts/format_check.sh
 t0=$SECONDS
 for c in $CONFIGS; do
   case "$c" in

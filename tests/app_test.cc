@@ -332,7 +332,6 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
     EXPECT_EQ(optionFromName<LrSchedule>(optionName(v)), v);
   }
   EXPECT_STREQ(optionName(comm::BufferSync::kAverageWhenRead), "lazy");
-  EXPECT_STREQ(optionName(comm::Negotiation::kCentral), "central");
   EXPECT_STREQ(optionName(AmpDtype::kBf16), "bf16");
   EXPECT_FALSE(optionFromName<comm::TransferDtype>("fp8").has_value());
   EXPECT_EQ(optionNames<AmpDtype>("auto"), "fp16, bf16 or auto");
@@ -340,12 +339,10 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
   gflags::FlagSaver saver;
   gflags::SetCommandLineOption("allreduce_dtype", "fp16");
   gflags::SetCommandLineOption("bn_sync", "none");
-  gflags::SetCommandLineOption("negotiation", "central");
   gflags::SetCommandLineOption("hierarchical", "on");
   const DistSpec dist = distSpecFromFlags();
   EXPECT_EQ(dist.allreduce_dtype, comm::TransferDtype::kFloat16);
   EXPECT_EQ(dist.bn_sync, comm::BufferSync::kNone);
-  EXPECT_EQ(dist.negotiation, comm::Negotiation::kCentral);
   EXPECT_EQ(dist.hierarchical, comm::TwoLevelMode::kOn);
   const comm::Settings settings = distSettings(dist, comm::WorldInfo{0, 2, 0, 2});
   auto value = [&](const std::string& name) {
@@ -356,7 +353,6 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
   };
   EXPECT_EQ(value("--allreduce-dtype"), "fp16");
   EXPECT_EQ(value("--bn-sync"), "none");
-  EXPECT_EQ(value("--negotiation"), "central");
   EXPECT_EQ(value("--hierarchical"), "on");
 
   auto message = [](const std::function<void()>& f) {

@@ -57,7 +57,6 @@ TEST(BucketPlan, PureFunctionOfTheParameterList) {
 struct Caps {
   double first_mb, mb;
   const char* name;
-  Negotiation negotiation = Negotiation::kDecentralized;
   int ranks_per_node = 0;  // > 0: two-level reduction
   bool shm = false;        // shared memory (inside the node, with two-level)
 };
@@ -72,17 +71,12 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
   DataParallelOptions o;
   o.first_bucket_mb = GetParam().first_mb;
   o.bucket_mb = GetParam().mb;
-  o.negotiation = GetParam().negotiation;
   Net ref{nullptr};  // built by rankGradients
   const auto grads = rankGradients(ref, W, b, o, GetParam().ranks_per_node, GetParam().shm);
   auto rp = ref->named_parameters();
   for (int r = 0; r < W; ++r) {
     ASSERT_EQ(grads[r].size(), rp.size());
     for (size_t i = 0; i < rp.size(); ++i) {
-      if (!grads[r][i].defined()) {  // agreed unused everywhere (central negotiation): no gradient
-        EXPECT_FALSE(rp[i].value().grad().defined()) << rp[i].key();
-        continue;
-      }
       const at::Tensor want = rp[i].value().grad().defined() ? rp[i].value().grad() : at::zeros_like(rp[i].value());
       EXPECT_TRUE(at::allclose(grads[r][i], want, 1e-5, 1e-7))
           << GetParam().name << " rank " << r << " " << rp[i].key() << " max diff "
@@ -94,11 +88,10 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
 INSTANTIATE_TEST_SUITE_P(BucketCaps, Equivalence,
                          ::testing::Values(Caps{1e-9, 1e-9, "one_param_per_bucket"},
                                            Caps{1, 25, "default"}, Caps{1000, 1000, "one_bucket"},
-                                           Caps{1, 25, "central_negotiation", Negotiation::kCentral},
-                                           Caps{1, 25, "hierarchical_1x3", Negotiation::kDecentralized, 3},
-                                           Caps{1e-9, 1e-9, "hierarchical_3x1_per_param", Negotiation::kDecentralized, 1},
-                                           Caps{1, 25, "shm", Negotiation::kDecentralized, 0, true},
-                                           Caps{1e-9, 1e-9, "hierarchical_1x3_shm_per_param", Negotiation::kDecentralized, 3, true}),
+                                           Caps{1, 25, "hierarchical_1x3", 3},
+                                           Caps{1e-9, 1e-9, "hierarchical_3x1_per_param", 1},
+                                           Caps{1, 25, "shm", 0, true},
+                                           Caps{1e-9, 1e-9, "hierarchical_1x3_shm_per_param", 3, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // 20 SGD steps on N ranks leave identical parameters everywhere, equal to a single-process run

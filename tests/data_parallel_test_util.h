@@ -8,6 +8,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -54,11 +55,13 @@ inline at::Tensor targets(int n, uint64_t seed) {
   return at::randint(0, 5, {n}, at::detail::createCPUGenerator(seed), at::kLong);
 }
 
-// One backward of Net on W ranks with batch b each, through DataParallel with options o, and
+// One backward of Net on W ranks with batch b each, through the sync make_sync builds, and
 // the single-process backward on the concatenated batch into ref. Only rank 0 starts from ref's
 // weights: DataParallel must broadcast them. Returns each rank's gradients (undefined where a
 // parameter has none).
-inline std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b, const DataParallelOptions& o,
+using MakeSync = std::function<std::unique_ptr<GradientSync>(std::shared_ptr<torch::nn::Module>,
+                                                               std::shared_ptr<Transport>, const WorldInfo&)>;
+inline std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b, const MakeSync& make_sync,
                                                           int ranks_per_node = 0, bool shm = false,
                                                           bool channels_last = false) {
   const at::Tensor x = inputs(W * b, 1), y = targets(W * b, 2);
@@ -78,12 +81,21 @@ inline std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b
       }
       xr = xr.contiguous(at::MemoryFormat::ChannelsLast);
     }
-    DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
+    const std::unique_ptr<GradientSync> sync = make_sync(net.ptr(), t, WorldInfo{r, W, r, W});
     torch::nn::functional::cross_entropy(net->forward(xr), y.narrow(0, r * b, b)).backward();
-    ASSERT_TRUE(dp.finishBackward());
+    ASSERT_TRUE(sync->finishBackward());
     for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
   }, 1, std::chrono::seconds(30), ranks_per_node, shm));
   return grads;
+}
+// The same through DataParallel with options o.
+inline std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b, const DataParallelOptions& o,
+                                                          int ranks_per_node = 0, bool shm = false,
+                                                          bool channels_last = false) {
+  const MakeSync dp = [o](std::shared_ptr<torch::nn::Module> m, std::shared_ptr<Transport> t, const WorldInfo& w) {
+    return std::make_unique<DataParallel>(std::move(m), std::move(t), w, o);
+  };
+  return rankGradients(ref, W, b, dp, ranks_per_node, shm, channels_last);
 }
 
 }  // namespace aiacc::comm::test

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "app/bench/central_sync.h"
 #include "app/launcher.h"
 #include "comm/data_parallel.h"
 #include "comm/gloo_transport.h"
@@ -40,31 +41,35 @@ int benchNegotiationWorker(const NegotiationBenchOptions& opts, const comm::Worl
   go.bind_host = opts.bind_host.empty() ? localAddressToward(host) : opts.bind_host;
   auto transport = std::make_shared<GlooTransport>(store, go);
   at::set_num_threads(1);
-  auto run = [&](bool detect_unused, Negotiation negotiation) {
+  auto run = [&](bool detect_unused, bool central) {
     torch::nn::Sequential net;
     for (int i = 0; i < 30; ++i) net->push_back(torch::nn::Linear(8, 8));
     auto unused = torch::nn::Linear(8, 8);
     net->register_module("unused", unused);
     DataParallelOptions o;
     o.detect_unused = detect_unused;
-    o.negotiation = negotiation;
-    DataParallel dp(net.ptr(), transport, w, o);
+    std::unique_ptr<GradientSync> sync;
+    if (central) {
+      sync = std::make_unique<CentralSync>(net.ptr(), transport, w);
+    } else {
+      sync = std::make_unique<DataParallel>(net.ptr(), transport, w, o);
+    }
     const at::Tensor x = at::ones({2, 8});
     double total = 0;
     for (int s = 0; s < opts.steps + 3; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
       for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
       net->forward(x).sum().backward();
-      dp.finishBackward();
+      sync->finishBackward();
       if (s >= 3) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     at::Tensor t = at::tensor({total / opts.steps}, at::kDouble);
     transport->allreduce(t, ReduceOp::kSum, 0)->wait();  // mean over ranks
     return t.item<double>() / w.world * 1e3;
   };
-  const double base = run(false, Negotiation::kDecentralized);
-  const double dec = run(true, Negotiation::kDecentralized);
-  const double cen = run(true, Negotiation::kCentral);
+  const double base = run(false, false);
+  const double dec = run(true, false);
+  const double cen = run(true, true);
   if (w.rank == 0) {
     std::printf("%6d %14.2f %16.2f %12.2f %18.2f %14.2f\n", w.world, base, dec, cen, dec - base, cen - base);
     std::fflush(stdout);
