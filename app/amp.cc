@@ -30,16 +30,13 @@ AutocastGuard::~AutocastGuard() {
   compat::setAutocastDtype(device_type_, prev_dtype_);
 }
 
-GradScaler::GradScaler(GradScalerOptions options)
-    : opt_(options), scale_(std::make_shared<comm::GradScale>(options)) {
+GradScaler::GradScaler(GradScalerOptions options) : opt_(options), scale_(std::make_shared<comm::GradScale>(options)) {
   AIACC_CHECK(opt_.init_scale > 0 && opt_.growth > 1 && opt_.backoff > 0 && opt_.backoff < 1 &&
                   opt_.growth_interval >= 1,
               "GradScaler: need init_scale > 0, growth > 1, 0 < backoff < 1, growth_interval >= 1");
 }
 
-at::Tensor GradScaler::scaleLoss(const at::Tensor& loss) const {
-  return opt_.enabled ? loss * scale_->value() : loss;
-}
+at::Tensor GradScaler::scaleLoss(const at::Tensor& loss) const { return opt_.enabled ? loss * scale_->value() : loss; }
 
 bool GradScaler::unscaleAndCheck(const std::vector<at::Tensor>& params) {
   if (!opt_.enabled) return true;

@@ -23,8 +23,8 @@ std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); 
 
 }  // namespace
 
-void saveCheckpoint(const std::string& path, torch::nn::Module& model,
-                    torch::optim::SGD& optimizer, const TrainPosition& pos) {
+void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer,
+                    const TrainPosition& pos) {
   // Serialize into memory first (LibTorch's file writer reports I/O errors from a destructor,
   // which would abort the process on a full disk), then write the bytes atomically.
   std::string bytes;
@@ -56,11 +56,9 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model,
   }
 }
 
-TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::SGD& optimizer) {
+TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer) {
   std::error_code ec;
-  AIACC_CHECK_INPUT(std::filesystem::is_regular_file(path, ec), "--resume checkpoint '", path,
-                    "' does not exist");
+  AIACC_CHECK_INPUT(std::filesystem::is_regular_file(path, ec), "--resume checkpoint '", path, "' does not exist");
   TrainPosition pos;
   try {
     torch::serialize::InputArchive root, state_ar, optim_ar;
@@ -105,8 +103,10 @@ TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
     if (root.try_read("loss_scale", v)) pos.loss_scale = v.toDouble();  // absent before AMP existed
     if (root.try_read("loss_scale_good_steps", v)) pos.loss_scale_good_steps = v.toInt();
   } catch (const std::exception& e) {
-    AIACC_THROW(IoError, "cannot read checkpoint '", path, "' (corrupt, truncated, or from another "
-                "model/optimizer): ", firstLine(e.what()));
+    AIACC_THROW(IoError, "cannot read checkpoint '", path,
+                "' (corrupt, truncated, or from another "
+                "model/optimizer): ",
+                firstLine(e.what()));
   }
   return pos;
 }

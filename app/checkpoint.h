@@ -25,19 +25,18 @@ class SGD;
 namespace aiacc::app {
 
 struct TrainPosition {
-  int64_t epochs_done = 0;   // completed epochs
-  int64_t step = 0;          // optimizer steps taken
-  int64_t images_seen = 0;   // training images, all ranks
-  double elapsed_s = 0;      // wall seconds already spent (time to target continues from here)
-  double train_s = 0;        // of which in training steps
-  double loss_scale = 0;     // the AMP loss scaler's scale (0: no scaler)
+  int64_t epochs_done = 0;            // completed epochs
+  int64_t step = 0;                   // optimizer steps taken
+  int64_t images_seen = 0;            // training images, all ranks
+  double elapsed_s = 0;               // wall seconds already spent (time to target continues from here)
+  double train_s = 0;                 // of which in training steps
+  double loss_scale = 0;              // the AMP loss scaler's scale (0: no scaler)
   int64_t loss_scale_good_steps = 0;  // finite steps since its last change
 };
 
-void saveCheckpoint(const std::string& path, torch::nn::Module& model,
-                    torch::optim::SGD& optimizer, const TrainPosition& pos);
+void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer,
+                    const TrainPosition& pos);
 
-TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                             torch::optim::SGD& optimizer);
+TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer);
 
 }  // namespace aiacc::app

@@ -22,10 +22,8 @@ double learningRate(const Config& c, double pos, int64_t global_batch) {
   const double span = std::max(1e-9, c.epochs - c.warmup_epochs);
   const double t = std::min(1.0, (pos - c.warmup_epochs) / span);
   switch (c.lr_schedule) {
-    case LrSchedule::kCosine:
-      return peak * 0.5 * (1.0 + std::cos(M_PI * t));
-    case LrSchedule::kLinear:
-      return peak * (1.0 - t);
+    case LrSchedule::kCosine: return peak * 0.5 * (1.0 + std::cos(M_PI * t));
+    case LrSchedule::kLinear: return peak * (1.0 - t);
     case LrSchedule::kStep: {
       double lr = peak;
       for (int e : c.lr_step_epochs) {

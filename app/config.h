@@ -14,7 +14,7 @@ namespace aiacc::app {
 struct Stage {
   int start_epoch = 0;
   int image_size = 224;
-  int batch_size = 32;     // per process
+  int batch_size = 32;      // per process
   double scale_min = 0.08;  // random-resized-crop minimum area fraction
 };
 
@@ -31,7 +31,7 @@ struct Config {
   // Data
   std::string data;  // ImageNet-layout folder, or "synthetic"
   int workers = 2;
-  int jpeg_index_mb = 1024;  // per loader; 0: no JPEG entropy indexes
+  int jpeg_index_mb = 1024;      // per loader; 0: no JPEG entropy indexes
   bool libjpeg_huffman = false;  // libjpeg-turbo's Huffman decoder instead of aiacc's
   int prefetch = 4;
   double scale_max = 1.0, ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
@@ -43,8 +43,8 @@ struct Config {
   int eval_batch_size = 0;  // 0: the stage's batch size
 
   // Device and precision
-  bool cuda = false;            // one GPU per process (cuda:local_rank); else the CPU
-  bool amp = false;             // autocast + dynamic loss scaling (app/amp.h)
+  bool cuda = false;  // one GPU per process (cuda:local_rank); else the CPU
+  bool amp = false;   // autocast + dynamic loss scaling (app/amp.h)
   AmpDtype amp_dtype = AmpDtype::kFp16;
   bool cudnn_benchmark = true;  // let cuDNN time its algorithms on the first batch of each shape
 
@@ -69,11 +69,11 @@ struct Config {
 
   // Run control
   uint64_t seed = 0;
-  int64_t max_steps = 0;     // 0: no limit
-  double target_top1 = 0;    // percent; 0: none
+  int64_t max_steps = 0;   // 0: no limit
+  double target_top1 = 0;  // percent; 0: none
   double target_top5 = 0;
-  int64_t eval_every = 0;    // steps; 0: once per epoch
-  int threads = 0;           // intra-op threads; 0: cores / local processes
+  int64_t eval_every = 0;  // steps; 0: once per epoch
+  int threads = 0;         // intra-op threads; 0: cores / local processes
   double progress_seconds = 2.0;
 
   // Outputs

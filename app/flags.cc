@@ -15,25 +15,30 @@
 #include "common/error.h"
 
 // ---- Data ----------------------------------------------------------------------------------
-DEFINE_string(data, "", "ImageNet-layout folder (train/<class>/*, val/<class>/*), or 'synthetic' "
+DEFINE_string(data, "",
+              "ImageNet-layout folder (train/<class>/*, val/<class>/*), or 'synthetic' "
               "for random tensors at full speed (throughput runs without I/O)");
 DEFINE_int32(workers, 2, "decode threads per process");
 DEFINE_int32(prefetch, 4, "batches decoded ahead of training (memory bound: prefetch x batch)");
-DEFINE_int32(jpeg_index_mb, 1024, "memory (MiB) for JPEG entropy indexes, for each of the train and val "
+DEFINE_int32(jpeg_index_mb, 1024,
+             "memory (MiB) for JPEG entropy indexes, for each of the train and val "
              "loaders: a file's first decode also records where each MCU row (and every other MCU) starts "
              "in its Huffman data, with the DC predictors there (about 4 KB per 500 px photo; deferred to "
              "a later epoch when more than a tenth of the image lies below the crop); later decodes then start at the "
              "crop's MCUs and touch no other (same pixels; the later epochs 1.14x faster at 128 px and "
-             "1.07x at 224 in scripts/bench_data.sh, the first epoch about as fast as without). Files past the budget, progressive JPEGs and JPEGs with "
+             "1.07x at 224 in scripts/bench_data.sh, the first epoch about as fast as without). Files past the budget, "
+             "progressive JPEGs and JPEGs with "
              "restart markers decode without. 0: off");
-DEFINE_bool(libjpeg_huffman, false, "entropy-decode JPEGs with libjpeg-turbo's own Huffman decoder instead of "
+DEFINE_bool(libjpeg_huffman, false,
+            "entropy-decode JPEGs with libjpeg-turbo's own Huffman decoder instead of "
             "aiacc's (data/entropy_hook.h: the same pixels, about 1.3x faster crop decoding at 128 px); for "
             "comparison, or should a file ever decode differently");
 DEFINE_double(min_scale, 0.08, "random-resized-crop minimum area fraction (torchvision: 0.08)");
 DEFINE_double(max_scale, 1.0, "random-resized-crop maximum area fraction");
 DEFINE_double(min_ratio, 0.75, "random-resized-crop minimum aspect ratio (3/4)");
 DEFINE_double(max_ratio, 4.0 / 3.0, "random-resized-crop maximum aspect ratio (4/3)");
-DEFINE_string(resize, "torchvision", "how a crop becomes the training image: torchvision (the default: the crop "
+DEFINE_string(resize, "torchvision",
+              "how a crop becomes the training image: torchvision (the default: the crop "
               "decoded at full resolution and resized with Pillow's antialiased bilinear filter, val as "
               "Resize(size / crop-fraction) + CenterCrop; the pictures torchvision makes, to the byte) | dct (the "
               "crop decoded at the smallest DCT scale that still covers the output, then Pillow's filter: less "
@@ -42,12 +47,15 @@ DEFINE_string(resize, "torchvision", "how a crop becomes the training image: tor
               "side: the fastest, but it aliases when shrinking by less than 2x, so the network sees other "
               "pictures than torchvision's; compare with scripts/convergence/bench.sh)");
 DEFINE_double(crop_fraction, 0.875, "val: resize short side to size/crop_fraction, center crop size");
-DEFINE_bool(channels_last, false, "channels-last (NHWC) batches and conv weights; default on with "
+DEFINE_bool(channels_last, false,
+            "channels-last (NHWC) batches and conv weights; default on with "
             "--gpus (tensor cores want NHWC), off on the CPU");
-DEFINE_bool(amp, false, "mixed precision: autocast (conv/matmul in --amp-dtype) with fp32 master "
+DEFINE_bool(amp, false,
+            "mixed precision: autocast (conv/matmul in --amp-dtype) with fp32 master "
             "weights and a dynamic loss scaler; default on with --gpus (on a CPU without bf16 "
             "units it is correct but several times slower than fp32)");
-DEFINE_string(amp_dtype, "auto", "autocast dtype: fp16 (dynamic loss scaling) | bf16 (none needed) | "
+DEFINE_string(amp_dtype, "auto",
+              "autocast dtype: fp16 (dynamic loss scaling) | bf16 (none needed) | "
               "auto (fp16 on GPU, bf16 on CPU)");
 DEFINE_bool(cudnn_benchmark, true, "GPU: let cuDNN time its convolution algorithms for each new shape");
 DEFINE_int64(synthetic_images, 1281167, "images per epoch with --data synthetic (ImageNet's count)");
@@ -58,7 +66,8 @@ DEFINE_string(resize_schedule, "", "progressive resizing, EPOCH:SIZE list, e.g. 
 // ---- Model ---------------------------------------------------------------------------------
 DEFINE_string(arch, "resnet50", "model: resnet18 | resnet34 | resnet50 | resnet101 (v1.5)");
 DEFINE_bool(zero_init_residual, false, "zero-init the last BN gamma of each residual block");
-DEFINE_string(init_weights, "", "start from this model state instead of a fresh initialization: a "
+DEFINE_string(init_weights, "",
+              "start from this model state instead of a fresh initialization: a "
               "named-tensor file with torchvision's parameter and buffer names (models/weights.h; "
               "scripts/golden_resnet.py's write_named exports one from PyTorch)");
 // ---- Optimization --------------------------------------------------------------------------
@@ -83,25 +92,31 @@ DEFINE_double(target_top5, 0, "stop when val top-5 reaches this percent (DAWNBen
 DEFINE_int64(eval_every, 0, "evaluate every N steps; 0: at the end of each epoch");
 DEFINE_int32(threads, 0, "intra-op compute threads; 0: cores divided by local processes");
 DEFINE_double(progress_seconds, 2.0, "seconds between progress lines");
-DEFINE_bool(keep_freed_memory, true, "keep freed memory in the process heap (glibc: blocks up to "
+DEFINE_bool(keep_freed_memory, true,
+            "keep freed memory in the process heap (glibc: blocks up to "
             "32 MiB from the heap, no trimming) so each step's tensors reuse it instead of new "
             "page-faulting mmaps: ~10% faster CPU steps for a little more resident memory; "
             "--nokeep-freed-memory: the C library's defaults");
 // ---- Distribution -------------------------------------------------------------------------
-DEFINE_int32(nproc, 1, "CPU worker processes on this node (one per GPU with --gpus). Under a launcher "
+DEFINE_int32(nproc, 1,
+             "CPU worker processes on this node (one per GPU with --gpus). Under a launcher "
              "(torchrun, Kubeflow, srun, mpirun, horovodrun: their rank variables are read) the launcher "
              "starts the processes: leave it out (a different count is an error), except with srun "
              "--ntasks-per-node=1, where each task starts N workers on its node");
-DEFINE_int32(gpus, 0, "GPUs on this node: one worker process per GPU (needs a CUDA build); under a "
+DEFINE_int32(gpus, 0,
+             "GPUs on this node: one worker process per GPU (needs a CUDA build); under a "
              "launcher, its processes per node (each takes GPU local_rank % visible GPUs, so one GPU "
              "per task via CUDA_VISIBLE_DEVICES works)");
-DEFINE_int32(nnodes, 1, "nodes in the job (run aiacc_train on each with its --node-rank); a "
+DEFINE_int32(nnodes, 1,
+             "nodes in the job (run aiacc_train on each with its --node-rank); a "
              "launcher's node count wins, a different --nnodes is an error");
 DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1 (a launcher's, e.g. GROUP_RANK, wins)");
-DEFINE_string(job_id, "", "the job's id: its ranks claim the rendezvous store under it, and a process of another "
+DEFINE_string(job_id, "",
+              "the job's id: its ranks claim the rendezvous store under it, and a process of another "
               "job that reaches the store is refused. Default: the launcher's (torchrun run id, Slurm job.step, "
               "Open MPI job id), a fresh one for a one-node --nproc/--gpus job, else one derived from the layout");
-DEFINE_string(master, "127.0.0.1:29500", "host:port of rank 0's rendezvous store; under torchrun / "
+DEFINE_string(master, "127.0.0.1:29500",
+              "host:port of rank 0's rendezvous store; under torchrun / "
               "Kubeflow MASTER_ADDR:MASTER_PORT (torchrun's agent hosts the store there), in a Slurm step "
               "the step's first host, with mpirun / horovodrun MASTER_ADDR:MASTER_PORT when exported");
 // --log-dir is glog's flag (glog defines it; aiacc logs to stderr, so glog itself writes no files
@@ -110,33 +125,42 @@ constexpr const char* kLogDirHelp =
     "  --log-dir (string, default \"\")\n      launcher (--nproc / --gpus): write worker R's stdout and "
     "stderr to DIR/rank-R.log instead of this terminal, where each worker line is prefixed with "
     "[rank R]\n";
-DEFINE_string(bind_host, "", "address this worker's Gloo transport listens on; default: "
+DEFINE_string(bind_host, "",
+              "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else the local address that routes to the --master host");
 DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
-DEFINE_string(allreduce_dtype, "fp32", "gradient transfer dtype: fp32 | fp16 (scaled by a dynamic "
+DEFINE_string(allreduce_dtype, "fp32",
+              "gradient transfer dtype: fp32 | fp16 (scaled by a dynamic "
               "gradient scale, F16C conversion) | bf16 (unscaled); a non-finite reduce skips the step on "
               "every rank (fp16: and halves the scale). Gradients stay fp32 in the model");
-DEFINE_string(streams, "auto", "parallel communication channels (Gloo contexts), 1..16, or auto "
+DEFINE_string(streams, "auto",
+              "parallel communication channels (Gloo contexts), 1..16, or auto "
               "(the tuner tries 1, 2, 4; without --autotune: 2); a large bucket is split across them "
               "in proportion to each channel's measured speed");
-DEFINE_bool(autotune, true, "during the first 20-40 steps try fusion sizes (and channel counts with "
+DEFINE_bool(autotune, true,
+            "during the first 20-40 steps try fusion sizes (and channel counts with "
             "--streams auto, two-level reduction with --hierarchical auto between nodes), a few steps "
             "each, from step times averaged over ranks; re-time each change against the incumbent "
             "before taking it; freeze and log the fastest");
-DEFINE_string(hierarchical, "auto", "two-level reduction: on | off | auto (on when there are "
+DEFINE_string(hierarchical, "auto",
+              "two-level reduction: on | off | auto (on when there are "
               "several nodes with several ranks each): reduce-scatter inside the node, allreduce of "
               "each rank's shard between nodes, allgather inside the node");
-DEFINE_int32(ranks_per_node, 0, "ranks per node for two-level reduction; 0: the launcher's local "
+DEFINE_int32(ranks_per_node, 0,
+             "ranks per node for two-level reduction; 0: the launcher's local "
              "size (consecutive ranks form a node); set it to let one machine act as several nodes");
-DEFINE_bool(shm, true, "shared memory between ranks of one host (NCCL-style SHM transport): for "
+DEFINE_bool(shm, true,
+            "shared memory between ranks of one host (NCCL-style SHM transport): for "
             "all collectives in a one-node job, for the intra-node stages of two-level reduction; "
             "--noshm: Gloo over loopback TCP");
-DEFINE_string(bn_sync, "lazy", "BatchNorm running stats across ranks. lazy: every rank's averaged "
+DEFINE_string(bn_sync, "lazy",
+              "BatchNorm running stats across ranks. lazy: every rank's averaged "
               "only before they are read (evaluation, checkpoint, end of training): the same values "
               "as 'average', with no collective per step | average: averaged before each forward | "
               "broadcast: rank 0's, before each forward (PyTorch DDP's default) | none: each rank "
               "keeps its own (evaluation mixes them)");
-DEFINE_bool(find_unused, false, "agree each step (one bitmask allreduce) which parameters got no "
+DEFINE_bool(find_unused, false,
+            "agree each step (one bitmask allreduce) which parameters got no "
             "gradient on any rank; they are left out of the optimizer step");
 DEFINE_double(comm_timeout, 120, "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
@@ -144,9 +168,11 @@ DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (ato
 DEFINE_string(resume, "", "checkpoint file to continue from (same LR position)");
 DEFINE_string(metrics_file, "", "JSON lines: per step (loss, lr, img/s) and per eval (top1, top5)");
 DEFINE_string(report_file, "", "final report as JSON");
-DEFINE_string(save_weights, "", "write the final model state (BN statistics averaged over ranks) as a "
+DEFINE_string(save_weights, "",
+              "write the final model state (BN statistics averaged over ranks) as a "
               "named-tensor file with torchvision's names, readable by --init-weights and from Python");
-DEFINE_string(timeline, "", "Chrome-trace JSON of rank 0's steps: compute spans and one row per "
+DEFINE_string(timeline, "",
+              "Chrome-trace JSON of rank 0's steps: compute spans and one row per "
               "communication channel (open in Perfetto or chrome://tracing)");
 DEFINE_string(dawnbench_dir, "", "write a DAWNBench-format submission (JSON + TSV) here");
 DEFINE_double(cost_per_hour, 0, "USD per hour of the machine, for the DAWNBench JSON");
@@ -192,8 +218,8 @@ DistSpec distSpecFromFlags() {
   } else {
     char* end = nullptr;
     const long k = std::strtol(FLAGS_streams.c_str(), &end, 10);
-    AIACC_CHECK_INPUT(end && *end == '\0' && k >= 1 && k <= 16, "--streams must be 1..16 or auto (got '",
-                      FLAGS_streams, "')");
+    AIACC_CHECK_INPUT(end && *end == '\0' && k >= 1 && k <= 16, "--streams must be 1..16 or auto (got '", FLAGS_streams,
+                      "')");
     d.streams = static_cast<int>(k);
   }
   d.autotune = FLAGS_autotune;
@@ -231,9 +257,7 @@ std::string trim(const std::string& s) {
   if (b == std::string::npos) return "";
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
-bool isOurFlag(const gflags::CommandLineFlagInfo& f) {
-  return f.filename.find("app/flags.cc") != std::string::npos;
-}
+bool isOurFlag(const gflags::CommandLineFlagInfo& f) { return f.filename.find("app/flags.cc") != std::string::npos; }
 }  // namespace
 
 void printHelp(const char* program) {
@@ -282,8 +306,8 @@ std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {
           AIACC_THROW(InputError, where, ": bad number '", v, "'");
         }
       }
-      AIACC_CHECK_INPUT(stages.empty() ? s.start_epoch == 0 : s.start_epoch > stages.back().start_epoch,
-                        where, ": stage epochs must start at 0 and increase");
+      AIACC_CHECK_INPUT(stages.empty() ? s.start_epoch == 0 : s.start_epoch > stages.back().start_epoch, where,
+                        ": stage epochs must start at 0 and increase");
       stages.push_back(s);
       continue;
     }
@@ -292,12 +316,12 @@ std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {
     const std::string key = underscores(trim(line.substr(0, eq)));
     const std::string value = trim(line.substr(eq + 1));
     gflags::CommandLineFlagInfo info;
-    AIACC_CHECK_INPUT(gflags::GetCommandLineFlagInfo(key.c_str(), &info) && isOurFlag(info), where,
-                      ": unknown key '", hyphens(key), "' (keys are aiacc_train flag names)");
+    AIACC_CHECK_INPUT(gflags::GetCommandLineFlagInfo(key.c_str(), &info) && isOurFlag(info), where, ": unknown key '",
+                      hyphens(key), "' (keys are aiacc_train flag names)");
     if (!info.is_default) continue;  // the command line wins
-    AIACC_CHECK_INPUT(!gflags::SetCommandLineOptionWithMode(key.c_str(), value.c_str(),
-                                                            gflags::SET_FLAGS_DEFAULT).empty(),
-                      where, ": bad value '", value, "' for ", hyphens(key));
+    AIACC_CHECK_INPUT(
+        !gflags::SetCommandLineOptionWithMode(key.c_str(), value.c_str(), gflags::SET_FLAGS_DEFAULT).empty(), where,
+        ": bad value '", value, "' for ", hyphens(key));
   }
   return stages;
 }
@@ -407,8 +431,7 @@ Config configFromFlags(const Recipe& recipe) {
     if (set_on_cli("image_size") && !set_on_cli("resize_schedule")) s.image_size = FLAGS_image_size;
     AIACC_CHECK_INPUT(s.batch_size >= 1, "batch size must be at least 1 (got ", s.batch_size, ")");
     AIACC_CHECK_INPUT(s.image_size >= 16, "image size must be at least 16 (got ", s.image_size, ")");
-    AIACC_CHECK_INPUT(s.scale_min > 0 && s.scale_min <= c.scale_max,
-                      "--min-scale must be in (0, --max-scale]");
+    AIACC_CHECK_INPUT(s.scale_min > 0 && s.scale_min <= c.scale_max, "--min-scale must be in (0, --max-scale]");
   }
   AIACC_CHECK_INPUT(c.epochs >= 1, "--epochs must be at least 1");
   AIACC_CHECK_INPUT(c.lr > 0, "--lr must be positive");

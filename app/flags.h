@@ -49,14 +49,14 @@ struct DistSpec {
   double bucket_mb = 25;
   int streams = 0;  // 0: auto
   bool autotune = true;
-  bool shm = true;  // shared memory between the ranks of one host
+  bool shm = true;                                                      // shared memory between the ranks of one host
   comm::TransferDtype allreduce_dtype = comm::TransferDtype::kFloat32;  // --allreduce-dtype
-  std::string timeline;  // --timeline FILE (rank 0)
+  std::string timeline;                                                 // --timeline FILE (rank 0)
   double timeout_s = 120;
   comm::BufferSync bn_sync = comm::BufferSync::kAverageWhenRead;  // --bn-sync (lazy)
   bool find_unused = false;
-  comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;                // --hierarchical
-  int ranks_per_node = 0;             // 0: the launcher's local size
+  comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;  // --hierarchical
+  int ranks_per_node = 0;                                       // 0: the launcher's local size
 };
 // From the flags, after applyRecipeFlag().
 DistSpec distSpecFromFlags();

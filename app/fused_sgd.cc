@@ -99,8 +99,12 @@ torch::Tensor FusedSgd::step(LossClosure closure) {
   }
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    Step s{static_cast<float>(o.lr()), static_cast<float>(o.momentum()), static_cast<float>(1 - o.dampening()),
-           static_cast<float>(o.weight_decay()), o.nesterov(), false};
+    Step s{static_cast<float>(o.lr()),
+           static_cast<float>(o.momentum()),
+           static_cast<float>(1 - o.dampening()),
+           static_cast<float>(o.weight_decay()),
+           o.nesterov(),
+           false};
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       float* w = p.data_ptr<float>();

@@ -14,9 +14,7 @@ using ::aiacc::jsonEscape;
 
 class JsonObject {
  public:
-  JsonObject& add(const std::string& key, const std::string& v) {
-    return raw(key, "\"" + jsonEscape(v) + "\"");
-  }
+  JsonObject& add(const std::string& key, const std::string& v) { return raw(key, "\"" + jsonEscape(v) + "\""); }
   JsonObject& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
   JsonObject& add(const std::string& key, double v) {
     if (!std::isfinite(v)) return raw(key, "null");

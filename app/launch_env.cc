@@ -63,8 +63,8 @@ bool masterFromVars(const EnvMap& env, const char* addr, const char* port, Launc
 }
 
 // Rank, world, local rank and local size from one launcher's names; checks them.
-void readWorld(const EnvMap& env, LaunchEnv& e, const char* rank, const char* world,
-               const char* local_rank, const char* local_size) {
+void readWorld(const EnvMap& env, LaunchEnv& e, const char* rank, const char* world, const char* local_rank,
+               const char* local_size) {
   e.world.rank = toInt(*find(env, rank), rank);
   e.world.world = toInt(*find(env, world), world);
   e.world_from = strCat(world, "=", e.world.world);
@@ -73,8 +73,8 @@ void readWorld(const EnvMap& env, LaunchEnv& e, const char* rank, const char* wo
     e.world.local_size = *ls;
     e.local_from = strCat(local_size, "=", *ls);
   }
-  AIACC_CHECK_INPUT(e.world.world >= 1 && e.world.rank >= 0 && e.world.rank < e.world.world, rank, "=",
-                    e.world.rank, " and ", world, "=", e.world.world, " from ", sourceName(e.source),
+  AIACC_CHECK_INPUT(e.world.world >= 1 && e.world.rank >= 0 && e.world.rank < e.world.world, rank, "=", e.world.rank,
+                    " and ", world, "=", e.world.world, " from ", sourceName(e.source),
                     " are inconsistent (need 0 <= rank < world size)");
   AIACC_CHECK_INPUT(e.world.local_size >= 1 && e.world.local_size <= e.world.world && e.world.local_rank >= 0 &&
                         e.world.local_rank < e.world.local_size,
@@ -160,7 +160,8 @@ LaunchEnv fromKubeflow(const EnvMap& env) {
   }
   if (e.nnodes == 0) e.nnodes = 1;
   if (e.node_rank < 0) {
-    AIACC_CHECK_INPUT(e.nnodes == 1, e.nodes_from, " from Kubeflow but neither PET_NODE_RANK nor "
+    AIACC_CHECK_INPUT(e.nnodes == 1, e.nodes_from,
+                      " from Kubeflow but neither PET_NODE_RANK nor "
                       "JOB_COMPLETION_INDEX is set: set PET_NODE_RANK on each pod");
     e.node_rank = 0;
   }
@@ -185,8 +186,8 @@ LaunchEnv fromEnv(const EnvMap& env) {
 }
 
 // Open MPI, MPICH/PMI: the store is MASTER_ADDR:MASTER_PORT when exported, else --master.
-LaunchEnv fromMpi(const EnvMap& env, LaunchSource source, const char* rank, const char* world,
-                  const char* local_rank, const char* local_size) {
+LaunchEnv fromMpi(const EnvMap& env, LaunchSource source, const char* rank, const char* world, const char* local_rank,
+                  const char* local_size) {
   LaunchEnv e;
   e.source = source;
   readWorld(env, e, rank, world, local_rank, local_size);
@@ -254,8 +255,8 @@ LaunchEnv fromSlurm(const EnvMap& env) {
   std::vector<int> per_node;
   if (const std::string* tpn = find(env, tpn_name)) {
     per_node = parseSlurmTasksPerNode(*tpn);
-    AIACC_CHECK_INPUT(node >= 0 && node < static_cast<int>(per_node.size()), "SLURM_NODEID=", node,
-                      " but ", tpn_name, "='", *tpn, "' lists ", per_node.size(), " node(s)");
+    AIACC_CHECK_INPUT(node >= 0 && node < static_cast<int>(per_node.size()), "SLURM_NODEID=", node, " but ", tpn_name,
+                      "='", *tpn, "' lists ", per_node.size(), " node(s)");
     e.world.local_size = per_node[static_cast<size_t>(node)];
     e.local_from = strCat(tpn_name, "=", *tpn);
   }
@@ -266,19 +267,20 @@ LaunchEnv fromSlurm(const EnvMap& env) {
     e.nnodes = static_cast<int>(per_node.size());
     e.nodes_from = e.local_from;
   }
-  AIACC_CHECK_INPUT(e.world.world >= 1 && e.world.rank >= 0 && e.world.rank < e.world.world, "SLURM_PROCID=",
-                    e.world.rank, " and ", e.world_from, " from Slurm are inconsistent");
-  AIACC_CHECK_INPUT(e.world.local_rank >= 0 && e.world.local_rank < e.world.local_size, "SLURM_LOCALID=",
-                    e.world.local_rank, " and ", e.local_from.empty() ? "its tasks per node" : e.local_from,
-                    " from Slurm are inconsistent");
+  AIACC_CHECK_INPUT(e.world.world >= 1 && e.world.rank >= 0 && e.world.rank < e.world.world,
+                    "SLURM_PROCID=", e.world.rank, " and ", e.world_from, " from Slurm are inconsistent");
+  AIACC_CHECK_INPUT(e.world.local_rank >= 0 && e.world.local_rank < e.world.local_size,
+                    "SLURM_LOCALID=", e.world.local_rank, " and ",
+                    e.local_from.empty() ? "its tasks per node" : e.local_from, " from Slurm are inconsistent");
   if (!masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e)) {
-    const char* list_name = has(env, "SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST"
+    const char* list_name = has(env, "SLURM_STEP_NODELIST")  ? "SLURM_STEP_NODELIST"
                             : has(env, "SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
                                                              : "SLURM_NODELIST";
     if (const std::string* list = find(env, list_name)) {
       // Task 0 runs on the step's first node. The port: MASTER_PORT, else one per job, so that
       // two jobs sharing a node do not meet on one port.
-      const int port = intVar(env, "MASTER_PORT").value_or(kDefaultPort + intVar(env, "SLURM_JOB_ID").value_or(0) % 1000);
+      const int port =
+          intVar(env, "MASTER_PORT").value_or(kDefaultPort + intVar(env, "SLURM_JOB_ID").value_or(0) % 1000);
       e.master = strCat(firstSlurmHost(*list), ":", port);
       e.master_from = strCat(list_name, "=", *list);
       e.master_is_default = true;
@@ -297,9 +299,7 @@ std::string jobId(const LaunchEnv& env, const LaunchFlags& flags, const comm::Wo
 
 std::string hostOf(const std::string& master) { return master.substr(0, master.rfind(':')); }
 
-bool isLoopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool isLoopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 [[noreturn]] void conflict(const LaunchEnv& env, const std::string& from, const std::string& flag,
                            const std::string& advice) {
@@ -337,9 +337,10 @@ LaunchPlan planNode(const LaunchEnv& env, const LaunchFlags& flags, int nnodes, 
   s = flags.values;
   if (env_nproc > 0) {
     if (given > 0 && given != env_nproc) {
-      conflict(env, env.local_from, flag, flags.gpus ? strCat("pass --gpus ", env_nproc, " or drop the count from ",
-                                                              env.local_from.substr(0, env.local_from.find('=')))
-                                                     : std::string("drop --nproc under a launcher"));
+      conflict(env, env.local_from, flag,
+               flags.gpus ? strCat("pass --gpus ", env_nproc, " or drop the count from ",
+                                   env.local_from.substr(0, env.local_from.find('=')))
+                          : std::string("drop --nproc under a launcher"));
     }
     s.nproc = env_nproc;
   }
@@ -432,8 +433,9 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
   const std::string& local_from = env.local_from.empty() ? env.world_from : env.local_from;
   if (given > 0 && given != env.world.local_size) {
     conflict(env, local_from, flag,
-             flags.gpus ? strCat("under a launcher --gpus must equal its processes per node (", env.world.local_size, ")")
-                        : std::string("drop --nproc under a launcher"));
+             flags.gpus
+                 ? strCat("under a launcher --gpus must equal its processes per node (", env.world.local_size, ")")
+                 : std::string("drop --nproc under a launcher"));
   }
   if (flags.nnodes && env.nnodes > 0 && *flags.nnodes != env.nnodes) {
     conflict(env, env.nodes_from.empty() ? env.world_from + " " + local_from : env.nodes_from,
@@ -461,7 +463,7 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
 
 int gpuForLocalRank(int local_rank, int visible) {
   AIACC_CHECK_INPUT(visible >= 1, "no GPU is visible to this process (check CUDA_VISIBLE_DEVICES and the "
-                    "launcher's GPU binding)");
+                                  "launcher's GPU binding)");
   return local_rank % visible;
 }
 

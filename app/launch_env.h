@@ -50,10 +50,10 @@ struct LaunchEnv {
   // node's launcher and starts `nproc` workers itself.
   bool per_process = true;
   comm::WorldInfo world;
-  int nnodes = 0;       // 0: unknown
-  int node_rank = -1;   // -1: unknown
-  int nproc = 0;        // processes per node; 0: unknown (Kubeflow's "auto": from the flags)
-  std::string master;   // host:port of the rendezvous store; empty: none given
+  int nnodes = 0;      // 0: unknown
+  int node_rank = -1;  // -1: unknown
+  int nproc = 0;       // processes per node; 0: unknown (Kubeflow's "auto": from the flags)
+  std::string master;  // host:port of the rendezvous store; empty: none given
   // The master came from a default of this launcher (Slurm's first host, Horovod's driver), not
   // from a variable that names the store: --master may override it.
   bool master_is_default = false;

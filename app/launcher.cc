@@ -72,7 +72,7 @@ namespace {
 // One worker as the launcher sees it.
 struct Worker {
   int rank = 0;
-  pid_t pid = -1;      // -1 once reaped
+  pid_t pid = -1;          // -1 once reaped
   int out = -1, err = -1;  // read ends of its stdout / stderr pipes (-1: closed or --log-dir)
   std::string out_buf, err_buf;
 };
@@ -157,16 +157,16 @@ std::string defaultJobId(const LaunchSpec& spec) {
   if (spec.nnodes > 1) return strCat("aiacc-", spec.nnodes, "x", spec.nproc, "@", spec.master);
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch()).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   return strCat("aiacc-", host, "-", ::getpid(), "-", ms);
 }
 
 int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args) {
   LaunchSpec spec = given;
   if (spec.job_id.empty()) spec.job_id = defaultJobId(spec);
-  AIACC_CHECK_INPUT(spec.nproc >= 1 && spec.nnodes >= 1 && spec.node_rank >= 0 &&
-                        spec.node_rank < spec.nnodes,
+  AIACC_CHECK_INPUT(spec.nproc >= 1 && spec.nnodes >= 1 && spec.node_rank >= 0 && spec.node_rank < spec.nnodes,
                     "need --nproc >= 1 and 0 <= --node-rank < --nnodes");
   parseHostPort(spec.master);
   constexpr auto kGrace = std::chrono::seconds(5);
@@ -198,8 +198,8 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
     envp.push_back(nullptr);
     int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, log_fd = -1;
     if (spec.log_dir.empty()) {
-      AIACC_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0, "pipe failed: ",
-                  std::strerror(errno));
+      AIACC_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
+                  "pipe failed: ", std::strerror(errno));
     } else {
       const std::string path = strCat(spec.log_dir, "/rank-", w.rank, ".log");
       log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -290,7 +290,8 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
     const auto until = pipes_deadline ? pipes_deadline : kill_at;
     if (until) {
       timeout_ms = static_cast<int>(
-          std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now()).count()) + 1);
+          std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now()).count()) +
+          1);
     }
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     signalfd_siginfo si{};

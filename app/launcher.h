@@ -22,7 +22,7 @@
 namespace aiacc::app {
 
 struct LaunchSpec {
-  int nproc = 1;   // workers on this node
+  int nproc = 1;  // workers on this node
   int nnodes = 1;
   int node_rank = 0;
   std::string master = "127.0.0.1:29500";

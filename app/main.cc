@@ -36,13 +36,13 @@ using StoreSlot = std::shared_ptr<c10::intrusive_ptr<c10d::Store>>;
 // World size 1: LocalSync. Otherwise: rendezvous through the TCPStore (rank 0's, or torchrun's
 // agent's), the agreement of every rank's settings, the transports, and DataParallel around
 // the model.
-aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
-                                        const aiacc::app::DistSpec& dist,
+aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, const aiacc::app::DistSpec& dist,
                                         const aiacc::app::StoreAddress& address,
                                         std::shared_ptr<aiacc::comm::Timeline> timeline, StoreSlot keep) {
   if (world.world == 1) return aiacc::app::localSync();
-  return [world, dist, address, timeline, keep](std::shared_ptr<torch::nn::Module> model,
-                                          const aiacc::comm::Settings& job) -> std::unique_ptr<aiacc::comm::GradientSync> {
+  return [world, dist, address, timeline,
+          keep](std::shared_ptr<torch::nn::Module> model,
+                const aiacc::comm::Settings& job) -> std::unique_ptr<aiacc::comm::GradientSync> {
     const auto [host, port] = aiacc::app::parseHostPort(address.master);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
     aiacc::comm::TransportSpec ts;
@@ -57,7 +57,8 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world,
       ts.bind_host = aiacc::app::localAddressToward(host);  // the interface that reaches the master
     }
     ts.gpu = dist.gpus > 0;
-    if (ts.gpu) ts.device = aiacc::app::gpuForLocalRank(world.local_rank, static_cast<int>(torch::cuda::device_count()));
+    if (ts.gpu)
+      ts.device = aiacc::app::gpuForLocalRank(world.local_rank, static_cast<int>(torch::cuda::device_count()));
     ts.shm = dist.shm;
     ts.hierarchical = dist.hierarchical;
     ts.ranks_per_node = dist.ranks_per_node;
@@ -122,9 +123,8 @@ int main(int argc, char** argv) {
     if (!aiacc::app::makeSampleFlag().empty()) {
       const aiacc::data::SampleSpec spec = aiacc::app::sampleSpecFromFlags();
       aiacc::data::makeSampleDataset(aiacc::app::makeSampleFlag(), spec);
-      std::cout << "wrote sample dataset to " << aiacc::app::makeSampleFlag() << " ("
-                << spec.classes << " classes, " << spec.train_per_class << " train + "
-                << spec.val_per_class << " val images per class)\n";
+      std::cout << "wrote sample dataset to " << aiacc::app::makeSampleFlag() << " (" << spec.classes << " classes, "
+                << spec.train_per_class << " train + " << spec.val_per_class << " val images per class)\n";
       return 0;
     }
     // Who started this process (torchrun, Kubeflow, srun, mpirun, horovodrun, our own launcher,

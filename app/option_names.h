@@ -15,7 +15,7 @@ namespace aiacc::app {
 // The flag's name for a value: "fp16", "lazy", "auto", "cosine", ...
 const char* optionName(comm::TransferDtype v);  // --allreduce-dtype fp32 | fp16 | bf16
 const char* optionName(comm::BufferSync v);     // --bn-sync lazy | average | broadcast | none
-const char* optionName(comm::TwoLevelMode v);       // --hierarchical on | off | auto
+const char* optionName(comm::TwoLevelMode v);   // --hierarchical on | off | auto
 const char* optionName(AmpDtype v);             // --amp-dtype fp16 | bf16
 const char* optionName(LrSchedule v);           // --lr-schedule cosine | step | linear
 

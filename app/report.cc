@@ -153,8 +153,8 @@ std::string reportJson(const Report& r, const Config& c) {
 
 void printReport(const Report& r, std::ostream& os) {
   os << "==== aiacc report ====\n"
-     << "model            " << r.arch << " on " << r.data << " (" << r.world << " process"
-     << (r.world > 1 ? "es" : "") << ")\n";
+     << "model            " << r.arch << " on " << r.data << " (" << r.world << " process" << (r.world > 1 ? "es" : "")
+     << ")\n";
   os << "device           " << r.device << ", " << r.precision;
   if (r.loss_scale > 0) {
     os << " (loss scale " << r.loss_scale << ", " << r.overflow_skips << " overflow steps skipped)";
@@ -175,27 +175,26 @@ void printReport(const Report& r, std::ostream& os) {
       os << "time to target   NOT REACHED\n";
     }
   }
-  os << std::fixed << std::setprecision(2) << "final accuracy   top-1 " << r.final_top1
-     << "%  top-5 " << r.final_top5 << "%\n"
-     << "trained          " << r.epochs << " epochs, " << r.steps << " steps, " << r.images_seen
-     << " images\n"
+  os << std::fixed << std::setprecision(2) << "final accuracy   top-1 " << r.final_top1 << "%  top-5 " << r.final_top5
+     << "%\n"
+     << "trained          " << r.epochs << " epochs, " << r.steps << " steps, " << r.images_seen << " images\n"
      << std::setprecision(1) << "throughput       " << r.mean_images_per_s << " images/s (training; "
      << r.steady_images_per_s << " after warm-up and tuning)";
   if (r.world > 1) {
-    os << ", " << r.mean_images_per_s / r.world << " per process; exposed communication "
-       << r.exposed_comm_s << " s on rank 0 (" << 100.0 * r.exposed_comm_s / std::max(1e-9, r.train_s)
-       << "% of training time)";
+    os << ", " << r.mean_images_per_s / r.world << " per process; exposed communication " << r.exposed_comm_s
+       << " s on rank 0 (" << 100.0 * r.exposed_comm_s / std::max(1e-9, r.train_s) << "% of training time)";
   }
-  os << "\n" << "peak memory      " << r.peak_rss_mb << " MiB resident (rank 0)";
+  os << "\n"
+     << "peak memory      " << r.peak_rss_mb << " MiB resident (rank 0)";
   if (r.world > 1) os << ", at most " << r.max_peak_rss_mb << " MiB on any rank";
   os << "\n"
      << "wall time        " << r.total_s << " s (" << r.train_s << " s in training steps)\n"
      << "skipped files    " << r.skipped_files << " undecodable, " << r.ignored_files
      << " without an image extension\n";
   if (r.checkpoint_failures) os << "checkpoint fails " << r.checkpoint_failures << "\n";
-  os << "machine          " << r.machine.cores << " cores (" << r.machine.cpu << "), GPU "
-     << r.machine.gpu << "; LibTorch " << r.machine.torch_version << ", OpenCV "
-     << r.machine.opencv_version << ", libjpeg-turbo " << r.machine.jpeg_turbo_version << "\n";
+  os << "machine          " << r.machine.cores << " cores (" << r.machine.cpu << "), GPU " << r.machine.gpu
+     << "; LibTorch " << r.machine.torch_version << ", OpenCV " << r.machine.opencv_version << ", libjpeg-turbo "
+     << r.machine.jpeg_turbo_version << "\n";
   os.unsetf(std::ios::floatfield);
 }
 
@@ -204,9 +203,9 @@ void writeDawnbench(const std::string& dir, const Report& r, const Config& c) {
   std::filesystem::create_directories(dir, ec);
   AIACC_CHECK_INPUT(!ec, "cannot create --dawnbench-dir '", dir, "': ", ec.message());
   const std::string name = "aiacc_" + r.arch + "_" + std::to_string(r.world) + "proc";
-  const std::string hardware =
-      r.machine.gpu == "none" ? strCat(r.world, " CPU process(es), ", r.machine.cores, " cores (", r.machine.cpu, ")")
-                              : strCat(r.world, " x ", r.machine.gpu);
+  const std::string hardware = r.machine.gpu == "none" ? strCat(r.world, " CPU process(es), ", r.machine.cores,
+                                                                " cores (", r.machine.cpu, ")")
+                                                       : strCat(r.world, " x ", r.machine.gpu);
   JsonObject misc;
   misc.add("recipeFile", c.recipe)
       .add("recipe", c.recipe_text)
@@ -232,8 +231,7 @@ void writeDawnbench(const std::string& dir, const Report& r, const Config& c) {
   std::ostringstream tsv;
   tsv << "epoch\thours\ttop1Accuracy\ttop5Accuracy\n";
   for (const EvalPoint& e : r.evals) {
-    tsv << std::setprecision(6) << e.epoch << "\t" << e.seconds / 3600.0 << "\t" << e.top1 << "\t"
-        << e.top5 << "\n";
+    tsv << std::setprecision(6) << e.epoch << "\t" << e.seconds / 3600.0 << "\t" << e.top1 << "\t" << e.top5 << "\n";
   }
   writeFileAtomic(dir + "/" + name + ".tsv", tsv.str());
 }

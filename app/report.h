@@ -12,11 +12,11 @@ namespace aiacc::app {
 
 struct EvalPoint {
   int64_t step = 0;
-  double epoch = 0;     // fractional epoch position when evaluated
-  double seconds = 0;   // wall seconds since start (init included)
+  double epoch = 0;           // fractional epoch position when evaluated
+  double seconds = 0;         // wall seconds since start (init included)
   double top1 = 0, top5 = 0;  // percent
   double loss = 0;
-  int64_t images = 0;   // val images evaluated (all ranks)
+  int64_t images = 0;  // val images evaluated (all ranks)
 };
 
 struct MachineInfo {
@@ -35,24 +35,24 @@ struct Report {
   bool target_reached = false;
   double time_to_target_s = -1;  // wall seconds from start, init included; -1: not reached
   double total_s = 0;
-  double train_s = 0;            // seconds in training steps (eval excluded)
-  double epochs = 0;             // fractional epochs trained
+  double train_s = 0;  // seconds in training steps (eval excluded)
+  double epochs = 0;   // fractional epochs trained
   int64_t steps = 0;
-  int64_t images_seen = 0;       // training images, all ranks
-  double mean_images_per_s = 0;  // images_seen / train_s
+  int64_t images_seen = 0;         // training images, all ranks
+  double mean_images_per_s = 0;    // images_seen / train_s
   double steady_images_per_s = 0;  // after warm-up (3 steps) and communication tuning
   double final_top1 = 0, final_top5 = 0;
-  int64_t skipped_files = 0;     // undecodable files skipped (unique)
-  int64_t ignored_files = 0;     // files without an image extension
+  int64_t skipped_files = 0;  // undecodable files skipped (unique)
+  int64_t ignored_files = 0;  // files without an image extension
   int checkpoint_failures = 0;
   double exposed_comm_s = 0;
-  std::string comm;  // communication set-up (GradientSync::describe)
-  std::string device = "cpu";     // training device of rank 0 ("cuda:0")
+  std::string comm;                // communication set-up (GradientSync::describe)
+  std::string device = "cpu";      // training device of rank 0 ("cuda:0")
   std::string precision = "fp32";  // "fp32" | "amp fp16" | "amp bf16"
-  double loss_scale = 0;          // final dynamic loss scale (amp fp16); 0: none
-  int64_t overflow_skips = 0;     // steps skipped for inf/NaN gradients (loss scaler or fp16/bf16 transfer)
-  double peak_rss_mb = 0;      // this process's peak resident memory, MiB
-  double max_peak_rss_mb = 0;  // the largest over all ranks
+  double loss_scale = 0;           // final dynamic loss scale (amp fp16); 0: none
+  int64_t overflow_skips = 0;      // steps skipped for inf/NaN gradients (loss scaler or fp16/bf16 transfer)
+  double peak_rss_mb = 0;          // this process's peak resident memory, MiB
+  double max_peak_rss_mb = 0;      // the largest over all ranks
   std::vector<EvalPoint> evals;
   MachineInfo machine;
 };

@@ -56,7 +56,7 @@ struct RunTotals {
   bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
   bool stop = false;
   Clock::time_point last_progress;
-  double epoch_pos = 0;  // fractional epoch of the training position
+  double epoch_pos = 0;       // fractional epoch of the training position
   int64_t skipped_steps = 0;  // steps every rank skipped for a non-finite gradient
 };
 
@@ -96,9 +96,7 @@ struct Trainer::State {
       : cfg(std::move(c)), world_info(w), make_sync(std::move(f)), start(t) {}
   comm::GradientSync& sync() { return *sync_ptr; }
 
-  double now() const {
-    return pos.elapsed_s + std::chrono::duration<double>(Clock::now() - start).count();
-  }
+  double now() const { return pos.elapsed_s + std::chrono::duration<double>(Clock::now() - start).count(); }
   bool isRank0() const { return rank == 0; }
 
   // Threads, device, data, model (and the resumed position), metrics file, report header.
@@ -140,10 +138,10 @@ void Trainer::setTimeline(std::shared_ptr<comm::Timeline> timeline) {
 
 void requireVisibleGpus(int n) {
   AIACC_CHECK_INPUT(torch::cuda::is_available(), "--gpus needs a CUDA build of aiacc and a visible GPU "
-                    "(this LibTorch sees none); use --nproc N for CPU worker processes");
+                                                 "(this LibTorch sees none); use --nproc N for CPU worker processes");
   const int count = static_cast<int>(torch::cuda::device_count());
-  AIACC_CHECK_INPUT(n <= count, n, " GPU(s) needed (--gpus) but ",
-                    count, " are visible (check --gpus and CUDA_VISIBLE_DEVICES)");
+  AIACC_CHECK_INPUT(n <= count, n, " GPU(s) needed (--gpus) but ", count,
+                    " are visible (check --gpus and CUDA_VISIBLE_DEVICES)");
 }
 
 // One GPU per process: cuda:(local_rank % visible GPUs) becomes this thread's current device, so
@@ -173,11 +171,11 @@ void Trainer::State::setupData() {
   if (train) return;  // given by setData
   if (cfg.data == "synthetic") {
     data_name = "synthetic";
-    auto t = std::make_unique<data::SyntheticSource>(cfg.synthetic_images, cfg.synthetic_classes,
-                                                     cfg.channels_last, cfg.seed, rank, world);
+    auto t = std::make_unique<data::SyntheticSource>(cfg.synthetic_images, cfg.synthetic_classes, cfg.channels_last,
+                                                     cfg.seed, rank, world);
     const int64_t val_images = std::max<int64_t>(cfg.synthetic_images / 50, 2 * world);
-    auto v = std::make_unique<data::SyntheticSource>(val_images, cfg.synthetic_classes, cfg.channels_last,
-                                                     cfg.seed + 1, rank, world, /*drop_last=*/false);
+    auto v = std::make_unique<data::SyntheticSource>(val_images, cfg.synthetic_classes, cfg.channels_last, cfg.seed + 1,
+                                                     rank, world, /*drop_last=*/false);
     t->setDevice(device);  // generated once on the device: no copy per step
     v->setDevice(device);
     train = std::move(t);
@@ -186,7 +184,7 @@ void Trainer::State::setupData() {
     return;
   }
   AIACC_CHECK_INPUT(!cfg.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
-                    "scripts/run.sh generates a sample dataset)");
+                                       "scripts/run.sh generates a sample dataset)");
   data::ImageNetLayout layout = data::scanImageNet(cfg.data);
   data_name = cfg.data;
   ignored_files = static_cast<int64_t>(layout.train.ignored.size() + layout.val.ignored.size());
@@ -212,15 +210,15 @@ void Trainer::State::setupData() {
   lo.train = true;
   const size_t n_train = layout.train.samples.size(), n_val = layout.val.samples.size();
   dataset = datasetFingerprint(layout.train.classes, n_train, n_val);
-  AIACC_CHECK_INPUT(static_cast<int64_t>(n_train) / world >= cfg.stages.front().batch_size,
-                    "train/ has ", n_train, " images: fewer than one batch of ",
-                    cfg.stages.front().batch_size, " per process; lower --batch-size");
+  AIACC_CHECK_INPUT(static_cast<int64_t>(n_train) / world >= cfg.stages.front().batch_size, "train/ has ", n_train,
+                    " images: fewer than one batch of ", cfg.stages.front().batch_size,
+                    " per process; lower --batch-size");
   train = std::make_unique<data::ImageLoader>(std::move(layout.train), lo, skips);
   lo.train = false;
   val = std::make_unique<data::ImageLoader>(std::move(layout.val), lo, skips);
   if (isRank0()) {
-    LOG(INFO) << "data: " << n_train << " train / " << n_val << " val images, "
-              << train->numClasses() << " classes from " << cfg.data;
+    LOG(INFO) << "data: " << n_train << " train / " << n_val << " val images, " << train->numClasses()
+              << " classes from " << cfg.data;
   }
 }
 
@@ -269,11 +267,10 @@ void Trainer::State::setupModel() {
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
   if (isRank0()) {
-    LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, "
-              << mo.num_classes << " classes on " << device.str()
+    LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, " << mo.num_classes
+              << " classes on " << device.str()
               << (cfg.amp ? std::string(", mixed precision ") + optionName(cfg.amp_dtype) : std::string(", fp32"))
-              << (cfg.channels_last ? ", channels-last" : "") << "; " << at::get_num_threads()
-              << " compute threads";
+              << (cfg.channels_last ? ", channels-last" : "") << "; " << at::get_num_threads() << " compute threads";
   }
 }
 
@@ -339,8 +336,7 @@ EvalPoint Trainer::State::evaluate(double epoch_pos) {
 
 bool Trainer::State::targetReached(const EvalPoint& e) const {
   if (cfg.target_top1 <= 0 && cfg.target_top5 <= 0) return false;
-  return (cfg.target_top1 <= 0 || e.top1 >= cfg.target_top1) &&
-         (cfg.target_top5 <= 0 || e.top5 >= cfg.target_top5);
+  return (cfg.target_top1 <= 0 || e.top1 >= cfg.target_top1) && (cfg.target_top5 <= 0 || e.top5 >= cfg.target_top5);
 }
 
 void Trainer::State::writeMetric(const std::string& json) {
@@ -439,9 +435,15 @@ bool Trainer::State::trainEpoch(int epoch) {
     pos.images_seen += imgs;
     run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
     const double ips = static_cast<double>(imgs) / std::max(1e-9, wall_s);
-    writeMetric(JsonObject().add("type", "step").add("step", pos.step).add("epoch", run.epoch_pos)
-                    .add("loss", step.loss).add("lr", lr).add("images_per_s", ips)
-                    .add("compute_s", step_s).str());
+    writeMetric(JsonObject()
+                    .add("type", "step")
+                    .add("step", pos.step)
+                    .add("epoch", run.epoch_pos)
+                    .add("loss", step.loss)
+                    .add("lr", lr)
+                    .add("images_per_s", ips)
+                    .add("compute_s", step_s)
+                    .str());
     printProgress(epoch, step_in_epoch, nb, st, step.loss, lr, t1);
     if (cfg.eval_every > 0 && pos.step % cfg.eval_every == 0) evaluateAndRecord();
     if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || run.stop) {
@@ -497,7 +499,8 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
   result.applied = step_ok;
   // Also the point where this step's input copy has certainly finished (it reads the
   // stream that copied it): only after it may the loader reuse the pinned batch buffer.
-  if (loss.defined()) result.loss = loss.item<double>() * (n < st.batch_size ? static_cast<double>(st.batch_size) / n : 1.0);
+  if (loss.defined())
+    result.loss = loss.item<double>() * (n < st.batch_size ? static_cast<double>(st.batch_size) / n : 1.0);
   if (timeline) {
     const auto t_end = Clock::now();
     timeline->span("forward", 0, t0, t_fwd);
@@ -515,10 +518,9 @@ void Trainer::State::printProgress(int epoch, int64_t step_in_epoch, int64_t bat
   const double mean_ips = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
   const int64_t left = std::max<int64_t>(0, run.planned - pos.step);
   const double eta = static_cast<double>(left) * run.train_s / std::max<int64_t>(1, run.steps);
-  std::cout << "epoch " << epoch + 1 << "/" << cfg.epochs << " step " << step_in_epoch << "/"
-            << batches << " size " << st.image_size << " loss " << std::fixed
-            << std::setprecision(4) << loss << " lr " << lr << std::setprecision(1)
-            << " img/s " << mean_ips << " ETA " << formatDuration(eta) << std::endl;
+  std::cout << "epoch " << epoch + 1 << "/" << cfg.epochs << " step " << step_in_epoch << "/" << batches << " size "
+            << st.image_size << " loss " << std::fixed << std::setprecision(4) << loss << " lr " << lr
+            << std::setprecision(1) << " img/s " << mean_ips << " ETA " << formatDuration(eta) << std::endl;
 }
 
 void Trainer::State::finishEpoch(int epoch) {
@@ -527,7 +529,8 @@ void Trainer::State::finishEpoch(int epoch) {
   const data::JpegIndexCache* ix = train->jpegIndex();
   if (isRank0() && ix && !run.index_logged) {
     LOG(INFO) << "JPEG indexes (--jpeg-index-mb): " << ix->indexedFiles() << " train files indexed, "
-              << (ix->bytes() + 1023) / 1024 << " KiB; " << ix->refusedFiles() << " not indexable (progressive, restart markers, "
+              << (ix->bytes() + 1023) / 1024 << " KiB; " << ix->refusedFiles()
+              << " not indexable (progressive, restart markers, "
               << "not baseline JPEG); later epochs decode only each crop's MCUs";
     run.index_logged = true;
   }
@@ -537,13 +540,19 @@ void Trainer::State::evaluateAndRecord() {
   EvalPoint e = evaluate(run.epoch_pos);
   Report& r = report;
   r.evals.push_back(e);
-  writeMetric(JsonObject().add("type", "eval").add("step", e.step).add("epoch", e.epoch)
-                  .add("seconds", e.seconds).add("top1", e.top1).add("top5", e.top5)
-                  .add("loss", e.loss).str());
+  writeMetric(JsonObject()
+                  .add("type", "eval")
+                  .add("step", e.step)
+                  .add("epoch", e.epoch)
+                  .add("seconds", e.seconds)
+                  .add("top1", e.top1)
+                  .add("top5", e.top5)
+                  .add("loss", e.loss)
+                  .str());
   if (isRank0()) {
-    LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 "
-              << e.top1 << "% top-5 " << e.top5 << "% loss " << std::setprecision(4) << e.loss
-              << " (" << e.images << " images, " << formatDuration(e.seconds) << " elapsed)";
+    LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 " << e.top1 << "% top-5 "
+              << e.top5 << "% loss " << std::setprecision(4) << e.loss << " (" << e.images << " images, "
+              << formatDuration(e.seconds) << " elapsed)";
   }
   if (!r.target_reached && targetReached(e)) {
     r.target_reached = true;
@@ -563,8 +572,8 @@ Report Trainer::State::finishReport() {
   r.epochs = run.epoch_pos;
   r.train_s = pos.train_s;
   r.mean_images_per_s = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
-  r.steady_images_per_s =
-      run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s : r.mean_images_per_s;
+  r.steady_images_per_s = run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s
+                                                : r.mean_images_per_s;
   r.total_s = now();
   {  // peak resident memory: this rank's, and the largest over ranks (summing one-hot slots)
     rusage ru{};

@@ -29,8 +29,8 @@ namespace aiacc::app {
 // comm::DataParallel for many. `job` holds this rank's training settings (app/job_settings.h),
 // which a multi-rank factory compares across ranks (comm::agreeAcrossRanks) before any
 // collective, adding its own.
-using SyncFactory = std::function<std::unique_ptr<comm::GradientSync>(std::shared_ptr<torch::nn::Module>,
-                                                                       const comm::Settings& job)>;
+using SyncFactory =
+    std::function<std::unique_ptr<comm::GradientSync>(std::shared_ptr<torch::nn::Module>, const comm::Settings& job)>;
 
 // The single-process factory.
 SyncFactory localSync();

@@ -94,8 +94,8 @@ std::string firstDifference(const Settings& mine, int my_rank, const Settings& t
                     theirs[i].name, "' (different aiacc builds?)");
     }
     if (mine[i].value != theirs[i].value) {
-      return strCat(mine[i].name, " is ", mine[i].value, " on rank ", my_rank, " but ", theirs[i].value,
-                    " on rank ", their_rank, also);
+      return strCat(mine[i].name, " is ", mine[i].value, " on rank ", my_rank, " but ", theirs[i].value, " on rank ",
+                    their_rank, also);
     }
   }
   if (mine.size() != theirs.size()) {
@@ -139,7 +139,8 @@ void agreeAcrossRanks(c10d::Store& store, const WorldInfo& world, const Settings
   } catch (const std::exception&) {
     // a rank died after counting: the message below still holds
   }
-  if (first.empty()) AIACC_THROW(CommError, "job settings differ on ", n_differ, " rank(s), but none marked itself (store reset?)");
+  if (first.empty())
+    AIACC_THROW(CommError, "job settings differ on ", n_differ, " rank(s), but none marked itself (store reset?)");
   AIACC_THROW(InputError, "ranks were started with different settings: ", first,
               n_differ > 1 ? strCat("; ", n_differ, " ranks differ from their predecessor") : std::string(),
               " (start every rank with the same options and dataset)");

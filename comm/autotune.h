@@ -49,12 +49,12 @@ struct TuneConfig {
 };
 
 struct TuneSpace {
-  std::vector<double> bucket_mb;   // fusion caps to try (empty: keep the start's)
-  std::vector<int> channels;       // channel counts to try (empty: keep)
-  bool try_two_level = false;      // also try the other two-level setting
+  std::vector<double> bucket_mb;  // fusion caps to try (empty: keep the start's)
+  std::vector<int> channels;      // channel counts to try (empty: keep)
+  bool try_two_level = false;     // also try the other two-level setting
   int steps_per_trial = 3;
   double min_gain = 0.03;
-  bool confirm = true;             // re-time a dimension's winner against the best before switching
+  bool confirm = true;  // re-time a dimension's winner against the best before switching
 };
 
 class Autotuner {
@@ -80,7 +80,7 @@ class Autotuner {
  private:
   struct Trial {
     double min_s = 0, min_exposed = 0;
-    std::vector<double> steps;     // every counted step time (the confirmation's median)
+    std::vector<double> steps;  // every counted step time (the confirmation's median)
   };
   bool better(const TuneConfig& c, const TuneConfig& ref) const;
   bool confirmed(const TuneConfig& c, const TuneConfig& ref) const;
@@ -89,17 +89,17 @@ class Autotuner {
   void startTrial();
 
   TuneSpace space_;
-  TuneConfig best_;        // best so far (the reference a candidate must beat)
+  TuneConfig best_;  // best so far (the reference a candidate must beat)
   TuneConfig current_;
   std::vector<TuneConfig> queue_;  // candidates of the current dimension still to measure
-  int dimension_ = -1;     // 0: two-level, 1: fusion, 2: channels, 3: done
-  int in_trial_ = 0;       // steps run of the current trial
+  int dimension_ = -1;             // 0: two-level, 1: fusion, 2: channels, 3: done
+  int in_trial_ = 0;               // steps run of the current trial
   std::map<TuneConfig, Trial> trials_;
   bool frozen_ = false;
   bool confirming_ = false;  // the queue holds the confirmation of challenger_ against best_
   TuneConfig challenger_;
   int confirmations_ = 0, overturned_ = 0;
-  std::vector<double> spreads_;      // per finished trial: (max - min) / min of its counted steps
+  std::vector<double> spreads_;  // per finished trial: (max - min) / min of its counted steps
   int steps_ = 0;
 };
 

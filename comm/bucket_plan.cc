@@ -23,8 +23,8 @@ std::vector<size_t> reverseOrder(size_t n) {
   return order;
 }
 
-BucketPlan planBuckets(const std::vector<ParamInfo>& params, const std::vector<size_t>& order,
-                       int64_t first_cap_bytes, int64_t cap_bytes) {
+BucketPlan planBuckets(const std::vector<ParamInfo>& params, const std::vector<size_t>& order, int64_t first_cap_bytes,
+                       int64_t cap_bytes) {
   AIACC_CHECK(order.size() == params.size(), "order covers ", order.size(), " of ", params.size());
   AIACC_CHECK(cap_bytes > 0 && first_cap_bytes > 0, "bucket caps must be positive");
   BucketPlan plan;

@@ -15,7 +15,7 @@ namespace aiacc::comm {
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;
-  int dtype = 0;         // at::ScalarType as int
+  int dtype = 0;  // at::ScalarType as int
   int64_t numel = 0;
   int64_t element_size = 4;
 };
@@ -25,8 +25,8 @@ struct BucketPlan {
 };
 
 // order: parameter indices in the order to pack (e.g. reverse registration order); caps in bytes.
-BucketPlan planBuckets(const std::vector<ParamInfo>& params, const std::vector<size_t>& order,
-                       int64_t first_cap_bytes, int64_t cap_bytes);
+BucketPlan planBuckets(const std::vector<ParamInfo>& params, const std::vector<size_t>& order, int64_t first_cap_bytes,
+                       int64_t cap_bytes);
 
 // Reverse registration order: n-1, ..., 0.
 std::vector<size_t> reverseOrder(size_t n);

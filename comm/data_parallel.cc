@@ -40,7 +40,9 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
   AIACC_CHECK(transport->size() == world_.world && transport->rank() == world_.rank, "transport is rank ",
               transport->rank(), "/", transport->size(), ", world says ", world_.rank, "/", world_.world);
   if (!opt_.clock) {
-    opt_.clock = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+    opt_.clock = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    };
   }
   flat_ = std::make_shared<StripedTransport>(transport, stripingOptions(opt_));
   striped_ = flat_;
@@ -97,7 +99,8 @@ void DataParallel::tune(double exposed_this_step) {
   if (changed) apply(tuner_->current());
   if (opt_.timeline && (changed || tuner_->frozen())) {
     opt_.timeline->instant(strCat("autotune: ", tuner_->frozen() ? "chose " : "try ",
-                                  tuner_->current().str(two_level_ != nullptr)), 0);
+                                  tuner_->current().str(two_level_ != nullptr)),
+                           0);
   }
   if (tuner_->frozen() && world_.rank == 0) std::cerr << "autotune: " << tuner_->summary() << "\n";
 }

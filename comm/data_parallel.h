@@ -38,8 +38,8 @@
 namespace aiacc::comm {
 
 struct DataParallelOptions {
-  double bucket_mb = 25;        // cap of a fused bucket
-  double first_bucket_mb = 1;   // small first bucket: communication starts early in backward
+  double bucket_mb = 25;       // cap of a fused bucket
+  double first_bucket_mb = 1;  // small first bucket: communication starts early in backward
   BufferSync buffers = BufferSync::kBroadcast;
   // Agree each step which parameters got a gradient on any rank; those that got none anywhere
   // keep an undefined .grad (the optimizer skips them). Off: every parameter gets the averaged
@@ -74,8 +74,8 @@ struct DataParallelOptions {
 
 class DataParallel : public GradientSync {
  public:
-  DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport,
-               const WorldInfo& world, const DataParallelOptions& options = {});
+  DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport, const WorldInfo& world,
+               const DataParallelOptions& options = {});
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;

@@ -16,8 +16,8 @@ constexpr const char* kNoGloo =
 #endif
 
 #ifdef AIACC_WITH_NCCL
-std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std::string& name, int rank,
-                                int world, int channels, const TransportSpec& spec) {
+std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std::string& name, int rank, int world,
+                                int channels, const TransportSpec& spec) {
   NcclOptions o;
   o.rank = rank;
   o.world = world;
@@ -32,13 +32,16 @@ std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std
 std::shared_ptr<Transport> twoLevel(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& go,
                                     const TransportSpec& spec) {
   const int R = ranksPerNode(spec);
-  AIACC_CHECK_INPUT(R >= 1 && spec.world.world % R == 0, "two-level reduction needs the same number of ranks on "
-                    "every node: world ", spec.world.world, " is not a multiple of ", R, " ranks per node");
+  AIACC_CHECK_INPUT(R >= 1 && spec.world.world % R == 0,
+                    "two-level reduction needs the same number of ranks on "
+                    "every node: world ",
+                    spec.world.world, " is not a multiple of ", R, " ranks per node");
   if (spec.gpu) {
 #ifdef AIACC_WITH_NCCL
     const int node = spec.world.rank / R, local = spec.world.rank % R;
     auto intra = nccl(store, go.name + "/node" + std::to_string(node), local, R, 2 * spec.channels, spec);
-    auto inter = nccl(store, go.name + "/local" + std::to_string(local), node, spec.world.world / R, spec.channels, spec);
+    auto inter = nccl(store, go.name + "/local" + std::to_string(local), node, spec.world.world / R, spec.channels,
+                      spec);
     return std::make_shared<HierarchicalTransport>(intra, inter);
 #endif
   }
@@ -73,8 +76,10 @@ void checkLayoutSupported(const TransportSpec& spec) {
   const WorldInfo& w = spec.world;
   const bool one_host = w.local_size == w.world && spec.ranks_per_node == 0;
   if (useTwoLevel(spec)) {
-    AIACC_THROW(InputError, "two-level reduction between CPU nodes needs GlooTransport, which this build does "
-                "not have (", kNoGloo, ")");
+    AIACC_THROW(InputError,
+                "two-level reduction between CPU nodes needs GlooTransport, which this build does "
+                "not have (",
+                kNoGloo, ")");
   }
   AIACC_CHECK_INPUT(spec.shm && one_host, "CPU ranks ",
                     one_host ? "with shared memory off or emulated nodes" : "on several hosts",

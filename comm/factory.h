@@ -33,7 +33,7 @@ struct TransportSpec {
   // Two-level reduction; with kAuto and tune_two_level the flat transport is primary and the
   // two-level one the tuner's alternative.
   TwoLevelMode hierarchical = TwoLevelMode::kAuto;
-  int ranks_per_node = 0;               // 0: world.local_size (consecutive ranks form a node)
+  int ranks_per_node = 0;  // 0: world.local_size (consecutive ranks form a node)
   bool tune_two_level = false;
   std::shared_ptr<Timeline> timeline;
 };

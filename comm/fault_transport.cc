@@ -70,8 +70,8 @@ std::shared_ptr<Work> FaultTransport::run(const char* what, Op op) {
     }
     if (hit) {
       return std::make_shared<StalledWork>(release_, struck_at_ + fault_.stall_limit,
-                                           strCat("rank ", inner_->rank(), " stalled (injected) at operation ", k,
-                                                  " (", what, ")"));
+                                           strCat("rank ", inner_->rank(), " stalled (injected) at operation ", k, " (",
+                                                  what, ")"));
     }
   }
   return op();

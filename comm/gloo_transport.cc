@@ -28,8 +28,7 @@ std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); 
 // key prefix (one per channel).
 class GlooStoreAdapter : public gloo::rendezvous::Store {
  public:
-  GlooStoreAdapter(c10::intrusive_ptr<c10d::Store> store, std::string prefix,
-                   std::chrono::milliseconds timeout)
+  GlooStoreAdapter(c10::intrusive_ptr<c10d::Store> store, std::string prefix, std::chrono::milliseconds timeout)
       : store_(std::move(store)), prefix_(std::move(prefix)), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     store_->set(prefix_ + key, std::vector<uint8_t>(data.begin(), data.end()));
@@ -46,9 +45,8 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
     try {
       store_->wait(full, timeout);
     } catch (const std::exception& e) {
-      AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0,
-                  " s waiting for peers to connect (", prefix_, keys.front(),
-                  "): a rank did not start or died");
+      AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0, " s waiting for peers to connect (", prefix_,
+                  keys.front(), "): a rank did not start or died");
     }
   }
 
@@ -57,7 +55,6 @@ class GlooStoreAdapter : public gloo::rendezvous::Store {
   std::string prefix_;
   std::chrono::milliseconds timeout_;
 };
-
 
 }  // namespace
 
@@ -95,8 +92,8 @@ class GlooTransport::Channel {
       } catch (const CommError&) {
         throw;
       } catch (const std::exception& e) {
-        AIACC_THROW(CommError, "collective failed on rank ", context_->rank, ": ",
-                    firstLine(e.what()), " (a peer died or timed out)");
+        AIACC_THROW(CommError, "collective failed on rank ", context_->rank, ": ", firstLine(e.what()),
+                    " (a peer died or timed out)");
       }
     });
   }
@@ -120,8 +117,7 @@ GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOp
   // kills this process before Gloo can report the error. Ignore it (as Python does), so a dead
   // peer becomes a CommError naming the failed collective.
   ::signal(SIGPIPE, SIG_IGN);
-  AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank,
-              " of ", opt_.world);
+  AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank, " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
   // Join first, so a rank that never comes is named (Gloo's own wait only names a key).
   store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), std::vector<uint8_t>{1});
@@ -180,7 +176,8 @@ void ringReduceScatter(const std::shared_ptr<gloo::Context>& ctx, at::Tensor t, 
   const auto timeout = ctx->getTimeout();
   for (int s = 0; s < P - 1; ++s) {
     const Shard send = shardOf(n, P, mod(r - s - 1)), recv = shardOf(n, P, mod(r - s - 2));
-    if (send.count > 0) out->send(right, slot, static_cast<size_t>(send.offset * es), static_cast<size_t>(send.count * es));
+    if (send.count > 0)
+      out->send(right, slot, static_cast<size_t>(send.offset * es), static_cast<size_t>(send.count * es));
     if (recv.count > 0) in->recv(left, slot, 0, static_cast<size_t>(recv.count * es));
     if (recv.count > 0) {
       waitRecv(*in, timeout);
@@ -204,8 +201,10 @@ void ringAllgatherShards(const std::shared_ptr<gloo::Context>& ctx, at::Tensor t
   const auto timeout = ctx->getTimeout();
   for (int s = 0; s < P - 1; ++s) {
     const Shard send = shardOf(n, P, mod(r - s)), recv = shardOf(n, P, mod(r - s - 1));
-    if (send.count > 0) buf->send(right, slot, static_cast<size_t>(send.offset * es), static_cast<size_t>(send.count * es));
-    if (recv.count > 0) buf->recv(left, slot, static_cast<size_t>(recv.offset * es), static_cast<size_t>(recv.count * es));
+    if (send.count > 0)
+      buf->send(right, slot, static_cast<size_t>(send.offset * es), static_cast<size_t>(send.count * es));
+    if (recv.count > 0)
+      buf->recv(left, slot, static_cast<size_t>(recv.offset * es), static_cast<size_t>(recv.count * es));
     if (recv.count > 0) waitRecv(*buf, timeout);
     if (send.count > 0) waitSend(*buf, timeout);
   }
@@ -216,7 +215,9 @@ void ringAllgatherShards(const std::shared_ptr<gloo::Context>& ctx, at::Tensor t
 std::shared_ptr<Work> GlooTransport::allreduce(at::Tensor t, ReduceOp op, int c) {
   checkContiguousCpu(t, "allreduce");
   const ReduceFn fn = reduceFunction(t.scalar_type(), op);
-  return channel(c).submit("allreduce", [t, fn](const std::shared_ptr<gloo::Context>& ctx) {
+  return channel(c).submit(
+      "allreduce",
+      [t, fn](const std::shared_ptr<gloo::Context>& ctx) {
     gloo::AllreduceOptions o(ctx);
     const size_t n = static_cast<size_t>(t.numel());
     // Gloo sizes its chunks by element type; fn gives the arithmetic meaning.
@@ -228,45 +229,50 @@ std::shared_ptr<Work> GlooTransport::allreduce(at::Tensor t, ReduceOp op, int c)
     }
     o.setReduceFunction(fn);
     gloo::allreduce(o);
-  }, t.nbytes());
+      },
+      t.nbytes());
 }
 
 std::shared_ptr<Work> GlooTransport::broadcast(at::Tensor t, int root, int c) {
   checkContiguousCpu(t, "broadcast");
-  return channel(c).submit("broadcast", [t, root](const std::shared_ptr<gloo::Context>& ctx) {
+  return channel(c).submit(
+      "broadcast",
+      [t, root](const std::shared_ptr<gloo::Context>& ctx) {
     gloo::BroadcastOptions o(ctx);
     o.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
     o.setRoot(root);
     gloo::broadcast(o);
-  }, t.nbytes());
+      },
+      t.nbytes());
 }
 
 std::shared_ptr<Work> GlooTransport::allgather(at::Tensor in, at::Tensor out, int c) {
   checkContiguousCpu(in, "allgather");
   checkContiguousCpu(out, "allgather");
-  AIACC_CHECK(out.nbytes() == in.nbytes() * static_cast<size_t>(size()), "allgather: out must hold ",
-              size(), " x in");
-  return channel(c).submit("allgather", [in, out](const std::shared_ptr<gloo::Context>& ctx) {
+  AIACC_CHECK(out.nbytes() == in.nbytes() * static_cast<size_t>(size()), "allgather: out must hold ", size(), " x in");
+  return channel(c).submit(
+      "allgather",
+      [in, out](const std::shared_ptr<gloo::Context>& ctx) {
     gloo::AllgatherOptions o(ctx);
     o.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
     o.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
     gloo::allgather(o);
-  }, out.nbytes());
+      },
+      out.nbytes());
 }
 
 std::shared_ptr<Work> GlooTransport::reduceScatter(at::Tensor t, int c) {
   checkContiguousCpu(t, "reduceScatter");
   const ReduceFn fn = reduceFunction(t.scalar_type(), ReduceOp::kSum);
-  return channel(c).submit("reduce-scatter", [t, fn](const std::shared_ptr<gloo::Context>& ctx) {
-    ringReduceScatter(ctx, t, fn);
-  }, t.nbytes());
+  return channel(c).submit(
+      "reduce-scatter", [t, fn](const std::shared_ptr<gloo::Context>& ctx) { ringReduceScatter(ctx, t, fn); },
+      t.nbytes());
 }
 
 std::shared_ptr<Work> GlooTransport::allgatherShards(at::Tensor t, int c) {
   checkContiguousCpu(t, "allgatherShards");
-  return channel(c).submit("allgather", [t](const std::shared_ptr<gloo::Context>& ctx) {
-    ringAllgatherShards(ctx, t);
-  }, t.nbytes());
+  return channel(c).submit(
+      "allgather", [t](const std::shared_ptr<gloo::Context>& ctx) { ringAllgatherShards(ctx, t); }, t.nbytes());
 }
 
 }  // namespace aiacc::comm

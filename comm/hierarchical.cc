@@ -57,13 +57,11 @@ class ChainWork : public Work {
 
 HierarchicalTransport::HierarchicalTransport(std::shared_ptr<Transport> intra, std::shared_ptr<Transport> inter,
                                              int64_t min_shard_bytes)
-    : intra_(std::move(intra)),
-      inter_(std::move(inter)),
-      min_shard_bytes_(min_shard_bytes),
+    : intra_(std::move(intra)), inter_(std::move(inter)), min_shard_bytes_(min_shard_bytes),
       device_ordered_(intra_->waitsOnDevice() && inter_->waitsOnDevice()) {
   const int K = inter_->channels();
-  AIACC_CHECK(intra_->channels() == 2 * K, "hierarchical: the intra-node transport needs 2 x ",
-              K, " channels, has ", intra_->channels());
+  AIACC_CHECK(intra_->channels() == 2 * K, "hierarchical: the intra-node transport needs 2 x ", K, " channels, has ",
+              intra_->channels());
   after1_.resize(static_cast<size_t>(K));
   after2_.resize(static_cast<size_t>(K));
   bytes_.assign(static_cast<size_t>(K), 0.0);
@@ -83,8 +81,8 @@ HierarchicalTransport::~HierarchicalTransport() {
 }
 
 std::string HierarchicalTransport::describe() const {
-  return strCat("two-level, ", inter_->size(), " nodes x ", intra_->size(), " ranks (intra: ",
-                intra_->describe(), "; inter: ", inter_->describe(), ")");
+  return strCat("two-level, ", inter_->size(), " nodes x ", intra_->size(), " ranks (intra: ", intra_->describe(),
+                "; inter: ", inter_->describe(), ")");
 }
 
 ChannelStats HierarchicalTransport::channelStats(int c) const {
@@ -174,14 +172,16 @@ std::shared_ptr<Work> HierarchicalTransport::allreduce(at::Tensor t, ReduceOp op
   const bool sharded = op == ReduceOp::kSum && t.is_floating_point() && R > 1 &&
                        n / R * static_cast<int64_t>(t.element_size()) >= min_shard_bytes_;
   if (!sharded) {
-    return submit(c, t.nbytes(), [this, t, op, c] { return intra_->allreduce(t, op, 2 * c); },
-                  [this, t, op, c] { return inter_->allreduce(t, op, c); }, nullptr);
+    return submit(
+        c, t.nbytes(), [this, t, op, c] { return intra_->allreduce(t, op, 2 * c); },
+        [this, t, op, c] { return inter_->allreduce(t, op, c); }, nullptr);
   }
   const Shard mine = shardOf(n, R, intra_->rank());
   at::Tensor shard = t.narrow(0, mine.offset, mine.count);
-  return submit(c, t.nbytes(), [this, t, c] { return intra_->reduceScatter(t, 2 * c); },
-                [this, shard, c] { return inter_->allreduce(shard, ReduceOp::kSum, c); },
-                [this, t, c] { return intra_->allgatherShards(t, 2 * c + 1); });
+  return submit(
+      c, t.nbytes(), [this, t, c] { return intra_->reduceScatter(t, 2 * c); },
+      [this, shard, c] { return inter_->allreduce(shard, ReduceOp::kSum, c); },
+      [this, t, c] { return intra_->allgatherShards(t, 2 * c + 1); });
 }
 
 // Root's node first (between the ranks with root's local rank), then inside every node.
@@ -189,11 +189,12 @@ std::shared_ptr<Work> HierarchicalTransport::broadcast(at::Tensor t, int root, i
   const int R = intra_->size();
   const int root_node = root / R, root_local = root % R;
   const bool on_root_line = intra_->rank() == root_local;
-  return submit(c, t.nbytes(), nullptr,
-                [this, t, c, on_root_line, root_node]() -> std::shared_ptr<Work> {
-                  return on_root_line ? inter_->broadcast(t, root_node, c) : nullptr;
-                },
-                [this, t, c, root_local] { return intra_->broadcast(t, root_local, 2 * c + 1); });
+  return submit(
+      c, t.nbytes(), nullptr,
+      [this, t, c, on_root_line, root_node]() -> std::shared_ptr<Work> {
+        return on_root_line ? inter_->broadcast(t, root_node, c) : nullptr;
+      },
+      [this, t, c, root_local] { return intra_->broadcast(t, root_local, 2 * c + 1); });
 }
 
 // Inside the node into the node's block of out (its ranks are consecutive), then the blocks
@@ -203,8 +204,9 @@ std::shared_ptr<Work> HierarchicalTransport::allgather(at::Tensor in, at::Tensor
   const int64_t n = in.numel();
   AIACC_CHECK(out.numel() == n * size(), "allgather: out must hold ", size(), " x in");
   at::Tensor block = out.view(-1).narrow(0, inter_->rank() * R * n, R * n);
-  return submit(c, out.nbytes(), [this, in, block, c] { return intra_->allgather(in.reshape(-1), block, 2 * c); },
-                [this, block, out, c] { return inter_->allgather(block.clone(), out.view(-1), c); }, nullptr);
+  return submit(
+      c, out.nbytes(), [this, in, block, c] { return intra_->allgather(in.reshape(-1), block, 2 * c); },
+      [this, block, out, c] { return inter_->allgather(block.clone(), out.view(-1), c); }, nullptr);
 }
 
 std::shared_ptr<Work> HierarchicalTransport::reduceScatter(at::Tensor t, int c) {
@@ -225,8 +227,10 @@ std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c
                                                             const GlooOptions& base, int ranks_per_node,
                                                             int64_t min_shard_bytes, bool intra_shm) {
   const int R = ranks_per_node;
-  AIACC_CHECK_INPUT(R >= 1 && base.world % R == 0, "hierarchical reduction needs the same number of ranks "
-                    "on every node: world ", base.world, " is not a multiple of ", R, " ranks per node");
+  AIACC_CHECK_INPUT(R >= 1 && base.world % R == 0,
+                    "hierarchical reduction needs the same number of ranks "
+                    "on every node: world ",
+                    base.world, " is not a multiple of ", R, " ranks per node");
   const int node = base.rank / R, local = base.rank % R;
   GlooOptions intra = base, inter = base;
   intra.rank = local;

@@ -87,8 +87,7 @@ class HierarchicalTransport : public Transport {
 #ifdef AIACC_WITH_GLOO  // builds without GlooTransport: comm/CMakeLists.txt
 std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c10d::Store> store,
                                                             const GlooOptions& base, int ranks_per_node,
-                                                            int64_t min_shard_bytes = 4096,
-                                                            bool intra_shm = false);
+                                                            int64_t min_shard_bytes = 4096, bool intra_shm = false);
 #endif
 
 }  // namespace aiacc::comm

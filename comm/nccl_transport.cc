@@ -101,8 +101,8 @@ class NcclTransport::Channel {
       pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, o.rank, o.world, options);
       pg_->eagerConnectSingleDevice(at::Device(at::kCUDA, device_));
     } catch (const std::exception& e) {
-      AIACC_THROW(CommError, "NCCL set-up of channel ", index, " (rank ", o.rank, " of ", o.world, ", cuda:",
-                  o.device, ") failed within ", o.timeout.count(), " ms: ", firstLine(e.what()));
+      AIACC_THROW(CommError, "NCCL set-up of channel ", index, " (rank ", o.rank, " of ", o.world, ", cuda:", o.device,
+                  ") failed within ", o.timeout.count(), " ms: ", firstLine(e.what()));
     }
   }
 
@@ -128,11 +128,14 @@ class NcclTransport::Channel {
   c10::DeviceIndex device() const { return device_; }
 
   // Submits one operation through `launch`, unless the channel already failed.
-  std::shared_ptr<Work> run(const char* what, size_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
+  std::shared_ptr<Work> run(const char* what, size_t bytes,
+                            const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
                             std::function<void()> after = nullptr);
 
   // An operation that was already complete (nothing left on the device).
-  std::shared_ptr<Work> done(const char* what) { return std::make_shared<PgWork>(latch_, where(what), nullptr, nullptr); }
+  std::shared_ptr<Work> done(const char* what) {
+    return std::make_shared<PgWork>(latch_, where(what), nullptr, nullptr);
+  }
 
   std::string where(const char* what) const {
     return strCat("NCCL ", what, " (channel ", index_, ", rank ", rank_, " of ", world_, ")");
@@ -159,7 +162,6 @@ class NcclTransport::Channel {
   ChannelStats stats_;
   std::deque<c10::intrusive_ptr<c10d::Work>> timed_;
 };
-
 
 std::shared_ptr<Work> NcclTransport::Channel::run(const char* what, size_t bytes,
                                                   const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
@@ -249,24 +251,30 @@ std::shared_ptr<Work> NcclTransport::allreduce(at::Tensor t, ReduceOp op, int c)
     if (s.back) s.back();
     return ch.done("bitwise-or allreduce");
   }
-  return ch.run("allreduce", d.nbytes(), [&] {
+  return ch.run(
+      "allreduce", d.nbytes(),
+      [&] {
     std::vector<at::Tensor> v{d};
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     return ch.pg().allreduce(v, o);
-  }, s.back);
+      },
+      s.back);
 }
 
 std::shared_ptr<Work> NcclTransport::broadcast(at::Tensor t, int root, int c) {
   Channel& ch = channel(c);
   Staged s = stage(t, ch.device());
   at::Tensor d = s.device;
-  return ch.run("broadcast", d.nbytes(), [&] {
+  return ch.run(
+      "broadcast", d.nbytes(),
+      [&] {
     std::vector<at::Tensor> v{d};
     c10d::BroadcastOptions o;
     o.rootRank = root;
     return ch.pg().broadcast(v, o);
-  }, s.back);
+      },
+      s.back);
 }
 
 std::shared_ptr<Work> NcclTransport::allgather(at::Tensor in, at::Tensor out, int c) {
@@ -275,7 +283,8 @@ std::shared_ptr<Work> NcclTransport::allgather(at::Tensor in, at::Tensor out, in
   AIACC_CHECK(out.scalar_type() == in.scalar_type(), "allgather: in and out of different dtypes");
   Staged si = stage(in, ch.device()), so = stage(out, ch.device());
   at::Tensor di = si.device.view(-1), dout = so.device.view(-1);
-  return ch.run("allgather", dout.nbytes(), [&] { return ch.pg()._allgather_base(dout, di); }, so.back);
+  return ch.run(
+      "allgather", dout.nbytes(), [&] { return ch.pg()._allgather_base(dout, di); }, so.back);
 }
 
 std::shared_ptr<Work> NcclTransport::reduceScatter(at::Tensor t, int c) {
@@ -283,7 +292,9 @@ std::shared_ptr<Work> NcclTransport::reduceScatter(at::Tensor t, int c) {
   Staged s = stage(t, ch.device());
   at::Tensor d = s.device.view(-1);
   const int P = size();
-  return ch.run("reduce-scatter", d.nbytes(), [&] {
+  return ch.run(
+      "reduce-scatter", d.nbytes(),
+      [&] {
     c10d::ReduceScatterOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     std::vector<at::Tensor> shards = shardViews(d, P);
@@ -292,7 +303,8 @@ std::shared_ptr<Work> NcclTransport::reduceScatter(at::Tensor t, int c) {
     std::vector<at::Tensor> outputs{mine};
     std::vector<std::vector<at::Tensor>> inputs{shards};
     return ch.pg().reduce_scatter(outputs, inputs, o);  // uneven: a reduce per shard, grouped
-  }, s.back);
+      },
+      s.back);
 }
 
 std::shared_ptr<Work> NcclTransport::allgatherShards(at::Tensor t, int c) {
@@ -300,14 +312,17 @@ std::shared_ptr<Work> NcclTransport::allgatherShards(at::Tensor t, int c) {
   Staged s = stage(t, ch.device());
   at::Tensor d = s.device.view(-1);
   const int P = size();
-  return ch.run("allgather of shards", d.nbytes(), [&] {
+  return ch.run(
+      "allgather of shards", d.nbytes(),
+      [&] {
     std::vector<at::Tensor> shards = shardViews(d, P);
     at::Tensor mine = shards[static_cast<size_t>(rank())];
     if (d.numel() % P == 0) return ch.pg()._allgather_base(d, mine);  // in place
     std::vector<std::vector<at::Tensor>> outputs{shards};
     std::vector<at::Tensor> inputs{mine};
     return ch.pg().allgather(outputs, inputs);  // uneven: a broadcast per shard, grouped
-  }, s.back);
+      },
+      s.back);
 }
 
 }  // namespace aiacc::comm

@@ -46,7 +46,7 @@ struct NcclOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
-  int device = 0;  // CUDA device of this rank
+  int device = 0;                            // CUDA device of this rank
   std::chrono::milliseconds timeout{60000};  // every operation, and the set-up
   std::string name = "nccl";                 // key prefix in the store
 };

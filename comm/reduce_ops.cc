@@ -31,26 +31,19 @@ void bitwiseOr(void* c, const void* a, const void* b, size_t n) {
 ReduceFn reduceFunction(at::ScalarType type, ReduceOp op) {
   const bool sum = op == ReduceOp::kSum;
   switch (type) {
-    case at::kFloat:
-      AIACC_CHECK(sum, "float reductions support sum only");
-      return &elementSum<float>;
-    case at::kDouble:
-      AIACC_CHECK(sum, "double reductions support sum only");
-      return &elementSum<double>;
+    case at::kFloat: AIACC_CHECK(sum, "float reductions support sum only"); return &elementSum<float>;
+    case at::kDouble: AIACC_CHECK(sum, "double reductions support sum only"); return &elementSum<double>;
     case at::kHalf:
       AIACC_CHECK(sum, "half reductions support sum only");
       return &sumHalf;  // F16C, fp32 arithmetic per step
-    case at::kBFloat16:
-      AIACC_CHECK(sum, "bfloat16 reductions support sum only");
-      return &sumBf16;
+    case at::kBFloat16: AIACC_CHECK(sum, "bfloat16 reductions support sum only"); return &sumBf16;
     case at::kLong:
       return sum ? static_cast<ReduceFn>(&elementSum<int64_t>) : static_cast<ReduceFn>(&bitwiseOr<int64_t>);
     case at::kInt:
       return sum ? static_cast<ReduceFn>(&elementSum<int32_t>) : static_cast<ReduceFn>(&bitwiseOr<int32_t>);
     case at::kByte:
       return sum ? static_cast<ReduceFn>(&elementSum<uint8_t>) : static_cast<ReduceFn>(&bitwiseOr<uint8_t>);
-    default:
-      AIACC_THROW(Error, "reduction: unsupported dtype ", type);
+    default: AIACC_THROW(Error, "reduction: unsupported dtype ", type);
   }
 }
 

@@ -94,9 +94,8 @@ void Reducer::verifyFingerprints() {
       }
       std::string shape;
       for (int64_t d : infos_[i].shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-      AIACC_THROW(CommError, "model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape,
-                  " on rank ", world_.rank, ") differs on rank ", r,
-                  " (same --arch and number of classes on every rank?)");
+      AIACC_THROW(CommError, "model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape, " on rank ",
+                  world_.rank, ") differs on rank ", r, " (same --arch and number of classes on every rank?)");
     }
   }
 }
@@ -122,7 +121,8 @@ void Reducer::buildBuckets() {
     // (any rank's 1 makes the sum positive). The last bucket launches only after every other, so
     // every flag is known by then.
     const bool last = b + 1 == plan_.buckets.size();
-    if (last && opt_.detect_unused && opt_.launch_in_backward && params_[plan_.buckets[b].front()].is_floating_point()) {
+    if (last && opt_.detect_unused && opt_.launch_in_backward &&
+        params_[plan_.buckets[b].front()].is_floating_point()) {
       flags_at_ = numel;
       numel += static_cast<int64_t>(params_.size());
     }
@@ -238,7 +238,8 @@ bool Reducer::finish(const at::Tensor& agreed) {
   at::Tensor anywhere = agreed;
   if (opt_.detect_unused && !anywhere.defined() && flags_at_ >= 0) {
     const at::Tensor& reduced = wire_.back();
-    anywhere = reduced.narrow(0, flags_at_, static_cast<int64_t>(params_.size())).gt(0).to(at::kByte).cpu().contiguous();
+    anywhere =
+        reduced.narrow(0, flags_at_, static_cast<int64_t>(params_.size())).gt(0).to(at::kByte).cpu().contiguous();
   } else if (opt_.detect_unused && !anywhere.defined()) {
     anywhere = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte).clone();
     control_->allreduce(anywhere, ReduceOp::kBitwiseOr, 0)->wait();
@@ -311,7 +312,8 @@ void Reducer::rebuildFromArrivalOrder() {
   at::Tensor t = at::tensor(order, at::kLong);
   control_->broadcast(t, 0, 0)->wait();
   std::vector<size_t> agreed(params_.size());
-  for (size_t k = 0; k < agreed.size(); ++k) agreed[k] = static_cast<size_t>(t[static_cast<int64_t>(k)].item<int64_t>());
+  for (size_t k = 0; k < agreed.size(); ++k)
+    agreed[k] = static_cast<size_t>(t[static_cast<int64_t>(k)].item<int64_t>());
   order_ = agreed;
   plan_ = planBuckets(infos_, order_, capBytes(opt_.first_bucket_mb), capBytes(opt_.bucket_mb));
   buildBuckets();

@@ -111,13 +111,13 @@ class Reducer {
   std::vector<size_t> order_;  // agreed gradient arrival order (bucket planning)
 
   BucketPlan plan_;
-  std::vector<at::Tensor> buffers_;     // one flat fp32 buffer per bucket (undefined when direct_)
-  std::vector<at::Tensor> wire_;        // per bucket: what travels (the buffer itself for fp32)
-  std::vector<int64_t> bucket_numel_;   // per bucket: elements (gradients, then any flags)
-  bool direct_ = false;                 // gradients convert straight to/from wire_ (codec)
-  std::vector<size_t> bucket_of_;       // param -> bucket
-  std::vector<int64_t> offset_of_;      // param -> offset in its bucket
-  int64_t flags_at_ = -1;               // detect_unused: offset of the flags in the last bucket
+  std::vector<at::Tensor> buffers_;    // one flat fp32 buffer per bucket (undefined when direct_)
+  std::vector<at::Tensor> wire_;       // per bucket: what travels (the buffer itself for fp32)
+  std::vector<int64_t> bucket_numel_;  // per bucket: elements (gradients, then any flags)
+  bool direct_ = false;                // gradients convert straight to/from wire_ (codec)
+  std::vector<size_t> bucket_of_;      // param -> bucket
+  std::vector<int64_t> offset_of_;     // param -> offset in its bucket
+  int64_t flags_at_ = -1;              // detect_unused: offset of the flags in the last bucket
 
   // Per-step state, touched by the autograd thread (hooks) and the training thread.
   std::mutex mu_;

@@ -53,7 +53,6 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
-
 void checkContiguousCpu(const at::Tensor& t, const char* what) {
   AIACC_CHECK(t.is_contiguous() && t.device().is_cpu(), what, " needs a contiguous CPU tensor");
 }
@@ -74,7 +73,9 @@ class ShmTransport::Channel {
     auto name = [&](int r) { return strCat("/aiacc-", job, "-", sanitize(o.name), "-c", index, "-r", r); };
     const std::string mine = name(rank_);
     const int fd = ::shm_open(mine.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) AIACC_THROW(CommError, "shm: cannot create ", mine, ": ", std::strerror(errno), " (run with --noshm to use Gloo over loopback)");
+    if (fd < 0)
+      AIACC_THROW(CommError, "shm: cannot create ", mine, ": ", std::strerror(errno),
+                  " (run with --noshm to use Gloo over loopback)");
     const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size_));
     if (rc != 0) {
       ::close(fd);
@@ -108,7 +109,8 @@ class ShmTransport::Channel {
       if (q == rank_) continue;
       const std::string theirs = name(q);
       const int qfd = ::shm_open(theirs.c_str(), O_RDWR, 0600);
-      if (qfd < 0) AIACC_THROW(CommError, "shm: cannot open rank ", q, "'s segment ", theirs, ": ", std::strerror(errno));
+      if (qfd < 0)
+        AIACC_THROW(CommError, "shm: cannot open rank ", q, "'s segment ", theirs, ": ", std::strerror(errno));
       base_[static_cast<size_t>(q)] = map(qfd, theirs);
     }
     store.set(strCat(key, "/mapped/", rank_), std::vector<uint8_t>{1});
@@ -210,9 +212,7 @@ class ShmTransport::Channel {
   Header* header(int q) const { return reinterpret_cast<Header*>(base_[static_cast<size_t>(q)]); }
   char* slot(int q, int s) const { return base_[static_cast<size_t>(q)] + kHeader + static_cast<size_t>(s) * chunk_; }
   // Area q of rank r's slot s: where piece k of shard q travels.
-  char* area(int r, int s, int q) const {
-    return slot(r, s) + static_cast<size_t>(q) * area_;
-  }
+  char* area(int r, int s, int q) const { return slot(r, s) + static_cast<size_t>(q) * area_; }
   // Piece k of shard q: (first element, element count), count 0 past the shard's end.
   std::pair<int64_t, int64_t> pieceOf(int64_t n, int q, int64_t k, int64_t piece) const {
     const Shard sh = shardOf(n, world_, q);
@@ -261,8 +261,8 @@ class ShmTransport::Channel {
         }
         h->waiters.fetch_sub(1, std::memory_order_seq_cst);
         if (std::chrono::steady_clock::now() - start > timeout_) {
-          AIACC_THROW(CommError, "shm: rank ", q, " did not reach the barrier within ",
-                      timeout_.count() / 1000.0, " s (it died or stalled)");
+          AIACC_THROW(CommError, "shm: rank ", q, " did not reach the barrier within ", timeout_.count() / 1000.0,
+                      " s (it died or stalled)");
         }
       }
     }

@@ -26,12 +26,12 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
-    AIACC_THROW(CommError, server ? "rank 0 cannot host the rendezvous store on port "
-                                  : "cannot reach the rendezvous store at ",
-                server ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port),
-                " (", what, "); ", server ? "is the port in use? pick another with --master"
-                                   : o.client_only ? "is the launcher's agent (torchrun) still running?"
-                                                   : "is rank 0 running?");
+    AIACC_THROW(CommError,
+                server ? "rank 0 cannot host the rendezvous store on port " : "cannot reach the rendezvous store at ",
+                server ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port), " (", what, "); ",
+                server          ? "is the port in use? pick another with --master"
+                : o.client_only ? "is the launcher's agent (torchrun) still running?"
+                                : "is rank 0 running?");
   }
   if (!o.job.empty()) claimForJob(*store, o.job, o.host + ":" + std::to_string(o.port));
   return c10::make_intrusive<c10d::PrefixStore>(o.prefix, store);
@@ -48,8 +48,7 @@ void claimForJob(c10d::Store& store, const std::string& job, const std::string& 
 
 c10::intrusive_ptr<c10d::Store> makeHashStore() { return c10::make_intrusive<c10d::HashStore>(); }
 
-void waitForRanks(c10d::Store& store, const std::string& what, int world,
-                  std::chrono::milliseconds timeout) {
+void waitForRanks(c10d::Store& store, const std::string& what, int world, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     std::string missing;
@@ -61,9 +60,8 @@ void waitForRanks(c10d::Store& store, const std::string& what, int world,
     }
     if (n_missing == 0) return;
     if (std::chrono::steady_clock::now() > deadline) {
-      AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0, " s waiting for '",
-                  what, "' from rank(s) ", missing, n_missing > 16 ? ",..." : "", " (", n_missing,
-                  " of ", world, " missing)");
+      AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0, " s waiting for '", what, "' from rank(s) ",
+                  missing, n_missing > 16 ? ",..." : "", " (", n_missing, " of ", world, " missing)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -38,7 +38,6 @@ c10::intrusive_ptr<c10d::Store> makeHashStore();
 
 // Waits for keys, turning a timeout into a CommError that names what was awaited and which
 // ranks have not published their "<what>/<rank>" key.
-void waitForRanks(c10d::Store& store, const std::string& what, int world,
-                  std::chrono::milliseconds timeout);
+void waitForRanks(c10d::Store& store, const std::string& what, int world, std::chrono::milliseconds timeout);
 
 }  // namespace aiacc::comm

@@ -42,7 +42,8 @@ std::shared_ptr<Work> StripedTransport::allreduce(at::Tensor t, ReduceOp op, int
   std::vector<std::shared_ptr<Work>> parts;
   int64_t off = 0;
   for (int c = 0; c < k; ++c) {
-    const int64_t len = c == k - 1 ? n - off : static_cast<int64_t>(static_cast<double>(n) * weights_[static_cast<size_t>(c)]);
+    const int64_t len = c == k - 1 ? n - off
+                                   : static_cast<int64_t>(static_cast<double>(n) * weights_[static_cast<size_t>(c)]);
     if (len > 0) parts.push_back(inner_->allreduce(t.narrow(0, off, len), op, c));
     off += len;
   }

@@ -77,8 +77,7 @@ class Transport {
 
   // In place: t becomes the elementwise reduction of every rank's t. float16/float32/float64 (sum) or
   // uint8/int32/int64 (sum, bitwise or).
-  virtual std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op = ReduceOp::kSum,
-                                          int channel = 0) = 0;
+  virtual std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op = ReduceOp::kSum, int channel = 0) = 0;
   // In place: every rank's t becomes root's t.
   virtual std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel = 0) = 0;
   // out (size() * in.numel() elements) receives every rank's in, in rank order.

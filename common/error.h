@@ -49,20 +49,19 @@ std::string strCat(const Args&... args) {
 
 #define AIACC_THROW(ErrorType, ...) throw ErrorType(::aiacc::strCat(__VA_ARGS__))
 
-#define AIACC_CHECK(cond, ...)                                   \
-  do {                                                           \
-    if (!(cond)) {                                               \
-      AIACC_THROW(::aiacc::Error, "check failed: " #cond ": ",   \
-                  ::aiacc::strCat(__VA_ARGS__));                 \
-    }                                                            \
+#define AIACC_CHECK(cond, ...)                                                                \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
+      AIACC_THROW(::aiacc::Error, "check failed: " #cond ": ", ::aiacc::strCat(__VA_ARGS__)); \
+    }                                                                                         \
   } while (0)
 
-#define AIACC_CHECK_INPUT(cond, ...)                             \
-  do {                                                           \
-    if (!(cond)) AIACC_THROW(::aiacc::InputError, __VA_ARGS__);  \
+#define AIACC_CHECK_INPUT(cond, ...)                            \
+  do {                                                          \
+    if (!(cond)) AIACC_THROW(::aiacc::InputError, __VA_ARGS__); \
   } while (0)
 
-#define AIACC_CHECK_IO(cond, ...)                                \
-  do {                                                           \
-    if (!(cond)) AIACC_THROW(::aiacc::IoError, __VA_ARGS__);     \
+#define AIACC_CHECK_IO(cond, ...)                            \
+  do {                                                       \
+    if (!(cond)) AIACC_THROW(::aiacc::IoError, __VA_ARGS__); \
   } while (0)

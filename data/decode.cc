@@ -88,8 +88,7 @@ Box clampBox(Box b, int width, int height) {
   return b;
 }
 
-DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& pick,
-                           const char* why) {
+DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& pick, const char* why) {
 #ifdef AIACC_HAVE_IMGCODECS
   cv::Mat encoded(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
   cv::Mat bgr = cv::imdecode(encoded, cv::IMREAD_COLOR);
@@ -103,8 +102,7 @@ DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& p
   out.crop.height = out.box.h;
   out.crop.pixels.resize(static_cast<size_t>(out.box.w) * out.box.h * 3);
   cv::Mat dst(out.box.h, out.box.w, CV_8UC3, out.crop.pixels.data());
-  cv::cvtColor(bgr(cv::Rect(out.box.x, out.box.y, out.box.w, out.box.h)), dst,
-               cv::COLOR_BGR2RGB);
+  cv::cvtColor(bgr(cv::Rect(out.box.x, out.box.y, out.box.w, out.box.h)), dst, cv::COLOR_BGR2RGB);
   return out;
 #else
   (void)data;
@@ -132,12 +130,9 @@ namespace {
 
 bool useAiaccHuffman(HuffmanDecoder h) {
   switch (h) {
-    case HuffmanDecoder::kLibjpegTurbo:
-      return false;
-    case HuffmanDecoder::kAiacc:
-      return true;
-    case HuffmanDecoder::kProcessDefault:
-      break;
+    case HuffmanDecoder::kLibjpegTurbo: return false;
+    case HuffmanDecoder::kAiacc: return true;
+    case HuffmanDecoder::kProcessDefault: break;
   }
   return EntropyHook::enabled() && huffmanTakeover().enabled;
 }
@@ -219,7 +214,8 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
     out.crop.stride = decoded_row;
     thread_local std::vector<JSAMPROW> rows;  // not an automatic: see the setjmp above
     rows.resize(static_cast<size_t>(sh));
-    for (int r = 0; r < sh; ++r) rows[static_cast<size_t>(r)] = out.crop.pixels.data() + static_cast<size_t>(r) * decoded_row;
+    for (int r = 0; r < sh; ++r)
+      rows[static_cast<size_t>(r)] = out.crop.pixels.data() + static_cast<size_t>(r) * decoded_row;
     for (JDIMENSION done = 0; done < static_cast<JDIMENSION>(sh);) {
       const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows.data() + done, static_cast<JDIMENSION>(sh) - done);
       if (got == 0) throw DecodeError("corrupt JPEG: scanline read failed");
@@ -235,8 +231,8 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
       if (jpeg_read_scanlines(&cinfo, rows, 1) != 1) {
         throw DecodeError("corrupt JPEG: scanline read failed");
       }
-      std::memcpy(out.crop.pixels.data() + static_cast<size_t>(r) * sw * 3,
-                  row.data() + skip_cols * 3, static_cast<size_t>(sw) * 3);
+      std::memcpy(out.crop.pixels.data() + static_cast<size_t>(r) * sw * 3, row.data() + skip_cols * 3,
+                  static_cast<size_t>(sw) * 3);
     }
   }
   if (hooked && hook.failed()) return BoxResult::kRetryWithLibjpegHuffman;
@@ -250,8 +246,8 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
 // decodeJpegBoxOnce with our Huffman decoder (own), and again with libjpeg-turbo's where ours found
 // the data invalid (same box and scale). Returns false for CMYK/YCCK data.
 bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                   const CropPicker* pick, int out_w, int out_h, bool packed, bool own,
-                   IndexBuild* build = nullptr, const JpegIndex* seek = nullptr) {
+                   const CropPicker* pick, int out_w, int out_h, bool packed, bool own, IndexBuild* build = nullptr,
+                   const JpegIndex* seek = nullptr) {
   const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, own, build, seek);
   if (r != BoxResult::kRetryWithLibjpegHuffman) return r == BoxResult::kDone;
   const Box chosen = pick ? out.box : box;
@@ -265,9 +261,8 @@ bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, 
 IndexBuild::IndexBuild() = default;
 IndexBuild::~IndexBuild() = default;
 
-DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h, const JpegIndex* index, bool packed, IndexBuild* build,
-                       HuffmanDecoder huffman) {
+DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w, int out_h,
+                       const JpegIndex* index, bool packed, IndexBuild* build, HuffmanDecoder huffman) {
   if (build) {
     build->index.reset();
     build->deferred = false;
@@ -346,7 +341,10 @@ int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
   if (useAiaccHuffman(HuffmanDecoder::kProcessDefault)) hook.install(&cinfo, data, size, false, 0, 0);
   // Output rows at 1/8 scale: one per 8 image rows.
   const JDIMENSION all = cinfo.output_height;
-  const JDIMENSION want = rows < 0 ? all : std::min<JDIMENSION>(all, std::max<JDIMENSION>(1, (static_cast<JDIMENSION>(rows) + 7) / 8));
+  const JDIMENSION want = rows < 0
+                              ? all
+                              : std::min<JDIMENSION>(all,
+                                                     std::max<JDIMENSION>(1, (static_cast<JDIMENSION>(rows) + 7) / 8));
   std::vector<uint8_t> row(static_cast<size_t>(cinfo.output_width) * cinfo.output_components);
   if (want > 1) jpeg_skip_scanlines(&cinfo, want - 1);  // whole iMCU rows: entropy decoding only
   JSAMPROW r[1] = {row.data()};
@@ -401,9 +399,8 @@ std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality, JpegSampling
   AIACC_CHECK(tj != nullptr, "tjInitCompress failed");
   unsigned char* buf = nullptr;
   unsigned long len = 0;
-  const int rc = tjCompress2(tj, image.pixels.data(), image.width, 0, image.height, TJPF_RGB,
-                             &buf, &len, sampling == JpegSampling::k444 ? TJSAMP_444 : TJSAMP_420, quality,
-                             TJFLAG_ACCURATEDCT);
+  const int rc = tjCompress2(tj, image.pixels.data(), image.width, 0, image.height, TJPF_RGB, &buf, &len,
+                             sampling == JpegSampling::k444 ? TJSAMP_444 : TJSAMP_420, quality, TJFLAG_ACCURATEDCT);
   std::string err = rc != 0 ? tjGetErrorStr2(tj) : "";
   tjDestroy(tj);
   if (rc != 0) {

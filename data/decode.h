@@ -68,11 +68,11 @@ enum class HuffmanDecoder { kProcessDefault, kLibjpegTurbo, kAiacc };
 class JpegIndex;
 
 struct DecodedCrop {
-  RgbImage crop;        // the crop box's pixels, at DCT scale scale_num/8
-  int orig_width = 0;   // full image size, before scaling
+  RgbImage crop;       // the crop box's pixels, at DCT scale scale_num/8
+  int orig_width = 0;  // full image size, before scaling
   int orig_height = 0;
-  Box box;              // crop box chosen by the picker, original coordinates
-  int scale_num = 8;    // DCT scale numerator (denominator 8)
+  Box box;            // crop box chosen by the picker, original coordinates
+  int scale_num = 8;  // DCT scale numerator (denominator 8)
   DecodePath path = DecodePath::kJpegRegion;
   bool aiacc_huffman = false;  // aiacc's Huffman decoder gave the coefficients (else libjpeg-turbo's)
 };
@@ -85,7 +85,7 @@ struct DecodedCrop {
 // that cannot be indexed is found out on a decode that would build).
 struct IndexBuild {
   int cols_per_checkpoint = 2;
-  double max_rest_below = 0.1;  // (0.25: the first epoch about 8% slower, the index sooner complete)
+  double max_rest_below = 0.1;       // (0.25: the first epoch about 8% slower, the index sooner complete)
   std::unique_ptr<JpegIndex> index;  // out: null when the file cannot be indexed, or deferred
   bool deferred = false;             // out
   IndexBuild();
@@ -101,9 +101,8 @@ inline constexpr int kFullResolution = 1 << 30;
 // packed = false allows a strided crop (RgbImage::stride), which saves a copy of every row.
 // build (optional, without index): also builds the file's index.
 // huffman: whose Huffman decoder (see HuffmanDecoder); the pixels are the same either way.
-DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w,
-                       int out_h, const JpegIndex* index = nullptr, bool packed = true,
-                       IndexBuild* build = nullptr,
+DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w, int out_h,
+                       const JpegIndex* index = nullptr, bool packed = true, IndexBuild* build = nullptr,
                        HuffmanDecoder huffman = HuffmanDecoder::kProcessDefault);
 
 // Decodes the whole image at full size (tests, tools).
@@ -130,7 +129,6 @@ std::vector<uint8_t> readFile(const std::string& path);
 enum class JpegSampling { k420, k444 };
 
 // Encodes RGB pixels as a baseline JPEG (TurboJPEG), 4:2:0 unless told, at the given quality.
-std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality,
-                                JpegSampling sampling = JpegSampling::k420);
+std::vector<uint8_t> encodeJpeg(const RgbImage& image, int quality, JpegSampling sampling = JpegSampling::k420);
 
 }  // namespace aiacc::data

@@ -17,9 +17,7 @@
 namespace aiacc::data {
 namespace {
 
-std::string versionName(int v) {
-  return strCat(v / 1000000, ".", v / 1000 % 1000, ".", v % 1000);
-}
+std::string versionName(int v) { return strCat(v / 1000000, ".", v / 1000 % 1000, ".", v % 1000); }
 
 std::string testedList() {
   std::string s;
@@ -78,8 +76,8 @@ std::string huffmanTakeoverAllowed(int version_number) {
     return strCat("libjpeg-turbo version unknown (jconfig.h defines no LIBJPEG_TURBO_VERSION_NUMBER); tested: ",
                   testedList());
   }
-  return strCat("libjpeg-turbo ", versionName(version_number), " (", version_number,
-                ") is not in the tested list (", testedList(), ")");
+  return strCat("libjpeg-turbo ", versionName(version_number), " (", version_number, ") is not in the tested list (",
+                testedList(), ")");
 }
 
 std::string huffmanTakeoverSelfCheck(const SelfCheckTamper& tamper) {
@@ -108,17 +106,17 @@ std::string huffmanTakeoverSelfCheck(const SelfCheckTamper& tamper) {
       if (tamper) tamper(got.crop);
       const auto& a = want.crop.pixels;
       const auto& b = got.crop.pixels;
-      if (got.scale_num != want.scale_num || got.crop.width != want.crop.width ||
-          got.crop.height != want.crop.height || a.size() != b.size()) {
-        return strCat("self-check mismatch: ", where, ": ", got.crop.width, "x", got.crop.height, " at ",
-                      got.scale_num, "/8 with aiacc's Huffman decoder, ", want.crop.width, "x",
-                      want.crop.height, " at ", want.scale_num, "/8 with libjpeg-turbo's");
+      if (got.scale_num != want.scale_num || got.crop.width != want.crop.width || got.crop.height != want.crop.height ||
+          a.size() != b.size()) {
+        return strCat("self-check mismatch: ", where, ": ", got.crop.width, "x", got.crop.height, " at ", got.scale_num,
+                      "/8 with aiacc's Huffman decoder, ", want.crop.width, "x", want.crop.height, " at ",
+                      want.scale_num, "/8 with libjpeg-turbo's");
       }
       const auto diff = std::mismatch(a.begin(), a.end(), b.begin());
       if (diff.first != a.end()) {
         return strCat("self-check mismatch: ", where, ": byte ", diff.first - a.begin(), " of ", a.size(), " is ",
-                      static_cast<int>(*diff.second), " with aiacc's Huffman decoder, ",
-                      static_cast<int>(*diff.first), " with libjpeg-turbo's");
+                      static_cast<int>(*diff.second), " with aiacc's Huffman decoder, ", static_cast<int>(*diff.first),
+                      " with libjpeg-turbo's");
       }
     }
   }

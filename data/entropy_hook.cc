@@ -76,13 +76,12 @@ EntropyHook::Counts EntropyHook::counts() {
   return {g_installed.load(std::memory_order_relaxed), g_failed.load(std::memory_order_relaxed)};
 }
 
-bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size,
-                          bool crop, unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index,
-                          const JpegIndex* seek) {
+bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, bool crop,
+                          unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index, const JpegIndex* seek) {
   if (cinfo->entropy == nullptr || cinfo->src == nullptr) return false;
-  if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 ||
-      cinfo->restart_interval != 0 || cinfo->comps_in_scan != cinfo->num_components ||
-      cinfo->comps_in_scan > 4 || cinfo->blocks_in_MCU > 10 || cinfo->blocks_in_MCU < 1) {
+  if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8 || cinfo->restart_interval != 0 ||
+      cinfo->comps_in_scan != cinfo->num_components || cinfo->comps_in_scan > 4 || cinfo->blocks_in_MCU > 10 ||
+      cinfo->blocks_in_MCU < 1) {
     return false;
   }
   // libjpeg read the markers up to the end of the SOS segment and nothing after it: the source
@@ -95,8 +94,10 @@ bool EntropyHook::install(jpeg_decompress_struct* cinfo, const uint8_t* data, si
   for (int ci = 0; ci < cinfo->comps_in_scan; ++ci) {
     const jpeg_component_info* c = cinfo->cur_comp_info[ci];
     if (c->dc_tbl_no < 0 || c->dc_tbl_no > 3 || c->ac_tbl_no < 0 || c->ac_tbl_no > 3) return false;
-    if (!used_dc[c->dc_tbl_no] && !(dc_[c->dc_tbl_no] = cachedTable(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no]))) return false;
-    if (!used_ac[c->ac_tbl_no] && !(ac_[c->ac_tbl_no] = cachedTable(cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no]))) return false;
+    if (!used_dc[c->dc_tbl_no] && !(dc_[c->dc_tbl_no] = cachedTable(cinfo->dc_huff_tbl_ptrs[c->dc_tbl_no])))
+      return false;
+    if (!used_ac[c->ac_tbl_no] && !(ac_[c->ac_tbl_no] = cachedTable(cinfo->ac_huff_tbl_ptrs[c->ac_tbl_no])))
+      return false;
     used_dc[c->dc_tbl_no] = used_ac[c->ac_tbl_no] = true;
   }
   nblocks_ = cinfo->blocks_in_MCU;

@@ -45,9 +45,8 @@ class EntropyHook {
   // index (optional): reported every MCU as it is decoded or walked, for finishIndex.
   // seek (optional): the file's index; then the MCUs whose coefficients are not used are not
   // even walked (the decode of each used run of MCUs starts from the index's checkpoint).
-  bool install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, bool crop,
-               unsigned crop_xoffset, unsigned crop_width, JpegIndexBuilder* index = nullptr,
-               const JpegIndex* seek = nullptr);
+  bool install(jpeg_decompress_struct* cinfo, const uint8_t* data, size_t size, bool crop, unsigned crop_xoffset,
+               unsigned crop_width, JpegIndexBuilder* index = nullptr, const JpegIndex* seek = nullptr);
 
   // True when install took a seek index.
   bool seeking() const { return seek_ != nullptr; }
@@ -101,14 +100,14 @@ class EntropyHook {
   int col_ = 0, row_ = 0;  // the next MCU
   int ncomps_ = 1;
   const JpegIndex* seek_ = nullptr;
-  bool positioned_ = false;  // with seek_: pos_ and pred_ are at the next MCU
+  bool positioned_ = false;           // with seek_: pos_ and pred_ are at the next MCU
   int first_col_ = 0, last_col_ = 0;  // MCU columns whose coefficients are used
   int pred_[4] = {0, 0, 0, 0};
   std::vector<uint8_t>* buf_ = nullptr;  // the unstuffed scan, zero-padded
   JpegIndexBuilder* index_ = nullptr;
   std::vector<uint32_t>* skipped_ = nullptr;  // unstuff's dropped bytes, for index_
   size_t stop_ = 0;                           // file offset where unstuff stopped
-  uint64_t pos_ = 0, limit_ = 0;         // bits
+  uint64_t pos_ = 0, limit_ = 0;              // bits
   bool failed_ = false;
 };
 

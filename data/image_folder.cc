@@ -14,8 +14,7 @@ bool hasImageExtension(const std::string& path) {
   std::string ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  static const char* kExts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
-                                ".pgm", ".tif",  ".tiff", ".webp"};
+  static const char* kExts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
   for (const char* e : kExts) {
     if (ext == e) return true;
   }
@@ -24,15 +23,14 @@ bool hasImageExtension(const std::string& path) {
 
 ImageFolder scanImageFolder(const std::string& dir) {
   std::error_code ec;
-  AIACC_CHECK_INPUT(fs::is_directory(dir, ec),
-                    "data folder '", dir, "' does not exist or is not a directory");
+  AIACC_CHECK_INPUT(fs::is_directory(dir, ec), "data folder '", dir, "' does not exist or is not a directory");
   ImageFolder folder;
   folder.root = dir;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_directory()) folder.classes.push_back(entry.path().filename().string());
   }
-  AIACC_CHECK_INPUT(!folder.classes.empty(), "data folder '", dir,
-                    "' has no class folders (expected ", dir, "/<class>/<image files>)");
+  AIACC_CHECK_INPUT(!folder.classes.empty(), "data folder '", dir, "' has no class folders (expected ", dir,
+                    "/<class>/<image files>)");
   std::sort(folder.classes.begin(), folder.classes.end());
   for (size_t label = 0; label < folder.classes.size(); ++label) {
     const fs::path class_dir = fs::path(dir) / folder.classes[label];
@@ -80,8 +78,8 @@ ImageNetLayout scanImageNet(const std::string& root) {
         break;
       }
     }
-    AIACC_THROW(InputError, "train/ and val/ class lists differ (", a.size(), " vs ", b.size(),
-                " classes; ", first, ")");
+    AIACC_THROW(InputError, "train/ and val/ class lists differ (", a.size(), " vs ", b.size(), " classes; ", first,
+                ")");
   }
   return layout;
 }

@@ -36,7 +36,7 @@ bool Huffman::build(const uint8_t* bits, const uint8_t* symbols) {
 }
 
 WalkTables::WalkTables(const Huffman& t)
-    : counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), skip(1 << kSkip, 0), pairs(1 << kPair, 0){
+    : counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), skip(1 << kSkip, 0), pairs(1 << kPair, 0) {
   for (int sym = 0; sym < 256; ++sym) {
     const int l = t.size[static_cast<size_t>(sym)];
     if (!l) continue;
@@ -79,13 +79,14 @@ WalkTables::WalkTables(const Huffman& t)
 }
 
 ValueTables::ValueTables(const Huffman& t, bool dc)
-    : bits(dc ? kDcBits : kBits), counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym), fast(size_t{1} << bits, 0) {
+    : bits(dc ? kDcBits : kBits), counts(t.counts), vals(t.vals.begin(), t.vals.begin() + t.nsym),
+      fast(size_t{1} << bits, 0) {
   for (uint32_t v = 0; v < (1u << bits); ++v) {
     const uint32_t w = v << (32 - bits);
     int rs = 0;
     const int l = t.decode(w, rs);
     if (!l || l > bits) continue;  // (a longer code's length depends on bits past the lookahead)
-    if (dc && rs > 15) continue;    // not a value size: the slow path rejects it
+    if (dc && rs > 15) continue;   // not a value size: the slow path rejects it
     const int r = dc ? 0 : rs >> 4, s = rs & 15;
     if (l + s > bits) {  // s > 0 here
       fast[v] = static_cast<int32_t>(0x80u | static_cast<uint32_t>(l) | static_cast<uint32_t>(r + 1) << 8 |
@@ -102,8 +103,8 @@ ValueTables::ValueTables(const Huffman& t, bool dc)
     } else {
       advance = r == 15 ? 16 : 64;
     }
-    fast[v] = static_cast<int32_t>((static_cast<uint32_t>(value) & 0x7FFF) << 16 |
-                                   static_cast<uint32_t>(advance) << 8 | static_cast<uint32_t>(l + s));
+    fast[v] = static_cast<int32_t>((static_cast<uint32_t>(value) & 0x7FFF) << 16 | static_cast<uint32_t>(advance) << 8 |
+                                   static_cast<uint32_t>(l + s));
     // A second symbol in the same look-up: both values small, or the second the end of block.
     const int n1 = l + s;
     if (dc || !s || s > 5) continue;
@@ -116,7 +117,8 @@ ValueTables::ValueTables(const Huffman& t, bool dc)
     const uint32_t a2 = rs2 == 0 ? 0u : static_cast<uint32_t>(r2 + 1);
     fast[v] = static_cast<int32_t>(0x80000000u | static_cast<uint32_t>(n1 + l2 + s2) | static_cast<uint32_t>(n1) << 4 |
                                    static_cast<uint32_t>(r + 1) << 8 | a2 << 13 |
-                                   (static_cast<uint32_t>(value) & 63) << 18 | (static_cast<uint32_t>(value2) & 63) << 24);
+                                   (static_cast<uint32_t>(value) & 63) << 18 |
+                                   (static_cast<uint32_t>(value2) & 63) << 24);
   }
 }
 
@@ -227,8 +229,8 @@ bool parseHeaders(const uint8_t* d, size_t size, Headers& h) {
   }
 }
 
-size_t unstuff(const uint8_t* d, size_t size, size_t from, size_t want, std::vector<uint8_t>& out,
-               size_t* produced, std::vector<uint32_t>* skipped) {
+size_t unstuff(const uint8_t* d, size_t size, size_t from, size_t want, std::vector<uint8_t>& out, size_t* produced,
+               std::vector<uint32_t>* skipped) {
   if (out.size() < std::min(want, size - from) + 256) out.resize(std::min(want, size - from) + 256);
   uint8_t* o = out.data();
   size_t n = 0, p = from;

@@ -30,7 +30,7 @@ struct Huffman {
   std::array<int32_t, 17> valoff{};         // vals index minus the first code of each length
   std::array<uint8_t, 256> vals{};
   std::array<uint16_t, 256> code{};
-  std::array<uint8_t, 256> size{};          // 0: the symbol has no code
+  std::array<uint8_t, 256> size{};   // 0: the symbol has no code
   std::array<uint8_t, 16> counts{};  // the DHT's code counts per length (with vals: the table)
   int nsym = 0;
 
@@ -97,10 +97,10 @@ struct WalkTables {
 // About three quarters of the symbols of a photo at quality 90 take 6 bits or fewer with their
 // values, so most look-ups of a block's first coefficients give two of them.
 struct ValueTables {
-  static constexpr int kBits = 11;    // AC tables' lookahead
-  static constexpr int kDcBits = 9;   // DC tables': shorter codes, and a smaller table beside the AC ones
-  int bits;                           // this table's lookahead
-  std::array<uint8_t, 16> counts;  // the table they come from
+  static constexpr int kBits = 11;   // AC tables' lookahead
+  static constexpr int kDcBits = 9;  // DC tables': shorter codes, and a smaller table beside the AC ones
+  int bits;                          // this table's lookahead
+  std::array<uint8_t, 16> counts;    // the table they come from
   std::vector<uint8_t> vals;
   std::vector<int32_t> fast;
 
@@ -126,10 +126,10 @@ const ValueTables& valueTables(const Huffman& t);
 const DcValueTables& dcValueTables(const Huffman& t);
 
 // Natural (row-major) position of each zigzag index.
-inline constexpr uint8_t kNaturalOrder[64] = {
-    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33, 40, 48,
-    41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23,
-    30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+inline constexpr uint8_t kNaturalOrder[64] = {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
+                                              12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
+                                              35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+                                              58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
 
 // t's walk tables, derived once per thread for each distinct table (most files of a dataset share
 // a few, often the JPEG standard's). The reference stays valid until 8 other tables were looked up.
@@ -158,15 +158,17 @@ bool parseHeaders(const uint8_t* d, size_t size, Headers& h);
 // until a marker or until want bytes were produced. skipped (optional) receives, for each file
 // byte dropped, the number of bytes produced before it. Returns the file offset where it stopped.
 // out gets 256 zero bytes of padding past what was produced (not counted in *produced).
-size_t unstuff(const uint8_t* d, size_t size, size_t from, size_t want, std::vector<uint8_t>& out,
-               size_t* produced, std::vector<uint32_t>* skipped);
+size_t unstuff(const uint8_t* d, size_t size, size_t from, size_t want, std::vector<uint8_t>& out, size_t* produced,
+               std::vector<uint32_t>* skipped);
 
 // The 32 bits at bit offset at of an unstuffed buffer (zero padding past the data).
 inline uint32_t read32(const uint8_t* buf, uint64_t at) {
   return static_cast<uint32_t>((load64be(buf + (at >> 3)) << (at & 7)) >> 32);
 }
 
-inline int extend(uint32_t v, int s) { return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v); }
+inline int extend(uint32_t v, int s) {
+  return v < (1u << (s - 1)) ? static_cast<int>(v) - (1 << s) + 1 : static_cast<int>(v);
+}
 
 // Walks blocks (the index build, each extract row's first MCU) in an unstuffed buffer from bit
 // offset start: a 64-bit bit buffer refilled before every symbol (at least 56 bits after a
@@ -319,7 +321,8 @@ class FastWalker {
         continue;
       }
       uint16_t e = t.skip[static_cast<size_t>(b.bits >> (64 - WalkTables::kSkip))];
-      if (__builtin_expect((e & 0x8000) != 0, 0)) e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((b.bits >> (64 - 16)) & 31)];
+      if (__builtin_expect((e & 0x8000) != 0, 0))
+        e = t.skip2[(e & 0x7FFF) | static_cast<size_t>((b.bits >> (64 - 16)) & 31)];
       if (__builtin_expect(!e, 0)) {  // not a code
         ok = false;
         break;
@@ -355,7 +358,7 @@ class BitSink {
  public:
   explicit BitSink(uint8_t* out) : o_(out) {}
   void put(uint32_t v, int len) {  // len <= 32, v < 2^len
-    acc_ = (acc_ << len) | v;  // n_ < 32 before: the pending bits stay in the low 64
+    acc_ = (acc_ << len) | v;      // n_ < 32 before: the pending bits stay in the low 64
     n_ += len;
     if (n_ >= 32) {
       n_ -= 32;
@@ -372,7 +375,7 @@ class BitSink {
       do {  // 7 bytes at a time
         acc_ = (acc_ << 56) | (load64be(src + (from >> 3)) << (from & 7)) >> 8;
         from += 56;
-        const uint64_t w = acc_ >> n_;  // its low 56 bits are the next 7 bytes
+        const uint64_t w = acc_ >> n_;                  // its low 56 bits are the next 7 bytes
         const uint64_t x = ~w | 0xFF00000000000000ull;  // an FF byte in w is a zero byte in x
         if (((x - 0x0101010101010101ull) & ~x & 0x8080808080808080ull) == 0) {
           const uint64_t be = __builtin_bswap64(w << 8);

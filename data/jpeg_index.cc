@@ -115,7 +115,8 @@ bool JpegIndexBuilder::mcuSlow(uint64_t pos, const int* pred, const std::vector<
   if (r >= ix.mcus_y_) return false;
   if (x == 0) {
     const size_t ubyte = static_cast<size_t>(pos >> 3);
-    const size_t dropped = static_cast<size_t>(std::upper_bound(skipped.begin(), skipped.end(), ubyte) - skipped.begin());
+    const size_t dropped = static_cast<size_t>(std::upper_bound(skipped.begin(), skipped.end(), ubyte) -
+                                               skipped.begin());
     ix.row_byte_[static_cast<size_t>(r)] = static_cast<uint32_t>(h_.scan_at + ubyte + dropped);
   }
   return x % ix.k_ != 0 || checkpoint(pos, pred);
@@ -174,13 +175,14 @@ bool JpegIndex::extract(const uint8_t* data, size_t size, int r0, int r1, int c0
   thread_local std::vector<uint8_t> buf;  // reused: no allocation or zero fill per extract
   size_t produced = 0;
   jpeg::unstuff(data, size, row_byte_[static_cast<size_t>(r0)], static_cast<size_t>((last - base) / 8 + 8), buf,
-          &produced, nullptr);
+                &produced, nullptr);
   if (static_cast<uint64_t>(produced) * 8 < last - base) return false;
 
   // Headers: everything up to the scan but the application segments other than JFIF (APP0) and
   // Adobe (APP14, which says whether the data is YCbCr) and comments; the frame's size patched.
   // Worst case: every byte stuffed, and each row's re-encoded DC codes longer than the originals.
-  out.resize(scan_at_ + 2 * static_cast<size_t>((last - bit_[entry(r0, c0)]) / 8) + 32 * static_cast<size_t>(r1 - r0) + 64);
+  out.resize(scan_at_ + 2 * static_cast<size_t>((last - bit_[entry(r0, c0)]) / 8) + 32 * static_cast<size_t>(r1 - r0) +
+             64);
   uint8_t* o = out.data();
   *o++ = 0xFF;
   *o++ = 0xD8;
@@ -251,8 +253,8 @@ bool JpegIndex::extract(const uint8_t* data, size_t size, int r0, int r1, int c0
 }
 
 JpegIndexCache::JpegIndexCache(size_t files, size_t budget_bytes, int cols_per_checkpoint)
-    : slots_(new std::atomic<const JpegIndex*>[files]), state_(new std::atomic<uint8_t>[files]),
-      files_(files), budget_(budget_bytes), k_(cols_per_checkpoint) {
+    : slots_(new std::atomic<const JpegIndex*>[files]), state_(new std::atomic<uint8_t>[files]), files_(files),
+      budget_(budget_bytes), k_(cols_per_checkpoint) {
   for (size_t i = 0; i < files; ++i) {
     slots_[i].store(nullptr);
     state_[i].store(kUnknown);

@@ -64,8 +64,7 @@ class JpegIndex {
   // only while that much data remains in its source; without them the extract's last rows, always
   // inside the crop, would go through its slow decoder.
   static constexpr size_t kTailPadding = 5120;  // 512 bytes x up to 10 blocks per MCU
-  bool extract(const uint8_t* data, size_t size, int r0, int r1, int c0, int c1,
-               std::vector<uint8_t>& out) const;
+  bool extract(const uint8_t* data, size_t size, int r0, int r1, int c0, int c1, std::vector<uint8_t>& out) const;
 
  private:
   friend class JpegIndexBuilder;
@@ -77,12 +76,12 @@ class JpegIndex {
   int k_ = 2, per_row_ = 0;  // checkpoints per MCU row
   int ncomp_ = 0;
   std::vector<jpeg::ScanComponent> comps_;
-  size_t size_ = 0;             // file size
-  size_t sof_at_ = 0;           // offset of the SOF marker
-  size_t scan_at_ = 0;          // first byte of the entropy-coded data
-  uint64_t fingerprint_ = 0;    // hash of the headers and of the scan's last bytes
-  std::vector<uint32_t> bit_;   // per checkpoint, then one after the last MCU: bit offset in the unstuffed scan
-  std::vector<int16_t> dc_;     // per checkpoint (and the end), ncomp_ DC predictors
+  size_t size_ = 0;                 // file size
+  size_t sof_at_ = 0;               // offset of the SOF marker
+  size_t scan_at_ = 0;              // first byte of the entropy-coded data
+  uint64_t fingerprint_ = 0;        // hash of the headers and of the scan's last bytes
+  std::vector<uint32_t> bit_;       // per checkpoint, then one after the last MCU: bit offset in the unstuffed scan
+  std::vector<int16_t> dc_;         // per checkpoint (and the end), ncomp_ DC predictors
   std::vector<uint32_t> row_byte_;  // per MCU row: file offset of the byte holding its first bit
 };
 

@@ -53,8 +53,8 @@ void ImageLoader::stopWorkers() {
 
 int64_t ImageLoader::startEpoch(const EpochSpec& spec) {
   stopWorkers();
-  AIACC_CHECK_INPUT(spec.batch_size >= 1 && spec.image_size >= 8, "batch size ",
-                    spec.batch_size, " / image size ", spec.image_size, " out of range");
+  AIACC_CHECK_INPUT(spec.batch_size >= 1 && spec.image_size >= 8, "batch size ", spec.batch_size, " / image size ",
+                    spec.image_size, " out of range");
   spec_ = spec;
   ShardSpec shard;
   shard.rank = opt_.rank;
@@ -92,9 +92,7 @@ void ImageLoader::workerLoop() {
     int64_t k;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return cancel_ || next_claim_ >= num_batches_ || next_claim_ < consumed_ + opt_.prefetch;
-      });
+      cv_.wait(lock, [&] { return cancel_ || next_claim_ >= num_batches_ || next_claim_ < consumed_ + opt_.prefetch; });
       if (cancel_ || next_claim_ >= num_batches_) return;
       k = next_claim_++;
     }
@@ -117,8 +115,7 @@ at::Tensor ImageLoader::takeBuffer(at::IntArrayRef shape, at::ScalarType dtype) 
     // exists either (a view is another TensorImpl on the same storage). A pinned buffer's
     // asynchronous copy to the GPU has finished by then: the trainer drops a batch only after
     // reading the step's loss, which waits for the stream that copied it.
-    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.sizes() == shape &&
-        t.scalar_type() == dtype) {
+    if (t.use_count() == 1 && t.storage().use_count() == 1 && t.sizes() == shape && t.scalar_type() == dtype) {
       return t;
     }
   }
@@ -178,7 +175,8 @@ Batch ImageLoader::buildBatch(int64_t k) {
       if (build_index && !build.deferred) jpeg_index_->offer(static_cast<size_t>(idx), std::move(build.index));
       std::optional<SampleWindow> window;
       if (val_crop) {  // in the decoded crop's pixels (a DCT-scaled crop is smaller than its box)
-        const double fx = static_cast<double>(dc.crop.width) / dc.box.w, fy = static_cast<double>(dc.crop.height) / dc.box.h;
+        const double fx = static_cast<double>(dc.crop.width) / dc.box.w,
+                     fy = static_cast<double>(dc.crop.height) / dc.box.h;
         const SampleWindow& w = val_crop->window;
         window = SampleWindow{w.x0 * fx, w.y0 * fy, w.x1 * fx, w.y1 * fy};
       }
@@ -226,10 +224,10 @@ std::optional<Batch> ImageLoader::next() {
   return b;
 }
 
-SyntheticSource::SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last,
-                                 uint64_t seed, int rank, int world, bool drop_last)
-    : images_(images_per_epoch), classes_(classes), channels_last_(channels_last), seed_(seed),
-      rank_(rank), world_(world), drop_last_(drop_last) {
+SyntheticSource::SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last, uint64_t seed, int rank,
+                                 int world, bool drop_last)
+    : images_(images_per_epoch), classes_(classes), channels_last_(channels_last), seed_(seed), rank_(rank),
+      world_(world), drop_last_(drop_last) {
   AIACC_CHECK_INPUT(classes_ >= 2, "synthetic data needs at least 2 classes");
 }
 

@@ -76,10 +76,10 @@ class BatchSource {
 };
 
 struct LoaderOptions {
-  bool train = true;           // random-resized-crop + flip + shuffle; else center crop
-  int workers = 2;             // decode threads
-  int prefetch = 4;            // batches in flight ahead of the consumer
-  CropParams crop;             // scale_min is overridden per epoch by EpochSpec
+  bool train = true;             // random-resized-crop + flip + shuffle; else center crop
+  int workers = 2;               // decode threads
+  int prefetch = 4;              // batches in flight ahead of the consumer
+  CropParams crop;               // scale_min is overridden per epoch by EpochSpec
   double crop_fraction = 0.875;  // val: short side resized to size / crop_fraction
   ResizeMode resize = ResizeMode::kTorchvision;
   bool channels_last = false;
@@ -139,8 +139,8 @@ class ImageLoader : public BatchSource {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  int64_t next_claim_ = 0;    // next batch a worker will build
-  int64_t consumed_ = 0;      // batches handed to the consumer
+  int64_t next_claim_ = 0;  // next batch a worker will build
+  int64_t consumed_ = 0;    // batches handed to the consumer
   bool cancel_ = false;
   std::exception_ptr error_;
   std::map<int64_t, Batch> ready_;
@@ -153,8 +153,8 @@ class ImageLoader : public BatchSource {
 class SyntheticSource : public BatchSource {
  public:
   // drop_last: training (full batches only); otherwise the last batch is partial (evaluation).
-  SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last, uint64_t seed,
-                  int rank, int world, bool drop_last = true);
+  SyntheticSource(int64_t images_per_epoch, int64_t classes, bool channels_last, uint64_t seed, int rank, int world,
+                  bool drop_last = true);
   int64_t startEpoch(const EpochSpec& spec) override;
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return classes_; }

@@ -26,8 +26,7 @@ inline uint8_t clip8(int32_t v) {
 
 // Pillow's precompute_coeffs and normalize_coeffs_8bpc, for the bilinear filter (support 1).
 ResampleTaps resampleTaps(int in_size, double in0, double in1, int out_size) {
-  AIACC_CHECK(in_size > 0 && out_size > 0 && in1 > in0, "resample ", in_size, " [", in0, ", ", in1, ") -> ",
-              out_size);
+  AIACC_CHECK(in_size > 0 && out_size > 0 && in1 > in0, "resample ", in_size, " [", in0, ", ", in1, ") -> ", out_size);
   const double scale = (in1 - in0) / out_size;
   const double filterscale = std::max(scale, 1.0);
   const double support = filterscale;
@@ -85,8 +84,7 @@ void horizontalRow(const uint8_t* in, const ResampleTaps& h, int out_w, bool fli
   }
 }
 
-void verticalRow(const uint8_t* rows, size_t row_bytes, int n, const int32_t* w, size_t len, int32_t* acc,
-                 uint8_t* o) {
+void verticalRow(const uint8_t* rows, size_t row_bytes, int n, const int32_t* w, size_t len, int32_t* acc, uint8_t* o) {
   std::fill(acc, acc + len, kHalf);
   for (int y = 0; y < n; ++y) {
     const uint8_t* t = rows + static_cast<size_t>(y) * row_bytes;
@@ -102,7 +100,7 @@ void verticalRow(const uint8_t* rows, size_t row_bytes, int n, const int32_t* w,
 // tap count weigh 0) and weight. A 32-bit gather loads a pixel's R, G, B (and the next byte).
 struct GatherTaps {
   int groups = 0;
-  std::vector<int> taps;          // per group: the largest tap count among its lanes
+  std::vector<int> taps;                // per group: the largest tap count among its lanes
   std::vector<int32_t> offset, weight;  // [group][k][8]
 };
 
@@ -172,11 +170,12 @@ __attribute__((target("avx2"))) void verticalRowAvx2(const uint8_t* rows, size_t
   for (; c + 8 <= len; c += 8) {
     __m256i acc = _mm256_set1_epi32(kHalf);
     for (int y = 0; y < n; ++y) {
-      const __m128i t = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows + static_cast<size_t>(y) * row_bytes + c));
+      const __m128i t = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows + static_cast<size_t>(y) * row_bytes +
+                                                                         c));
       acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(t), _mm256_set1_epi32(w[y])));
     }
     const __m256i v = finish(acc);
-    const __m256i p16 = _mm256_packus_epi32(v, v);    // per lane: 4 words, twice
+    const __m256i p16 = _mm256_packus_epi32(v, v);     // per lane: 4 words, twice
     const __m256i p8 = _mm256_packus_epi16(p16, p16);  // per lane: 4 bytes, four times
     const uint32_t lo = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(p8)));
     const uint32_t hi = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(p8, 1)));

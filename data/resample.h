@@ -40,7 +40,7 @@ ResampleTaps resampleTaps(int in_size, double in0, double in1, int out_size);
 // Resamples `window` of src (interleaved RGB) to out_w x out_h interleaved RGB bytes at out
 // (rows out_w * 3 bytes apart), mirrored left-right when flip. scratch: reusable buffer. simd:
 // AVX2 where the CPU has it (the same bytes; false: the scalar loops, for tests).
-void resampleBilinear(const RgbImage& src, const SampleWindow& window, int out_w, int out_h, bool flip,
-                      uint8_t* out, std::vector<uint8_t>& scratch, bool simd = true);
+void resampleBilinear(const RgbImage& src, const SampleWindow& window, int out_w, int out_h, bool flip, uint8_t* out,
+                      std::vector<uint8_t>& scratch, bool simd = true);
 
 }  // namespace aiacc::data

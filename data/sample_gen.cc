@@ -26,12 +26,25 @@ cv::Scalar hueToRgb(double hue_deg, double sat, double val) {
   const double hp = std::fmod(hue_deg / 60.0 + 6.0, 6.0);
   const double x = c * (1 - std::fabs(std::fmod(hp, 2.0) - 1));
   double r = 0, g = 0, b = 0;
-  if (hp < 1) { r = c; g = x; }
-  else if (hp < 2) { r = x; g = c; }
-  else if (hp < 3) { g = c; b = x; }
-  else if (hp < 4) { g = x; b = c; }
-  else if (hp < 5) { r = x; b = c; }
-  else { r = c; b = x; }
+  if (hp < 1) {
+    r = c;
+    g = x;
+  } else if (hp < 2) {
+    r = x;
+    g = c;
+  } else if (hp < 3) {
+    g = c;
+    b = x;
+  } else if (hp < 4) {
+    g = x;
+    b = c;
+  } else if (hp < 5) {
+    r = x;
+    b = c;
+  } else {
+    r = c;
+    b = x;
+  }
   const double m = val - c;
   return cv::Scalar((r + m) * 255, (g + m) * 255, (b + m) * 255);
 }
@@ -66,8 +79,8 @@ RgbImage drawSample(int label, Rng& rng, const SampleSpec& spec) {
   for (int s = 0; s < strokes; ++s) {
     const double g = rng.uniform(0, 255);
     cv::line(img, cv::Point(static_cast<int>(rng.randint(0, w)), static_cast<int>(rng.randint(0, h))),
-             cv::Point(static_cast<int>(rng.randint(0, w)), static_cast<int>(rng.randint(0, h))),
-             cv::Scalar(g, g, g), static_cast<int>(rng.randint(1, 3)), cv::LINE_AA);
+             cv::Point(static_cast<int>(rng.randint(0, w)), static_cast<int>(rng.randint(0, h))), cv::Scalar(g, g, g),
+             static_cast<int>(rng.randint(1, 3)), cv::LINE_AA);
   }
   // The class object.
   const double hue = 360.0 * hue_index / hues + rng.uniform(-12, 12);
@@ -78,18 +91,11 @@ RgbImage drawSample(int label, Rng& rng, const SampleSpec& spec) {
   const double angle = rng.uniform(0, 2 * M_PI);
   const cv::Point ci(static_cast<int>(std::lround(c.x)), static_cast<int>(std::lround(c.y)));
   switch (shape) {
-    case 0:
-      cv::circle(img, ci, static_cast<int>(r), color, cv::FILLED, cv::LINE_AA);
-      break;
-    case 1:
-      cv::fillConvexPoly(img, regularPolygon(c, r, 4, angle), color, cv::LINE_AA);
-      break;
-    case 2:
-      cv::fillConvexPoly(img, regularPolygon(c, r, 3, angle), color, cv::LINE_AA);
-      break;
+    case 0: cv::circle(img, ci, static_cast<int>(r), color, cv::FILLED, cv::LINE_AA); break;
+    case 1: cv::fillConvexPoly(img, regularPolygon(c, r, 4, angle), color, cv::LINE_AA); break;
+    case 2: cv::fillConvexPoly(img, regularPolygon(c, r, 3, angle), color, cv::LINE_AA); break;
     case 3:
-      cv::circle(img, ci, static_cast<int>(r * 0.8), color, std::max(2, static_cast<int>(r * 0.35)),
-                 cv::LINE_AA);
+      cv::circle(img, ci, static_cast<int>(r * 0.8), color, std::max(2, static_cast<int>(r * 0.35)), cv::LINE_AA);
       break;
     default: {
       const int t = std::max(2, static_cast<int>(r * 0.4));
@@ -154,8 +160,8 @@ void makeSampleDataset(const std::string& dir, const SampleSpec& spec) {
       for (int i = 0; i < per_class; ++i) {
         char name[64];
         std::snprintf(name, sizeof(name), "%s_%05d.JPEG", splits[s], k * per_class + i);
-        jobs.push_back({cdir / name, k, mixSeed(spec.seed, static_cast<uint64_t>(s),
-                                                static_cast<uint64_t>(k * 100000 + i))});
+        jobs.push_back({cdir / name, k,
+                        mixSeed(spec.seed, static_cast<uint64_t>(s), static_cast<uint64_t>(k * 100000 + i))});
       }
     }
   }

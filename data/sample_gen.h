@@ -14,12 +14,12 @@ namespace aiacc::data {
 
 struct SampleSpec {
   int classes = 20;
-  int shapes = 5;       // 1: classes differ by hue only (learned in a few steps; fast tests)
+  int shapes = 5;  // 1: classes differ by hue only (learned in a few steps; fast tests)
   int train_per_class = 100;
   int val_per_class = 25;
-  int min_side = 64;    // image sides are drawn from [min_side, max_side]
+  int min_side = 64;  // image sides are drawn from [min_side, max_side]
   int max_side = 112;
-  int quality = 90;     // JPEG quality
+  int quality = 90;  // JPEG quality
   uint64_t seed = 1;
 };
 

@@ -8,13 +8,12 @@
 namespace aiacc::data {
 
 std::vector<int64_t> shardIndices(int64_t n, int64_t epoch, const ShardSpec& spec) {
-  AIACC_CHECK(spec.world >= 1 && spec.rank >= 0 && spec.rank < spec.world, "rank ", spec.rank,
-              " world ", spec.world);
+  AIACC_CHECK(spec.world >= 1 && spec.rank >= 0 && spec.rank < spec.world, "rank ", spec.rank, " world ", spec.world);
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   if (spec.shuffle) {
     Rng rng(mixSeed(spec.seed, static_cast<uint64_t>(epoch), 0x5348554646ull));  // "SHUFF"
-    for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+    for (int64_t i = n - 1; i > 0; --i) {                                        // Fisher-Yates
       const int64_t j = rng.randint(0, i + 1);
       std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
     }

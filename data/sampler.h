@@ -14,8 +14,8 @@ namespace aiacc::data {
 struct ShardSpec {
   int rank = 0;
   int world = 1;
-  bool shuffle = true;         // permute with a seed derived from (seed, epoch)
-  bool equal_shards = true;    // drop the n % world remainder (training)
+  bool shuffle = true;       // permute with a seed derived from (seed, epoch)
+  bool equal_shards = true;  // drop the n % world remainder (training)
   uint64_t seed = 0;
 };
 

@@ -4,8 +4,7 @@
 
 namespace aiacc::data {
 
-TensorBatches::TensorBatches(at::Tensor images, at::Tensor labels, int rank, int world, bool train,
-                             int64_t classes)
+TensorBatches::TensorBatches(at::Tensor images, at::Tensor labels, int rank, int world, bool train, int64_t classes)
     : images_(std::move(images)), labels_(std::move(labels)), rank_(rank), world_(world), train_(train),
       classes_(classes) {
   AIACC_CHECK_INPUT(images_.dim() == 4 && images_.size(1) == 3 && images_.scalar_type() == at::kFloat,

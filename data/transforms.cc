@@ -114,8 +114,8 @@ namespace {
 // Into `resized` (size x size, 8UC3): allocated when empty, else written in place.
 void resizeFlip(const RgbImage& crop, int size, bool flip, ResizeFilter filter,
                 const std::optional<SampleWindow>& window, cv::Mat& resized) {
-  const SampleWindow w = window ? *window : SampleWindow{0, 0, static_cast<double>(crop.width),
-                                                         static_cast<double>(crop.height)};
+  const SampleWindow w = window ? *window
+                                : SampleWindow{0, 0, static_cast<double>(crop.width), static_cast<double>(crop.height)};
   if (filter == ResizeFilter::kPillow) {
     if (resized.empty()) resized.create(size, size, CV_8UC3);
     thread_local std::vector<uint8_t> scratch;  // the horizontal pass's rows, reused per thread
@@ -164,9 +164,8 @@ const PlanarMasks kPlanar;
 // the byte v of output column x (source column x, or size-1-x mirrored). Exactly the scalar
 // expression (a multiply, then an add, in float), so the result equals the table path bit for
 // bit. Returns the first column it did not write.
-__attribute__((target("ssse3"))) int rowBlocksToPlanarSsse3(const uint8_t* row, int size, bool flip,
-                                                            const float* scale, const float* shift,
-                                                            float* const dst[3]) {
+__attribute__((target("ssse3"))) int rowBlocksToPlanarSsse3(const uint8_t* row, int size, bool flip, const float* scale,
+                                                            const float* shift, float* const dst[3]) {
   const int f = flip ? 1 : 0;
   __m128i mask[3][3];
   for (int c = 0; c < 3; ++c)
@@ -179,7 +178,8 @@ __attribute__((target("ssse3"))) int rowBlocksToPlanarSsse3(const uint8_t* row, 
     const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
     const __m128i v2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
     for (int c = 0; c < 3; ++c) {
-      const __m128i bytes = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, mask[c][0]), _mm_shuffle_epi8(v1, mask[c][1])),
+      const __m128i bytes = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(v0, mask[c][0]),
+                                                      _mm_shuffle_epi8(v1, mask[c][1])),
                                          _mm_shuffle_epi8(v2, mask[c][2]));
       const __m128i lo = _mm_unpacklo_epi8(bytes, zero), hi = _mm_unpackhi_epi8(bytes, zero);
       const __m128i words[4] = {_mm_unpacklo_epi16(lo, zero), _mm_unpackhi_epi16(lo, zero),

@@ -29,7 +29,7 @@ class Rng {
  public:
   explicit Rng(uint64_t seed);
   uint64_t next();
-  double uniform(double lo, double hi);    // [lo, hi)
+  double uniform(double lo, double hi);     // [lo, hi)
   int64_t randint(int64_t lo, int64_t hi);  // [lo, hi), hi > lo
  private:
   uint64_t s_[4];
@@ -83,8 +83,8 @@ void resizeNormalize(const RgbImage& crop, int size, bool flip, Layout layout, f
 // The same resize and mirror without the normalization: 3*size*size bytes, HWC order. For the
 // GPU input path, which copies a quarter of the bytes and normalizes on the device
 // (data/device_input.h).
-void resizeToBytes(const RgbImage& crop, int size, bool flip, uint8_t* out,
-                   ResizeFilter filter = ResizeFilter::kPillow, const std::optional<SampleWindow>& window = {});
+void resizeToBytes(const RgbImage& crop, int size, bool flip, uint8_t* out, ResizeFilter filter = ResizeFilter::kPillow,
+                   const std::optional<SampleWindow>& window = {});
 
 // How the loader makes a crop size x size.
 enum class ResizeMode {
@@ -103,7 +103,9 @@ enum class ResizeMode {
 };
 // "torchvision" | "dct" | "fast"; nullopt for anything else.
 std::optional<ResizeMode> resizeModeFromName(const std::string& name);
-inline ResizeFilter filterOf(ResizeMode m) { return m == ResizeMode::kFast ? ResizeFilter::kFast : ResizeFilter::kPillow; }
+inline ResizeFilter filterOf(ResizeMode m) {
+  return m == ResizeMode::kFast ? ResizeFilter::kFast : ResizeFilter::kPillow;
+}
 inline bool dctScaling(ResizeMode m) { return m != ResizeMode::kTorchvision; }
 
 }  // namespace aiacc::data

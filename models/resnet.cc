@@ -11,8 +11,7 @@ namespace F = torch::nn::functional;
 namespace {
 
 torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
-  return torch::nn::Conv2d(
-      torch::nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).bias(false));
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).bias(false));
 }
 
 torch::nn::Sequential makeDownsample(int64_t in, int64_t out, int64_t stride) {

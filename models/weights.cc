@@ -63,8 +63,7 @@ void writeNamedTensors(const std::string& path, const NamedTensors& tensors) {
   put<uint64_t>(f, tensors.size());
   for (const auto& [name, tensor] : tensors) {
     at::Tensor t = tensor.detach().cpu().contiguous();
-    AIACC_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kLong,
-                "unsupported dtype for '", name, "'");
+    AIACC_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kLong, "unsupported dtype for '", name, "'");
     put<uint32_t>(f, static_cast<uint32_t>(name.size()));
     f.write(name.data(), static_cast<std::streamsize>(name.size()));
     put<uint32_t>(f, t.scalar_type() == at::kFloat ? 0u : 1u);
@@ -89,8 +88,8 @@ void loadStateInto(torch::nn::Module& module, const NamedTensors& tensors) {
   for (auto& [name, dst] : stateOf(module)) {
     auto it = by_name.find(name);
     AIACC_CHECK_INPUT(it != by_name.end(), "weights lack '", name, "'");
-    AIACC_CHECK_INPUT(it->second.sizes() == dst.sizes(), "shape of '", name, "' is ",
-                      it->second.sizes(), " in the file but ", dst.sizes(), " in the model");
+    AIACC_CHECK_INPUT(it->second.sizes() == dst.sizes(), "shape of '", name, "' is ", it->second.sizes(),
+                      " in the file but ", dst.sizes(), " in the model");
     dst.copy_(it->second);
     ++used;
   }

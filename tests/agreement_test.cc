@@ -59,8 +59,8 @@ TEST(Agreement, FirstDifferingRankAndOptionNamedOnEveryRank) {
     return s;
   });
   for (int r = 0; r < 4; ++r) {
-    EXPECT_NE(errors[r].find("--allreduce-dtype is bf16 on rank 2 but fp32 on rank 1 (and rank 0)"),
-              std::string::npos) << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("--allreduce-dtype is bf16 on rank 2 but fp32 on rank 1 (and rank 0)"), std::string::npos)
+        << "rank " << r << ": " << errors[r];
     EXPECT_EQ(errors[r], errors[0]);
   }
 }
@@ -74,7 +74,8 @@ TEST(Agreement, SeveralDifferencesNameTheFirstRankAndCountTheRest) {
   });
   for (int r = 0; r < 5; ++r) {
     EXPECT_NE(errors[r].find("dataset is 5 classes, 128 train on rank 1 but 4 classes, 128 train on rank 0"),
-              std::string::npos) << errors[r];
+              std::string::npos)
+        << errors[r];
     EXPECT_NE(errors[r].find("3 ranks differ from their predecessor"), std::string::npos) << errors[r];
   }
 }
@@ -145,8 +146,9 @@ TEST_P(RanksStartedDifferently, BothStopWithinSecondsNamingTheOption) {
   };
   const auto t0 = std::chrono::steady_clock::now();
   auto [rc, out] = aiacc::test::runShell("(" + command(1, m.rank1_flags) + " > " + d.path() + "/log1 2>&1; echo $? > " +
-                                         d.path() + "/rc1) & " + command(0, "") + " 2>&1; echo rc0=$?; wait; echo rc1=$(cat " +
-                                         d.path() + "/rc1); cat " + d.path() + "/log1");
+                                         d.path() + "/rc1) & " + command(0, "") +
+                                         " 2>&1; echo rc0=$?; wait; echo rc1=$(cat " + d.path() + "/rc1); cat " +
+                                         d.path() + "/log1");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(out.find("rc0=1"), std::string::npos) << out;
   EXPECT_NE(out.find("rc1=1"), std::string::npos) << out;

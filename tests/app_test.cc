@@ -167,8 +167,8 @@ TEST(Schedule, ResizeScheduleAndStages) {
   EXPECT_EQ(stageAt(c, 9).image_size, 128);
   EXPECT_EQ(stageAt(c, 10).image_size, 192);
   EXPECT_EQ(stageAt(c, 20).image_size, 224);
-  EXPECT_THROW(parseResizeSchedule("5:128", 1, 0.1), InputError);        // must start at 0
-  EXPECT_THROW(parseResizeSchedule("0:128,0:64", 1, 0.1), InputError);   // must increase
+  EXPECT_THROW(parseResizeSchedule("5:128", 1, 0.1), InputError);       // must start at 0
+  EXPECT_THROW(parseResizeSchedule("0:128,0:64", 1, 0.1), InputError);  // must increase
   EXPECT_THROW(parseResizeSchedule("0-128", 1, 0.1), InputError);
 }
 
@@ -210,8 +210,11 @@ TEST(FusedSgd, MatchesLibTorchSgd) {
     std::vector<at::Tensor> a = make(), b = make();
     auto groups = [&](std::vector<at::Tensor>& ps) {
       auto opts = [&](double wd) {
-        return std::make_unique<torch::optim::SGDOptions>(
-            torch::optim::SGDOptions(0.1).momentum(c.momentum).dampening(c.dampening).nesterov(c.nesterov).weight_decay(wd));
+        return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.1)
+                                                              .momentum(c.momentum)
+                                                              .dampening(c.dampening)
+                                                              .nesterov(c.nesterov)
+                                                              .weight_decay(wd));
       };
       std::vector<torch::optim::OptimizerParamGroup> g;
       g.emplace_back(std::vector<at::Tensor>{ps[0], ps[2]}, opts(1e-3));
@@ -266,9 +269,8 @@ TEST(Flags, HyphensBecomeUnderscores) {
 TEST(Flags, RecipeSetsDefaultsAndCommandLineWins) {
   gflags::FlagSaver saver;
   test::TempDir d;
-  test::writeText(d / "r.recipe",
-                  "# comment\narch = resnet18\nlr = 0.5   # trailing comment\nnesterov = true\n"
-                  "stage 0 size=96 batch=16 scale=0.35\nstage 3 size=128 batch=8\n");
+  test::writeText(d / "r.recipe", "# comment\narch = resnet18\nlr = 0.5   # trailing comment\nnesterov = true\n"
+                                  "stage 0 size=96 batch=16 scale=0.35\nstage 3 size=128 batch=8\n");
   gflags::SetCommandLineOption("epochs", "7");  // as if given on the command line
   gflags::SetCommandLineOption("recipe", (d / "r.recipe").c_str());
   Config c = configFromFlags(applyRecipeFlag());
@@ -364,7 +366,8 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
     return std::string("(no error)");
   };
   gflags::SetCommandLineOption("bn_sync", "sometimes");
-  EXPECT_EQ(message([] { distSpecFromFlags(); }), "--bn-sync must be lazy, average, broadcast or none (got 'sometimes')");
+  EXPECT_EQ(message([] { distSpecFromFlags(); }),
+            "--bn-sync must be lazy, average, broadcast or none (got 'sometimes')");
   gflags::SetCommandLineOption("bn_sync", "lazy");
   gflags::SetCommandLineOption("hierarchical", "maybe");
   EXPECT_EQ(message([] { distSpecFromFlags(); }), "--hierarchical must be on, off or auto (got 'maybe')");

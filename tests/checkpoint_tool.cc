@@ -56,8 +56,8 @@ Fixture blank() {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, std::make_unique<torch::optim::SGDOptions>(
                                  torch::optim::SGDOptions(0.25).momentum(0.9).nesterov(true).weight_decay(5e-5)));
-  groups.emplace_back(rest, std::make_unique<torch::optim::SGDOptions>(
-                                torch::optim::SGDOptions(0.125).momentum(0.8).dampening(0.1)));
+  groups.emplace_back(
+      rest, std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.125).momentum(0.8).dampening(0.1)));
   f.sgd = std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(1.0));
   return f;
 }
@@ -98,8 +98,8 @@ void writeFormat2(const std::string& path, Fixture& f) {
   root.write("state", state_ar);
   root.write("optimizer", optim_ar);
   root.write("format_version", c10::IValue(int64_t{2}));
-  root.write("state_count", c10::IValue(static_cast<int64_t>(f.model->named_parameters().size() +
-                                                              f.model->named_buffers().size())));
+  root.write("state_count",
+             c10::IValue(static_cast<int64_t>(f.model->named_parameters().size() + f.model->named_buffers().size())));
   const TrainPosition& p = kPosition;
   root.write("epochs_done", c10::IValue(p.epochs_done));
   root.write("step", c10::IValue(p.step));
@@ -180,8 +180,7 @@ int main(int argc, char** argv) {
       } else {
         aiacc::app::saveCheckpoint(path, *f.model, *f.sgd, kPosition);
       }
-      std::printf("aiacc_checkpoint_tool (LibTorch %s): wrote %s (format %d)\n", TORCH_VERSION, path.c_str(),
-                  format);
+      std::printf("aiacc_checkpoint_tool (LibTorch %s): wrote %s (format %d)\n", TORCH_VERSION, path.c_str(), format);
       return 0;
     }
   } catch (const std::exception& e) {

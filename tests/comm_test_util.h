@@ -59,8 +59,8 @@ inline std::vector<std::string> runThreads(int world, const std::function<void(i
 // shm: shared memory; ranks_per_node > 0: a HierarchicalTransport over that many ranks per node
 // (every shard size takes the three-stage path; Gloo builds only).
 inline std::vector<std::string> runRanks(int world, const std::function<void(int, std::shared_ptr<Transport>)>& fn,
-                                  int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                                  int ranks_per_node = 0, bool shm = false) {
+                                         int channels = 1, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                         int ranks_per_node = 0, bool shm = false) {
   auto store = makeHashStore();
   return runThreads(world, [&](int r) {
     GlooOptions o = glooOptions(r, world, channels, timeout);

@@ -39,7 +39,7 @@ TEST(BucketPlan, PureFunctionOfTheParameterList) {
     p.name = "p" + std::to_string(i);
     p.numel = i == 2 ? 1000 : 100;  // 400 bytes each, p2: 4000 bytes
     p.shape = {p.numel};
-    p.dtype = i == 0 ? 1 : 0;       // p0: another dtype
+    p.dtype = i == 0 ? 1 : 0;  // p0: another dtype
     params.push_back(p);
   }
   const BucketPlan plan = planBuckets(params, reverseOrder(6), /*first=*/400, /*cap=*/1000);
@@ -86,9 +86,8 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BucketCaps, Equivalence,
-                         ::testing::Values(Caps{1e-9, 1e-9, "one_param_per_bucket"},
-                                           Caps{1, 25, "default"}, Caps{1000, 1000, "one_bucket"},
-                                           Caps{1, 25, "hierarchical_1x3", 3},
+                         ::testing::Values(Caps{1e-9, 1e-9, "one_param_per_bucket"}, Caps{1, 25, "default"},
+                                           Caps{1000, 1000, "one_bucket"}, Caps{1, 25, "hierarchical_1x3", 3},
                                            Caps{1e-9, 1e-9, "hierarchical_3x1_per_param", 1},
                                            Caps{1, 25, "shm", 0, true},
                                            Caps{1e-9, 1e-9, "hierarchical_1x3_shm_per_param", 3, true}),
@@ -175,10 +174,13 @@ TEST(DataParallel, RankWithoutBackwardContributesZeros) {
 }
 
 TEST(DataParallel, ModelMismatchIsNamedNotHung) {
-  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+  const auto errors = runRanks(
+      2,
+      [&](int r, std::shared_ptr<Transport> t) {
     Net net(r == 0 ? 8 : 6);  // rank 1 has a different c1
     DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
-  }, 1, std::chrono::seconds(10));
+      },
+      1, std::chrono::seconds(10));
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(errors[r].find("model mismatch: parameter #0 ('c1.weight'"), std::string::npos) << errors[r];
   }
@@ -186,7 +188,9 @@ TEST(DataParallel, ModelMismatchIsNamedNotHung) {
 
 TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
   std::vector<at::Tensor> unused_grad(2);
-  expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+  expectNoErrors(runRanks(
+      2,
+      [&](int r, std::shared_ptr<Transport> t) {
     Net net;
     DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
     for (int s = 0; s < 3; ++s) {
@@ -197,7 +201,8 @@ TEST(DataParallel, UnusedParametersOnOneRankDoNotHang) {
       dp.finishBackward();
     }
     unused_grad[r] = net->unused->weight.grad().clone();
-  }, 1, std::chrono::seconds(20)));
+      },
+      1, std::chrono::seconds(20)));
   // Last step (s = 2): rank 0 used it, rank 1 did not: both hold rank 0's gradient / 2.
   EXPECT_TRUE(unused_grad[0].equal(unused_grad[1]));
   EXPECT_GT(unused_grad[0].abs().sum().item<float>(), 0.0f);
@@ -309,8 +314,8 @@ TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
   for (int m = 0; m < micro; ++m) {
     for (int r = 0; r < W; ++r) {
       const int64_t off = (m * W + r) * b;
-      (torch::nn::functional::cross_entropy(ref->forward(x.narrow(0, off, b)), y.narrow(0, off, b)) /
-       (micro * W)).backward();
+      (torch::nn::functional::cross_entropy(ref->forward(x.narrow(0, off, b)), y.narrow(0, off, b)) / (micro * W))
+          .backward();
     }
   }
   std::vector<std::vector<at::Tensor>> grads(W);
@@ -359,13 +364,16 @@ TEST(DataParallel, GradientReadyTwiceIsAnErrorNamingTheParameter) {
 
 TEST(DataParallel, DeadRankFailsTheOthersWithinTheTimeout) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+  const auto errors = runRanks(
+      2,
+      [&](int r, std::shared_ptr<Transport> t) {
     Net net;
     DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
     if (r == 1) throw std::runtime_error("rank 1 dies before its first step");
     torch::nn::functional::cross_entropy(net->forward(inputs(2, 0)), targets(2, 0)).backward();
     dp.finishBackward();
-  }, 1, std::chrono::seconds(3));
+      },
+      1, std::chrono::seconds(3));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 #ifdef AIACC_WITH_GLOO
   EXPECT_NE(errors[0].find("collective failed on rank 0"), std::string::npos) << errors[0];
@@ -394,7 +402,9 @@ TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
   const auto init = snapshot(*ref);
   const at::Tensor x = at::randn({2 * W, 512}, at::detail::createCPUGenerator(8), at::kFloat);
   ref->forward(x).pow(2).mean().backward();
-  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> gloo) {
+  expectNoErrors(runRanks(
+      W,
+      [&](int r, std::shared_ptr<Transport> gloo) {
     auto slow = std::make_shared<ThrottledTransport>(gloo, std::vector<double>{0.0, 0.05});
     Wide net;
     restore(*net, init);
@@ -420,7 +430,8 @@ TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
     // Equal: 1 MiB on the slowed channel, 50 ms of throttle a step; balanced: a fraction of it.
     EXPECT_LT(balanced, equal) << "rank " << r;
     grads[r] = net->fc->weight.grad().clone();
-  }, /*channels=*/2));
+      },
+      /*channels=*/2));
   ASSERT_EQ(weights[0].size(), 2u);
   EXPECT_EQ(weights[0], weights[1]) << "every rank splits identically";
   EXPECT_LT(weights[0][1], 0.3) << "the slowed channel carries less (started at 0.5)";
@@ -458,7 +469,8 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
     described[r] = dp.describe();
     for (int step = 0; step < 8; ++step) {
       for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
-      torch::nn::functional::cross_entropy(net->forward(inputs(2, 10 * step + r)), targets(2, 10 * step + r)).backward();
+      torch::nn::functional::cross_entropy(net->forward(inputs(2, 10 * step + r)), targets(2, 10 * step + r))
+          .backward();
       ASSERT_TRUE(dp.finishBackward());
       float sum = 0;  // every parameter's gradient, this step
       for (auto& p : net->parameters()) sum += p.grad().abs().sum().item<float>();

@@ -60,7 +60,7 @@ inline at::Tensor targets(int n, uint64_t seed) {
 // weights: DataParallel must broadcast them. Returns each rank's gradients (undefined where a
 // parameter has none).
 using MakeSync = std::function<std::unique_ptr<GradientSync>(std::shared_ptr<torch::nn::Module>,
-                                                               std::shared_ptr<Transport>, const WorldInfo&)>;
+                                                             std::shared_ptr<Transport>, const WorldInfo&)>;
 inline std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b, const MakeSync& make_sync,
                                                           int ranks_per_node = 0, bool shm = false,
                                                           bool channels_last = false) {
@@ -70,7 +70,9 @@ inline std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b
   const auto init = snapshot(*ref);
   torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
   std::vector<std::vector<at::Tensor>> grads(W);
-  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+  expectNoErrors(runRanks(
+      W,
+      [&](int r, std::shared_ptr<Transport> t) {
     Net net;  // arbitrary init on ranks > 0
     if (r == 0) restore(*net, init);
     at::Tensor xr = x.narrow(0, r * b, b);
@@ -85,7 +87,8 @@ inline std::vector<std::vector<at::Tensor>> rankGradients(Net& ref, int W, int b
     torch::nn::functional::cross_entropy(net->forward(xr), y.narrow(0, r * b, b)).backward();
     ASSERT_TRUE(sync->finishBackward());
     for (auto& p : net->parameters()) grads[r].push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
-  }, 1, std::chrono::seconds(30), ranks_per_node, shm));
+      },
+      1, std::chrono::seconds(30), ranks_per_node, shm));
   return grads;
 }
 // The same through DataParallel with options o.

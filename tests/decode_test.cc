@@ -54,8 +54,8 @@ RgbImage cropOf(const RgbImage& img, Box b) {
 TEST(Decode, FullDecodeMatchesOpenCV) {
   const std::vector<uint8_t> jpg = encodeJpeg(testPicture(173, 121), 92);
   const RgbImage ours = decodeFull(jpg.data(), jpg.size());
-  cv::Mat bgr = cv::imdecode(cv::Mat(1, static_cast<int>(jpg.size()), CV_8UC1,
-                                     const_cast<uint8_t*>(jpg.data())), cv::IMREAD_COLOR);
+  cv::Mat bgr = cv::imdecode(cv::Mat(1, static_cast<int>(jpg.size()), CV_8UC1, const_cast<uint8_t*>(jpg.data())),
+                             cv::IMREAD_COLOR);
   cv::Mat rgb;
   cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
   RgbImage ref{rgb.cols, rgb.rows, std::vector<uint8_t>(rgb.data, rgb.data + rgb.total() * 3)};
@@ -67,7 +67,8 @@ TEST(Decode, RegionDecodeEqualsCropOfFullDecode) {
   const RgbImage full = decodeFull(jpg.data(), jpg.size());
   for (Box b : {Box{0, 0, 320, 240}, Box{37, 51, 150, 99}, Box{200, 17, 120, 223}, Box{3, 190, 300, 50}}) {
     // Output as large as the crop: DCT scale stays 8/8, so pixels must agree with the full decode.
-    DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return b; }, b.w, b.h);
+    DecodedCrop dc = decodeCrop(
+        jpg.data(), jpg.size(), [&](int, int) { return b; }, b.w, b.h);
     EXPECT_EQ(dc.scale_num, 8);
     EXPECT_EQ(dc.path, DecodePath::kJpegRegion);
     EXPECT_LE(maxAbsDiff(dc.crop, cropOf(full, b)), 2) << b.x << "," << b.y << " " << b.w << "x" << b.h;
@@ -79,13 +80,15 @@ TEST(Decode, RegionDecodeEqualsCropOfFullDecode) {
 TEST(Decode, RegionDecodeHandlesProgressiveAndSubsampling) {
   const RgbImage pic = testPicture(203, 157);
   std::vector<std::pair<std::string, std::vector<uint8_t>>> files;
-  for (auto [name, samp] : {std::pair<const char*, int>{"444", TJSAMP_444}, {"422", TJSAMP_422},
-                            {"440", TJSAMP_440}, {"420", TJSAMP_420}, {"gray", TJSAMP_GRAY}}) {
+  for (auto [name, samp] : {std::pair<const char*, int>{"444", TJSAMP_444},
+                            {"422", TJSAMP_422},
+                            {"440", TJSAMP_440},
+                            {"420", TJSAMP_420},
+                            {"gray", TJSAMP_GRAY}}) {
     tjhandle tj = tjInitCompress();
     unsigned char* buf = nullptr;
     unsigned long len = 0;
-    ASSERT_EQ(tjCompress2(tj, pic.pixels.data(), pic.width, 0, pic.height, TJPF_RGB, &buf, &len,
-                          samp, 90, 0), 0);
+    ASSERT_EQ(tjCompress2(tj, pic.pixels.data(), pic.width, 0, pic.height, TJPF_RGB, &buf, &len, samp, 90, 0), 0);
     files.emplace_back(name, std::vector<uint8_t>(buf, buf + len));
     tjFree(buf);
     tjDestroy(tj);
@@ -98,7 +101,8 @@ TEST(Decode, RegionDecodeHandlesProgressiveAndSubsampling) {
   for (const auto& [name, jpg] : files) {
     const RgbImage full = decodeFull(jpg.data(), jpg.size());
     const Box b{45, 33, 101, 87};
-    DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return b; }, b.w, b.h);
+    DecodedCrop dc = decodeCrop(
+        jpg.data(), jpg.size(), [&](int, int) { return b; }, b.w, b.h);
     EXPECT_EQ(dc.path, DecodePath::kJpegRegion) << name;
     EXPECT_LE(maxAbsDiff(dc.crop, cropOf(full, b)), 2) << name;
   }
@@ -110,7 +114,12 @@ TEST(Decode, ChoosesSmallestSufficientDctScale) {
   EXPECT_EQ(chooseDctScale(400, 300, 128, 128), 4);  // 300*3/8 = 112.5 < 128 <= 150
   EXPECT_EQ(chooseDctScale(100, 100, 224, 224), 8);  // never upscale past 8/8
   const std::vector<uint8_t> jpg = encodeJpeg(testPicture(480, 360), 90);
-  DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [](int w, int h) { return Box{0, 0, w, h}; }, 64, 64);
+  DecodedCrop dc = decodeCrop(
+      jpg.data(), jpg.size(),
+      [](int w, int h) {
+    return Box{0, 0, w, h};
+      },
+      64, 64);
   EXPECT_EQ(dc.scale_num, 2);  // 360*2/8 = 90 >= 64, 360/8 = 45 < 64
   EXPECT_EQ(dc.crop.width, 120);
   EXPECT_EQ(dc.crop.height, 90);
@@ -118,8 +127,8 @@ TEST(Decode, ChoosesSmallestSufficientDctScale) {
   // The scaled decode is a faithful downscale of the full picture.
   const RgbImage full = decodeFull(jpg.data(), jpg.size());
   cv::Mat small;
-  cv::resize(cv::Mat(360, 480, CV_8UC3, const_cast<uint8_t*>(full.pixels.data())), small,
-             cv::Size(120, 90), 0, 0, cv::INTER_AREA);
+  cv::resize(cv::Mat(360, 480, CV_8UC3, const_cast<uint8_t*>(full.pixels.data())), small, cv::Size(120, 90), 0, 0,
+             cv::INTER_AREA);
   RgbImage ref{120, 90, std::vector<uint8_t>(small.data, small.data + small.total() * 3)};
   EXPECT_LE(maxAbsDiff(dc.crop, ref), 40);  // edges of the block differ; colors agree
   double mean = 0;
@@ -159,7 +168,12 @@ TEST(Decode, CmykJpegFallsBackToOpenCV) {
   std::vector<uint8_t> jpg(buf, buf + len);
   tjFree(buf);
   tjDestroy(tj);
-  DecodedCrop dc = decodeCrop(jpg.data(), jpg.size(), [](int ww, int hh) { return Box{0, 0, ww, hh}; }, 32, 32);
+  DecodedCrop dc = decodeCrop(
+      jpg.data(), jpg.size(),
+      [](int ww, int hh) {
+    return Box{0, 0, ww, hh};
+      },
+      32, 32);
   EXPECT_EQ(dc.path, DecodePath::kFallback);
   EXPECT_EQ(dc.crop.width, w);
   EXPECT_EQ(dc.crop.height, h);
@@ -169,7 +183,13 @@ TEST(Decode, CmykJpegFallsBackToOpenCV) {
   auto ix = JpegIndex::build(jpg.data(), jpg.size());
   ASSERT_NE(ix, nullptr);
   int picks = 0;
-  DecodedCrop di = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { ++picks; return Box{8, 8, 40, 30}; }, 16, 16, ix.get());
+  DecodedCrop di = decodeCrop(
+      jpg.data(), jpg.size(),
+      [&](int, int) {
+    ++picks;
+    return Box{8, 8, 40, 30};
+      },
+      16, 16, ix.get());
   EXPECT_EQ(picks, 1);
   EXPECT_EQ(di.path, DecodePath::kFallback);
   EXPECT_EQ(di.crop.width, 40);
@@ -182,7 +202,12 @@ TEST(Decode, PngUnderJpegNameFallsBackExactly) {
   cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
   std::vector<uint8_t> png;
   cv::imencode(".png", bgr, png);
-  DecodedCrop dc = decodeCrop(png.data(), png.size(), [](int, int) { return Box{5, 6, 20, 10}; }, 8, 8);
+  DecodedCrop dc = decodeCrop(
+      png.data(), png.size(),
+      [](int, int) {
+    return Box{5, 6, 20, 10};
+      },
+      8, 8);
   EXPECT_EQ(dc.path, DecodePath::kFallback);
   EXPECT_EQ(maxAbsDiff(dc.crop, cropOf(pic, Box{5, 6, 20, 10})), 0);  // lossless
 }

@@ -35,7 +35,7 @@ TEST_F(TrainE2E, LearnsWellAboveChanceAndReports) {
   Config c = smallConfig();
   c.metrics_file = *dir_ / "metrics.jsonl";
   c.target_top1 = 100.1;  // not reachable: the run goes all 3 epochs
-    Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
   EXPECT_EQ(r.evals.size(), 3u);
   EXPECT_EQ(r.steps, 3 * (320 / 16));
   EXPECT_EQ(r.images_seen, 3 * 320);
@@ -92,8 +92,8 @@ TEST_F(TrainE2E, MixedPrecisionTracksFp32) {
     mean1 += losses[1][i] / 8;
   }
   EXPECT_NEAR(mean1, mean0, 0.08);
-  std::cout << "loss at step 1: fp32 " << losses[0][0] << ", amp bf16 " << losses[1][0]
-            << "; mean of 8 steps: fp32 " << mean0 << ", amp bf16 " << mean1 << "\n";
+  std::cout << "loss at step 1: fp32 " << losses[0][0] << ", amp bf16 " << losses[1][0] << "; mean of 8 steps: fp32 "
+            << mean0 << ", amp bf16 " << mean1 << "\n";
   EXPECT_NE(losses[0], losses[1]) << "autocast changed the arithmetic";
 }
 
@@ -101,7 +101,7 @@ TEST_F(TrainE2E, StopsAtTargetAndTimesIt) {
   Config c = smallConfig();
   c.target_top5 = 90;  // reached before the end
   c.eval_every = 10;
-    Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  Report r = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
   ASSERT_TRUE(r.target_reached);
   EXPECT_GE(r.evals.back().top5, 90);
   EXPECT_DOUBLE_EQ(r.time_to_target_s, r.evals.back().seconds);
@@ -114,7 +114,7 @@ TEST_F(TrainE2E, ResumeContinuesExactlyWhereItStopped) {
   Config straight = smallConfig();
   straight.epochs = 2;
   straight.stages = {Stage{0, 24, 16, 0.35}};
-    Report full = Trainer(straight, {}, localSync(), Trainer::Clock::now()).run();
+  Report full = Trainer(straight, {}, localSync(), Trainer::Clock::now()).run();
 
   Config first = straight;
   first.checkpoint_dir = ck.path();
@@ -141,12 +141,37 @@ std::pair<int, std::string> runTrain(const std::string& args) {
 TEST(Cli, HelpExplainsEveryFlag) {
   auto [rc, out] = runTrain("--help");
   EXPECT_EQ(rc, 0);
-  for (const char* f : {"--data", "--arch", "--batch-size", "--epochs", "--lr ", "--warmup-epochs",
-                        "--lr-schedule", "--momentum", "--nesterov", "--weight-decay", "--label-smoothing",
-                        "--image-size", "--resize-schedule", "--workers", "--seed", "--max-steps",
-                        "--target-top1", "--target-top5", "--eval-every", "--checkpoint-dir", "--resume",
-                        "--metrics-file", "--report-file", "--recipe", "--dawnbench-dir", "--make-sample",
-                        "--gpus", "--amp ", "--amp-dtype", "--channels-last", "--cudnn-benchmark"}) {
+  for (const char* f : {"--data",
+                        "--arch",
+                        "--batch-size",
+                        "--epochs",
+                        "--lr ",
+                        "--warmup-epochs",
+                        "--lr-schedule",
+                        "--momentum",
+                        "--nesterov",
+                        "--weight-decay",
+                        "--label-smoothing",
+                        "--image-size",
+                        "--resize-schedule",
+                        "--workers",
+                        "--seed",
+                        "--max-steps",
+                        "--target-top1",
+                        "--target-top5",
+                        "--eval-every",
+                        "--checkpoint-dir",
+                        "--resume",
+                        "--metrics-file",
+                        "--report-file",
+                        "--recipe",
+                        "--dawnbench-dir",
+                        "--make-sample",
+                        "--gpus",
+                        "--amp ",
+                        "--amp-dtype",
+                        "--channels-last",
+                        "--cudnn-benchmark"}) {
     EXPECT_NE(out.find(f), std::string::npos) << f;
   }
   // aiacc_bench: its own flags, none of the libraries' (Debian's LibTorch registers caffe2 ones).
@@ -154,8 +179,8 @@ TEST(Cli, HelpExplainsEveryFlag) {
   bench.replace(bench.rfind("aiacc_train"), std::string("aiacc_train").size(), "aiacc_bench");
   std::tie(rc, out) = runCommand(bench + " --help 2>&1");
   EXPECT_EQ(rc, 0);
-  for (const char* f : {"usage: aiacc_bench data", "--image-size", "--entropy-only", "--breakdown", "--bytes", "--max-nproc",
-                        "--hierarchical", "--ranks-per-node"}) {
+  for (const char* f : {"usage: aiacc_bench data", "--image-size", "--entropy-only", "--breakdown", "--bytes",
+                        "--max-nproc", "--hierarchical", "--ranks-per-node"}) {
     EXPECT_NE(out.find(f), std::string::npos) << f;
   }
   EXPECT_EQ(out.find("caffe2"), std::string::npos) << out.substr(0, 2000);
@@ -165,7 +190,8 @@ TEST(Cli, HelpExplainsEveryFlag) {
 TEST(Cli, BenchDataBreakdownTimesEachStage) {
   test::TempDir d;
   const std::string sample = d / "sample";
-  auto [rc, out] = runTrain("--make-sample " + sample + " --sample-classes 2 --sample-train-per-class 3 "
+  auto [rc, out] = runTrain("--make-sample " + sample +
+                            " --sample-classes 2 --sample-train-per-class 3 "
                             "--sample-val-per-class 1 --sample-min-side 100 --sample-max-side 140");
   ASSERT_EQ(rc, 0) << out;
   std::string bench = AIACC_TRAIN_BIN;
@@ -190,8 +216,8 @@ TEST(Cli, BadInputIsOneClearLine) {
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("--lr-schedule must be"), std::string::npos) << out;
   test::writeText(d / "broken.ckpt", "garbage");
-  std::tie(rc, out) = runTrain("--data synthetic --arch resnet18 --synthetic-classes 4 --resume " +
-                               d.path() + "/broken.ckpt");
+  std::tie(rc, out) = runTrain("--data synthetic --arch resnet18 --synthetic-classes 4 --resume " + d.path() +
+                               "/broken.ckpt");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("cannot read checkpoint"), std::string::npos) << out;
   std::tie(rc, out) = runTrain("--data synthetic --amp-dtype fp8");
@@ -259,13 +285,18 @@ TEST(Launcher, KilledWorkerEndsTheJobWithoutOrphans) {
   test::TempDir d;
   const std::string marker = d.path() + "/metrics.jsonl";
   const std::string script =
-      std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:29643 --data synthetic "
+      std::string(AIACC_TRAIN_BIN) +
+      " --nproc 2 --master 127.0.0.1:29643 --data synthetic "
       "--arch resnet18 --synthetic-classes 4 --synthetic-images 100000 --batch-size 4 --image-size 32 "
-      "--epochs 1 --warmup-epochs 0 --threads 1 --comm-timeout 20 --metrics-file " + marker +
-      " > " + d.path() + "/log 2>&1 & L=$!; "
-      "for i in $(seq 100); do [ -s " + marker + " ] && break; sleep 0.2; done; "
+      "--epochs 1 --warmup-epochs 0 --threads 1 --comm-timeout 20 --metrics-file " +
+      marker + " > " + d.path() +
+      "/log 2>&1 & L=$!; "
+      "for i in $(seq 100); do [ -s " +
+      marker +
+      " ] && break; sleep 0.2; done; "
       "C=$(pgrep -P $L | head -1); kill -9 $C; wait $L; echo rc=$?; sleep 1; "
-      "pgrep -f -- '" + marker + "' >/dev/null && echo orphans || echo clean; cat " + d.path() + "/log";
+      "pgrep -f -- '" +
+      marker + "' >/dev/null && echo orphans || echo clean; cat " + d.path() + "/log";
   test::writeText(d / "kill.sh", script + "\n");
   const std::string out = runCommand("bash " + d.path() + "/kill.sh").second;
   EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
@@ -288,8 +319,10 @@ TEST(NetLab, TwoNodesTrainAcrossRateLimitedLinks) {
     GTEST_SKIP() << "not root: the lab itself needs network namespaces";
   }
   // As nobody (the script arrives on stdin: its folder may not be readable by nobody).
-  auto [rc, out] = runCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " + env + "bash -s up --nodes 2 "
-                              "--bw 1gbit < " + script + " 2>&1");
+  auto [rc, out] = runCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " + env +
+                              "bash -s up --nodes 2 "
+                              "--bw 1gbit < " +
+                              script + " 2>&1");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("must run as root"), std::string::npos) << out;
   struct Down {  // whatever happens below, the lab goes

@@ -76,8 +76,8 @@ TEST(EmptyBatch, TrainerRankWithAnEmptyBatchTakesPart) {
       return std::make_unique<comm::DataParallel>(model, std::make_shared<comm::ShmTransport>(store, so), w, o);
     };
     app::Trainer t(c, w, make, app::Trainer::Clock::now());
-    std::unique_ptr<data::BatchSource> train =
-        std::make_unique<data::TensorBatches>(images, labels, r, 2, /*train=*/true, 4);
+    std::unique_ptr<data::BatchSource> train = std::make_unique<data::TensorBatches>(images, labels, r, 2,
+                                                                                     /*train=*/true, 4);
     if (r == 1) train = std::make_unique<EmptyAt>(std::move(train), 1);
     t.setData(std::move(train), std::make_unique<data::TensorBatches>(images, labels, r, 2, false, 4));
     reports[r] = t.run();

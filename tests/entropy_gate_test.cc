@@ -19,13 +19,13 @@
 namespace aiacc::data {
 namespace {
 
-using test::EncodeOptions;
 using test::encode;
+using test::EncodeOptions;
 using test::texture;
 
 DecodedCrop decodeBox(const std::vector<uint8_t>& jpg, const Box& box, int out, HuffmanDecoder huffman) {
-  return decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return box; }, out, out, nullptr, true, nullptr,
-                    huffman);
+  return decodeCrop(
+      jpg.data(), jpg.size(), [&](int, int) { return box; }, out, out, nullptr, true, nullptr, huffman);
 }
 
 bool startsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }

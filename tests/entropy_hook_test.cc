@@ -17,8 +17,8 @@
 namespace aiacc::data {
 namespace {
 
-using test::EncodeOptions;
 using test::encode;
+using test::EncodeOptions;
 using test::texture;
 
 // Decodes with our decoder on or off, restoring the switch afterwards.
@@ -28,7 +28,8 @@ DecodedCrop decodeWith(bool own, const std::vector<uint8_t>& jpg, const Box& box
   struct Restore {
     ~Restore() { EntropyHook::enable(true); }
   } restore;
-  return decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return box; }, out, out, ix, packed);
+  return decodeCrop(
+      jpg.data(), jpg.size(), [&](int, int) { return box; }, out, out, ix, packed);
 }
 
 // Random-resized crops of jpg at output sizes that select every DCT scale, packed and strided,
@@ -156,8 +157,8 @@ TEST(EntropyHook, IndexBuiltAlongADecodeIsJpegIndexBuilds) {
       IndexBuild build;
       build.max_rest_below = 1;  // never deferred
       const EntropyHook::Counts before = EntropyHook::counts();
-      const DecodedCrop got = decodeCrop(jpg.data(), jpg.size(), [&](int, int) { return box; }, S, S, nullptr,
-                                         i % 2 == 0, &build);
+      const DecodedCrop got = decodeCrop(
+          jpg.data(), jpg.size(), [&](int, int) { return box; }, S, S, nullptr, i % 2 == 0, &build);
       ASSERT_EQ(EntropyHook::counts().installed, before.installed + 1);  // built along, not walked apart
       const DecodedCrop want = decodeWith(false, jpg, box, S, nullptr, i % 2 == 0);
       EXPECT_TRUE(got.crop.pixels == want.crop.pixels);
@@ -187,18 +188,33 @@ TEST(EntropyHook, IndexBuiltAlongADecodeIsJpegIndexBuilds) {
 TEST(EntropyHook, IndexBuildIsDeferredWhenMostRowsLieBelowTheCrop) {
   const std::vector<uint8_t> jpg = encode(texture(320, 240, 4), EncodeOptions{});
   IndexBuild top;  // rows 0..59 of 240: 75% below
-  decodeCrop(jpg.data(), jpg.size(), [](int, int) { return Box{10, 0, 100, 60}; }, 32, 32, nullptr, true, &top);
+  decodeCrop(
+      jpg.data(), jpg.size(),
+      [](int, int) {
+    return Box{10, 0, 100, 60};
+      },
+      32, 32, nullptr, true, &top);
   EXPECT_TRUE(top.deferred);
   EXPECT_EQ(top.index, nullptr);
   IndexBuild low;  // rows 180..229: 4% below
-  decodeCrop(jpg.data(), jpg.size(), [](int, int) { return Box{10, 180, 100, 50}; }, 32, 32, nullptr, true, &low);
+  decodeCrop(
+      jpg.data(), jpg.size(),
+      [](int, int) {
+    return Box{10, 180, 100, 50};
+      },
+      32, 32, nullptr, true, &low);
   EXPECT_FALSE(low.deferred);
   ASSERT_NE(low.index, nullptr);
   IndexBuild progressive;  // not indexable: refused (not deferred) on a decode that would build
   EncodeOptions po;
   po.progressive = true;
   const std::vector<uint8_t> pj = encode(texture(320, 240, 4), po);
-  decodeCrop(pj.data(), pj.size(), [](int, int) { return Box{10, 180, 100, 50}; }, 32, 32, nullptr, true, &progressive);
+  decodeCrop(
+      pj.data(), pj.size(),
+      [](int, int) {
+    return Box{10, 180, 100, 50};
+      },
+      32, 32, nullptr, true, &progressive);
   EXPECT_FALSE(progressive.deferred);
   EXPECT_EQ(progressive.index, nullptr);
 }

@@ -48,32 +48,32 @@ Outcome train(FaultSpec fault, bool shm) {
   out.errors = test::runRanks(
       kWorld,
       [&](int r, std::shared_ptr<Transport> t) {
-        if (r == 1) {
-          std::lock_guard<std::mutex> lock(mu);
-          faulty = std::make_shared<FaultTransport>(t, fault);
-          t = faulty;
-        }
-        WorldInfo w;
-        w.rank = r;
-        w.world = kWorld;
-        auto net = deepNet();
-        DataParallelOptions o;
-        o.bucket_mb = 1.0 / 1024;
-        o.first_bucket_mb = 1.0 / 1024;
-        o.channels = 2;
-        try {
-          DataParallel dp(net, t, w, o);
-          auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(net.get());
-          for (int step = 0; step < kSteps; ++step) {
-            dp.beforeForward();
-            const at::Tensor x = at::randn({4, 64}, at::detail::createCPUGenerator(100 * step + r), at::kFloat);
-            seq->forward(x).pow(2).mean().backward();
-            dp.finishBackward();
-          }
-        } catch (const CommError&) {
-          failed_at[r] = Clock::now();
-          throw;
-        }
+    if (r == 1) {
+      std::lock_guard<std::mutex> lock(mu);
+      faulty = std::make_shared<FaultTransport>(t, fault);
+      t = faulty;
+    }
+    WorldInfo w;
+    w.rank = r;
+    w.world = kWorld;
+    auto net = deepNet();
+    DataParallelOptions o;
+    o.bucket_mb = 1.0 / 1024;
+    o.first_bucket_mb = 1.0 / 1024;
+    o.channels = 2;
+    try {
+      DataParallel dp(net, t, w, o);
+      auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(net.get());
+      for (int step = 0; step < kSteps; ++step) {
+        dp.beforeForward();
+        const at::Tensor x = at::randn({4, 64}, at::detail::createCPUGenerator(100 * step + r), at::kFloat);
+        seq->forward(x).pow(2).mean().backward();
+        dp.finishBackward();
+      }
+    } catch (const CommError&) {
+      failed_at[r] = Clock::now();
+      throw;
+    }
       },
       /*channels=*/2, kTimeout, /*ranks_per_node=*/0, shm);
   if (faulty) {
@@ -124,7 +124,8 @@ TEST_P(OneFaultyRank, EveryRankFailsWithinOneTimeout) {
     EXPECT_LT(o.seconds_after_fault[r], 2.0 + 5.0) << "rank " << r << ": " << o.errors[r];
   }
   EXPECT_NE(o.errors[1].find(c.kind == FaultSpec::Kind::kFail ? "injected failure of operation" : "stalled (injected)"),
-            std::string::npos) << o.errors[1];
+            std::string::npos)
+      << o.errors[1];
   EXPECT_LT(total, 20) << "one timeout per queued bucket would take ~" << per_step * 2 << " s";
 }
 

@@ -130,9 +130,9 @@ TEST(Gpu, BytesNormalizedOnTheDeviceMatchTheCpu) {
 
 torch::nn::Sequential convNet() {
   namespace nn = torch::nn;
-  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(3, 16, 3).padding(1).bias(false)), nn::BatchNorm2d(16),
-                        nn::ReLU(), nn::Conv2d(nn::Conv2dOptions(16, 32, 3).stride(2).padding(1)),
-                        nn::ReLU(), nn::AdaptiveAvgPool2d(1), nn::Flatten(), nn::Linear(32, 10));
+  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(3, 16, 3).padding(1).bias(false)), nn::BatchNorm2d(16), nn::ReLU(),
+                        nn::Conv2d(nn::Conv2dOptions(16, 32, 3).stride(2).padding(1)), nn::ReLU(),
+                        nn::AdaptiveAvgPool2d(1), nn::Flatten(), nn::Linear(32, 10));
 }
 
 // DataParallel over NCCL (world 1, several small buckets on two channels, backward on a side

@@ -81,10 +81,10 @@ TEST(TwoLevelOnDevice, EveryRankSubmitsInTheCallersOrder) {
   const std::vector<int64_t> sizes = {10007, 3, 4096, 1, 777};  // sharded and two-stage, interleaved
   const auto errors = test::runThreads(W, [&](int r) {
     const int node = r / R, local = r % R;
-    auto intra = std::make_shared<RecordingTransport>(shm(store, "intra" + std::to_string(node), local, R, 2),
-                                                      "intra", &logs[r], true);
-    auto inter = std::make_shared<RecordingTransport>(shm(store, "inter" + std::to_string(local), node, N, 1),
-                                                      "inter", &logs[r], true);
+    auto intra = std::make_shared<RecordingTransport>(shm(store, "intra" + std::to_string(node), local, R, 2), "intra",
+                                                      &logs[r], true);
+    auto inter = std::make_shared<RecordingTransport>(shm(store, "inter" + std::to_string(local), node, N, 1), "inter",
+                                                      &logs[r], true);
     HierarchicalTransport h(intra, inter, /*min_shard_bytes=*/64);
     ASSERT_TRUE(h.waitsOnDevice());
     std::vector<at::Tensor> ts;

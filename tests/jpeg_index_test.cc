@@ -9,8 +9,8 @@
 namespace aiacc::data {
 namespace {
 
-using test::EncodeOptions;
 using test::encode;
+using test::EncodeOptions;
 using test::texture;
 
 // Decodes random-resized crops of jpg with and without its index; they must agree exactly.
@@ -26,10 +26,10 @@ int expectSameCrops(const std::vector<uint8_t>& jpg, int cols_per_checkpoint, in
     Rng a = rng, b = rng;  // both pickers draw the same box
     rng.next();
     const CropParams p;
-    DecodedCrop want = decodeCrop(jpg.data(), jpg.size(),
-                                  [&](int w, int h) { return randomResizedCropBox(w, h, p, a); }, S, S);
-    DecodedCrop got = decodeCrop(jpg.data(), jpg.size(),
-                                 [&](int w, int h) { return randomResizedCropBox(w, h, p, b); }, S, S, ix.get());
+    DecodedCrop want = decodeCrop(
+        jpg.data(), jpg.size(), [&](int w, int h) { return randomResizedCropBox(w, h, p, a); }, S, S);
+    DecodedCrop got = decodeCrop(
+        jpg.data(), jpg.size(), [&](int w, int h) { return randomResizedCropBox(w, h, p, b); }, S, S, ix.get());
     indexed += got.path == DecodePath::kJpegIndex;
     EXPECT_EQ(got.box.x, want.box.x);
     EXPECT_EQ(got.box.y, want.box.y);
@@ -37,8 +37,8 @@ int expectSameCrops(const std::vector<uint8_t>& jpg, int cols_per_checkpoint, in
     EXPECT_EQ(got.crop.width, want.crop.width);
     EXPECT_EQ(got.crop.height, want.crop.height);
     EXPECT_TRUE(got.crop.pixels == want.crop.pixels)
-        << "crop " << i << " box " << want.box.x << "," << want.box.y << " " << want.box.w << "x"
-        << want.box.h << " scale " << want.scale_num << "/8";
+        << "crop " << i << " box " << want.box.x << "," << want.box.y << " " << want.box.w << "x" << want.box.h
+        << " scale " << want.scale_num << "/8";
     if (got.crop.pixels != want.crop.pixels) break;
   }
   return indexed;
@@ -70,7 +70,8 @@ TEST(JpegIndex, ExtractIsAStandaloneJpegOfTheRegion) {
   ASSERT_TRUE(ix->extract(jpg.data(), jpg.size(), 2, 6, 4, 13, piece));
   // The JPEG, then kTailPadding zeros.
   ASSERT_GT(piece.size(), JpegIndex::kTailPadding);
-  EXPECT_EQ(std::count(piece.end() - JpegIndex::kTailPadding, piece.end(), 0), static_cast<long>(JpegIndex::kTailPadding));
+  EXPECT_EQ(std::count(piece.end() - JpegIndex::kTailPadding, piece.end(), 0),
+            static_cast<long>(JpegIndex::kTailPadding));
   piece.resize(piece.size() - JpegIndex::kTailPadding);
   EXPECT_EQ(piece[piece.size() - 2], 0xFF);
   EXPECT_EQ(piece[piece.size() - 1], 0xD9);
@@ -130,7 +131,12 @@ TEST(JpegIndex, FilesItCannotIndexAreRefused) {
   EXPECT_TRUE(ix->matches(jpg.data(), jpg.size()));
   std::vector<uint8_t> other = encode(texture(160, 120, 10), {});
   EXPECT_FALSE(ix->matches(other.data(), other.size()));
-  DecodedCrop d = decodeCrop(other.data(), other.size(), [](int, int) { return Box{8, 8, 60, 50}; }, 32, 32, ix.get());
+  DecodedCrop d = decodeCrop(
+      other.data(), other.size(),
+      [](int, int) {
+    return Box{8, 8, 60, 50};
+      },
+      32, 32, ix.get());
   EXPECT_EQ(d.path, DecodePath::kJpegRegion);
 }
 

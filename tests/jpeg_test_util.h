@@ -18,7 +18,7 @@ namespace aiacc::data::test {
 struct EncodeOptions {
   int h0 = 2, v0 = 2;  // luma sampling factors (chroma 1x1): 2x2 is 4:2:0, 2x1 4:2:2, 1x1 4:4:4
   bool gray = false;
-  bool optimize = false;     // Huffman tables fitted to the image (may lack DC categories)
+  bool optimize = false;  // Huffman tables fitted to the image (may lack DC categories)
   bool progressive = false;
   int restart_rows = 0;
   int quality = 90;
@@ -86,12 +86,8 @@ struct Picture {
 // One picture per chroma sampling the decoders handle, grayscale, and a tiny one.
 inline std::vector<Picture> samplings() {
   return {
-      {"4:2:0", {2, 2}, 333, 250},
-      {"4:2:2", {2, 1}, 301, 217},
-      {"4:4:4", {1, 1}, 250, 203},
-      {"4:4:0", {1, 2}, 227, 260},
-      {"4:1:1-like 4x1", {4, 1}, 270, 140},
-      {"grayscale", {1, 1, true}, 241, 199},
+      {"4:2:0", {2, 2}, 333, 250}, {"4:2:2", {2, 1}, 301, 217},          {"4:4:4", {1, 1}, 250, 203},
+      {"4:4:0", {1, 2}, 227, 260}, {"4:1:1-like 4x1", {4, 1}, 270, 140}, {"grayscale", {1, 1, true}, 241, 199},
       {"tiny", {2, 2}, 19, 13},
   };
 }

@@ -36,10 +36,15 @@ TEST(LaunchEnv, NothingSetIsNoLauncher) {
 }
 
 TEST(LaunchEnv, AiaccWorkerVariables) {
-  const EnvMap env = {{"AIACC_RANK", "3"}, {"AIACC_WORLD_SIZE", "4"}, {"AIACC_LOCAL_RANK", "1"},
-                      {"AIACC_LOCAL_SIZE", "2"}, {"AIACC_MASTER", "10.0.0.1:29501"},
+  const EnvMap env = {{"AIACC_RANK", "3"},
+                      {"AIACC_WORLD_SIZE", "4"},
+                      {"AIACC_LOCAL_RANK", "1"},
+                      {"AIACC_LOCAL_SIZE", "2"},
+                      {"AIACC_MASTER", "10.0.0.1:29501"},
                       // what an outer launcher left: our own variables win
-                      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"PET_NNODES", "2"}};
+                      {"RANK", "0"},
+                      {"WORLD_SIZE", "1"},
+                      {"PET_NNODES", "2"}};
   const LaunchEnv e = detectLaunch(env);
   EXPECT_EQ(e.source, LaunchSource::kAiacc);
   LaunchFlags f;
@@ -56,12 +61,22 @@ TEST(LaunchEnv, AiaccWorkerVariables) {
 
 // What torch.distributed.run (1.13 and 2.x) puts in each worker's environment.
 EnvMap torchrunEnv(int rank, int local_rank) {
-  return {{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(local_rank)}, {"GROUP_RANK", "1"},
-          {"ROLE_RANK", std::to_string(rank)}, {"ROLE_NAME", "default"}, {"LOCAL_WORLD_SIZE", "2"},
-          {"WORLD_SIZE", "4"}, {"GROUP_WORLD_SIZE", "2"}, {"ROLE_WORLD_SIZE", "4"},
-          {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29400"}, {"TORCHELASTIC_RESTART_COUNT", "1"},
-          {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"},
-          {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"OMP_NUM_THREADS", "1"}};
+  return {{"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(local_rank)},
+          {"GROUP_RANK", "1"},
+          {"ROLE_RANK", std::to_string(rank)},
+          {"ROLE_NAME", "default"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"WORLD_SIZE", "4"},
+          {"GROUP_WORLD_SIZE", "2"},
+          {"ROLE_WORLD_SIZE", "4"},
+          {"MASTER_ADDR", "node0"},
+          {"MASTER_PORT", "29400"},
+          {"TORCHELASTIC_RESTART_COUNT", "1"},
+          {"TORCHELASTIC_MAX_RESTARTS", "3"},
+          {"TORCHELASTIC_RUN_ID", "job7"},
+          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+          {"OMP_NUM_THREADS", "1"}};
 }
 
 TEST(LaunchEnv, TorchrunWorkersConnectToTheAgentsStore) {
@@ -122,10 +137,16 @@ TEST(LaunchEnv, TorchrunConflictsNameBothSources) {
 // Kubeflow Trainer / PyTorchJob (elastic or nprocPerNode) and JobSet pods without torchrun: this
 // process is the node's launcher.
 TEST(LaunchEnv, KubeflowPetVariablesStartTheNodesWorkers) {
-  const EnvMap env = {{"PET_NNODES", "2"}, {"PET_NPROC_PER_NODE", "4"}, {"PET_NODE_RANK", "1"},
-                      {"PET_MASTER_ADDR", "train-node-0-0.train"}, {"PET_MASTER_PORT", "29500"},
+  const EnvMap env = {{"PET_NNODES", "2"},
+                      {"PET_NPROC_PER_NODE", "4"},
+                      {"PET_NODE_RANK", "1"},
+                      {"PET_MASTER_ADDR", "train-node-0-0.train"},
+                      {"PET_MASTER_PORT", "29500"},
                       // PyTorchJob also sets the pod-level variables
-                      {"MASTER_ADDR", "train-master-0"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "8"}, {"RANK", "1"}};
+                      {"MASTER_ADDR", "train-master-0"},
+                      {"MASTER_PORT", "23456"},
+                      {"WORLD_SIZE", "8"},
+                      {"RANK", "1"}};
   const LaunchEnv e = detectLaunch(env);
   EXPECT_EQ(e.source, LaunchSource::kKubeflow);
   EXPECT_FALSE(e.per_process);
@@ -152,21 +173,26 @@ TEST(LaunchEnv, KubeflowPetVariablesStartTheNodesWorkers) {
   const LaunchPlan a = planLaunch(detectLaunch(autos), f);
   EXPECT_EQ(a.spawn.nproc, 8);
   // A JobSet's Indexed Job: the node index from JOB_COMPLETION_INDEX.
-  const EnvMap jobset = {{"PET_NNODES", "3"}, {"PET_NPROC_PER_NODE", "1"}, {"JOB_COMPLETION_INDEX", "2"},
-                         {"PET_MASTER_ADDR", "js-workers-0-0.js"}, {"PET_MASTER_PORT", "29500"}};
+  const EnvMap jobset = {{"PET_NNODES", "3"},
+                         {"PET_NPROC_PER_NODE", "1"},
+                         {"JOB_COMPLETION_INDEX", "2"},
+                         {"PET_MASTER_ADDR", "js-workers-0-0.js"},
+                         {"PET_MASTER_PORT", "29500"}};
   const LaunchPlan j = planLaunch(detectLaunch(jobset), noFlags());
   EXPECT_EQ(j.role, Role::kSpawn);
   EXPECT_EQ(j.spawn.nproc, 1);
   EXPECT_EQ(j.spawn.node_rank, 2);
   EXPECT_EQ(j.spawn.nnodes, 3);
-  EXPECT_EQ(errorOf([&] { detectLaunch({{"PET_NNODES", "1:4"}, {"PET_NPROC_PER_NODE", "1"}}); }),
+  EXPECT_EQ(errorOf([&] {
+              detectLaunch({{"PET_NNODES", "1:4"}, {"PET_NPROC_PER_NODE", "1"}});
+            }),
             "PET_NNODES=1:4 is an elastic range: aiacc needs a fixed node count (min = max)");
 }
 
 // A PyTorchJob with one process per pod, or a JobSet that sets the variables itself.
 TEST(LaunchEnv, RankAndWorldSizeWithoutTorchrun) {
-  const EnvMap env = {{"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "3"},
-                      {"RANK", "2"}, {"PET_NPROC_PER_NODE", "1"}, {"PET_NNODES", "3"}, {"PET_NODE_RANK", "2"}};
+  const EnvMap env = {{"MASTER_ADDR", "job-master-0"}, {"MASTER_PORT", "23456"}, {"WORLD_SIZE", "3"},   {"RANK", "2"},
+                      {"PET_NPROC_PER_NODE", "1"},     {"PET_NNODES", "3"},      {"PET_NODE_RANK", "2"}};
   const LaunchEnv e = detectLaunch(env);
   EXPECT_EQ(e.source, LaunchSource::kEnv);
   const LaunchPlan p = planLaunch(e, noFlags());
@@ -180,9 +206,9 @@ TEST(LaunchEnv, RankAndWorldSizeWithoutTorchrun) {
 }
 
 TEST(LaunchEnv, OpenMpi) {
-  const EnvMap env = {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+  const EnvMap env = {{"OMPI_COMM_WORLD_RANK", "5"},       {"OMPI_COMM_WORLD_SIZE", "8"},
                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
-                      {"OMPI_COMM_WORLD_NODE_RANK", "1"}, {"OMPI_UNIVERSE_SIZE", "8"}};
+                      {"OMPI_COMM_WORLD_NODE_RANK", "1"},  {"OMPI_UNIVERSE_SIZE", "8"}};
   const LaunchEnv e = detectLaunch(env);
   EXPECT_EQ(e.source, LaunchSource::kOpenMpi);
   EXPECT_EQ(e.nnodes, 2);
@@ -204,14 +230,16 @@ TEST(LaunchEnv, OpenMpi) {
   exported["MASTER_PORT"] = "29333";
   EXPECT_EQ(planLaunch(detectLaunch(exported), noFlags()).store.master, "10.0.0.9:29333");
   // One node: the default master (loopback) is right.
-  const EnvMap one = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  const EnvMap one = {{"OMPI_COMM_WORLD_RANK", "1"},
+                      {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
   EXPECT_EQ(planLaunch(detectLaunch(one), noFlags()).store.master, "127.0.0.1:29500");
 }
 
 TEST(LaunchEnv, MpichPmi) {
-  const EnvMap env = {{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"},
-                      {"PMI_FD", "5"}, {"MASTER_ADDR", "n1"}};
+  const EnvMap env = {{"PMI_RANK", "2"},        {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"},
+                      {"MPI_LOCALNRANKS", "2"}, {"PMI_FD", "5"},   {"MASTER_ADDR", "n1"}};
   const LaunchEnv e = detectLaunch(env);
   EXPECT_EQ(e.source, LaunchSource::kMpich);
   const LaunchPlan p = planLaunch(e, noFlags());
@@ -228,11 +256,18 @@ TEST(LaunchEnv, MpichPmi) {
 
 // What horovodrun --gloo (horovod/runner/gloo_run.py) sets for each slot.
 TEST(LaunchEnv, HorovodGloo) {
-  const EnvMap env = {{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"}, {"HOROVOD_GLOO_RENDEZVOUS_PORT", "41234"},
-                      {"HOROVOD_CONTROLLER", "gloo"}, {"HOROVOD_CPU_OPERATIONS", "gloo"},
-                      {"HOROVOD_GLOO_IFACE", "eth0"}, {"HOROVOD_HOSTNAME", "host2"}, {"HOROVOD_RANK", "3"},
-                      {"HOROVOD_SIZE", "4"}, {"HOROVOD_LOCAL_RANK", "1"}, {"HOROVOD_LOCAL_SIZE", "2"},
-                      {"HOROVOD_CROSS_RANK", "1"}, {"HOROVOD_CROSS_SIZE", "2"}};
+  const EnvMap env = {{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"},
+                      {"HOROVOD_GLOO_RENDEZVOUS_PORT", "41234"},
+                      {"HOROVOD_CONTROLLER", "gloo"},
+                      {"HOROVOD_CPU_OPERATIONS", "gloo"},
+                      {"HOROVOD_GLOO_IFACE", "eth0"},
+                      {"HOROVOD_HOSTNAME", "host2"},
+                      {"HOROVOD_RANK", "3"},
+                      {"HOROVOD_SIZE", "4"},
+                      {"HOROVOD_LOCAL_RANK", "1"},
+                      {"HOROVOD_LOCAL_SIZE", "2"},
+                      {"HOROVOD_CROSS_RANK", "1"},
+                      {"HOROVOD_CROSS_SIZE", "2"}};
   const LaunchEnv e = detectLaunch(env);
   EXPECT_EQ(e.source, LaunchSource::kHorovod);
   EXPECT_EQ(e.node_rank, 1);
@@ -268,11 +303,20 @@ TEST(LaunchEnv, SlurmTasksPerNodeAndNodeLists) {
 
 // An srun step: 7 tasks over 4 nodes laid out 2,2,2,1; this task is the second on node 2.
 EnvMap slurmStep() {
-  return {{"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"},
-          {"SLURM_NODEID", "2"}, {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_STEP_NUM_NODES", "4"},
-          {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_STEP_NODELIST", "gpu[07-09],gpu12"},
-          {"SLURM_JOB_NODELIST", "gpu[07-09,12-13]"}, {"SLURM_NTASKS", "10"}, {"SLURM_TASKS_PER_NODE", "2(x5)"},
-          {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_NNODES", "5"}};
+  return {{"SLURM_JOB_ID", "4242"},
+          {"SLURM_STEP_ID", "0"},
+          {"SLURM_PROCID", "5"},
+          {"SLURM_LOCALID", "1"},
+          {"SLURM_NODEID", "2"},
+          {"SLURM_STEP_NUM_TASKS", "7"},
+          {"SLURM_STEP_NUM_NODES", "4"},
+          {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"},
+          {"SLURM_STEP_NODELIST", "gpu[07-09],gpu12"},
+          {"SLURM_JOB_NODELIST", "gpu[07-09,12-13]"},
+          {"SLURM_NTASKS", "10"},
+          {"SLURM_TASKS_PER_NODE", "2(x5)"},
+          {"SLURM_NTASKS_PER_NODE", "2"},
+          {"SLURM_NNODES", "5"}};
 }
 
 TEST(LaunchEnv, SlurmJobStep) {
@@ -305,9 +349,9 @@ TEST(LaunchEnv, SlurmJobStep) {
 
 // Inside sbatch's script (no srun): the batch step is not a launcher, --gpus/--nproc launch.
 TEST(LaunchEnv, SlurmBatchScriptIsNotALauncher) {
-  EnvMap batch = {{"SLURM_JOB_ID", "4242"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
-                  {"SLURM_NODEID", "0"}, {"SLURM_TASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "node01"},
-                  {"SLURM_NTASKS_PER_NODE", "4"}};
+  EnvMap batch = {{"SLURM_JOB_ID", "4242"},         {"SLURM_PROCID", "0"},         {"SLURM_NTASKS", "4"},
+                  {"SLURM_LOCALID", "0"},           {"SLURM_NODEID", "0"},         {"SLURM_TASKS_PER_NODE", "4"},
+                  {"SLURM_JOB_NODELIST", "node01"}, {"SLURM_NTASKS_PER_NODE", "4"}};
   EXPECT_EQ(detectLaunch(batch).source, LaunchSource::kNone);
   for (const char* id : {"4294967291", "4294967292", "4294967294", "4294967295", "batch", "extern"}) {
     batch["SLURM_STEP_ID"] = id;
@@ -323,9 +367,15 @@ TEST(LaunchEnv, SlurmBatchScriptIsNotALauncher) {
 
 // srun --ntasks-per-node=1 aiacc_train --gpus 8: each task starts its node's 8 workers.
 TEST(LaunchEnv, SlurmOneTaskPerNodeStartsTheNodesWorkers) {
-  const EnvMap env = {{"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "1"}, {"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "0"},
-                      {"SLURM_NODEID", "1"}, {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_NUM_NODES", "2"},
-                      {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_STEP_NODELIST", "a[1-2]"}};
+  const EnvMap env = {{"SLURM_JOB_ID", "7"},
+                      {"SLURM_STEP_ID", "1"},
+                      {"SLURM_PROCID", "1"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_NODEID", "1"},
+                      {"SLURM_STEP_NUM_TASKS", "2"},
+                      {"SLURM_STEP_NUM_NODES", "2"},
+                      {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+                      {"SLURM_STEP_NODELIST", "a[1-2]"}};
   LaunchFlags f;
   f.gpus = 8;
   f.values.nproc = 8;

@@ -24,7 +24,8 @@ using test::freePort;
 // A short CPU job: 2 ranks x 8 images x `steps` steps.
 std::string smallJob(int steps) {
   return " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 128 --batch-size 8 "
-         "--image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --max-steps " + std::to_string(steps);
+         "--image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --max-steps " +
+         std::to_string(steps);
 }
 
 // A job that runs until stopped.
@@ -47,8 +48,8 @@ const char* kWorkersGone =
     "[ -n \"$s\" ] && [ \"$s\" != Z ] && echo left:$w; done; ";
 
 bool haveTorchrun() {
-  return run(std::string(AIACC_GOLDEN_PYTHON) + " -c 'import torch.distributed.run' >/dev/null 2>&1 && echo yes").second ==
-         "yes\n";
+  return run(std::string(AIACC_GOLDEN_PYTHON) + " -c 'import torch.distributed.run' >/dev/null 2>&1 && echo yes")
+             .second == "yes\n";
 }
 
 // torchrun --no_python: the agent hosts the TCPStore at MASTER_ADDR:MASTER_PORT; the two ranks
@@ -57,10 +58,11 @@ TEST(Torchrun, TwoRanksTrainOneJobAtTheAgentsStore) {
   if (!haveTorchrun()) GTEST_SKIP() << "no torch.distributed.run in " << AIACC_GOLDEN_PYTHON;
   test::TempDir d;
   // Debian's torch 1.13 under Python 3.11 fails on -r 0 / -t 0 (its defaults): pass 1 and a log dir.
-  const std::string cmd = "cd " + d.path() + " && " + AIACC_GOLDEN_PYTHON + " -m torch.distributed.run --no_python --nnodes 1 "
-                          "--nproc_per_node 2 -r 1 -t 1 --log_dir " + d.path() + "/tr --master_port " +
-                          std::to_string(freePort()) + " " + AIACC_TRAIN_BIN + smallJob(4) +
-                          " --report-file " + d.path() + "/r.json 2>&1";
+  const std::string cmd = "cd " + d.path() + " && " + AIACC_GOLDEN_PYTHON +
+                          " -m torch.distributed.run --no_python --nnodes 1 "
+                          "--nproc_per_node 2 -r 1 -t 1 --log_dir " +
+                          d.path() + "/tr --master_port " + std::to_string(freePort()) + " " + AIACC_TRAIN_BIN +
+                          smallJob(4) + " --report-file " + d.path() + "/r.json 2>&1";
   auto [rc, out] = run(cmd);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("launched by torchrun: 2 ranks, 2 per node"), std::string::npos) << out;
@@ -79,28 +81,32 @@ TEST(Torchrun, TwoRanksTrainOneJobAtTheAgentsStore) {
 // Each launcher's variables, as it would set them for rank R of 2 on one host (P: the port).
 struct LauncherVars {
   const char* name;
-  const char* vars;   // R and P are replaced
-  const char* flags;  // extra aiacc_train flags
-  const char* said;   // rank 0's log line ("" when its workers are aiacc's own)
-  bool apart = false; // the variables put the ranks on different hosts (no shared memory)
+  const char* vars;    // R and P are replaced
+  const char* flags;   // extra aiacc_train flags
+  const char* said;    // rank 0's log line ("" when its workers are aiacc's own)
+  bool apart = false;  // the variables put the ranks on different hosts (no shared memory)
 };
 const LauncherVars kLaunchers[] = {
     {"PyTorchJob", "RANK=R WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P", "",
      "launched by the environment (PyTorchJob/JobSet): 2 ranks", true},
-    {"OpenMpi", "OMPI_COMM_WORLD_RANK=R OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=R "
-     "OMPI_COMM_WORLD_LOCAL_SIZE=2", "--master 127.0.0.1:P", "launched by Open MPI: 2 ranks, 2 per node"},
+    {"OpenMpi",
+     "OMPI_COMM_WORLD_RANK=R OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=R "
+     "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+     "--master 127.0.0.1:P", "launched by Open MPI: 2 ranks, 2 per node"},
     {"Mpich", "PMI_RANK=R PMI_SIZE=2 MPI_LOCALRANKID=R MPI_LOCALNRANKS=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=P", "",
      "launched by MPICH/PMI: 2 ranks, 2 per node"},
-    {"Horovod", "HOROVOD_RANK=R HOROVOD_SIZE=2 HOROVOD_LOCAL_RANK=R HOROVOD_LOCAL_SIZE=2 HOROVOD_CROSS_RANK=0 "
+    {"Horovod",
+     "HOROVOD_RANK=R HOROVOD_SIZE=2 HOROVOD_LOCAL_RANK=R HOROVOD_LOCAL_SIZE=2 HOROVOD_CROSS_RANK=0 "
      "HOROVOD_CROSS_SIZE=1 HOROVOD_GLOO_RENDEZVOUS_ADDR=127.0.0.1 HOROVOD_GLOO_RENDEZVOUS_PORT=1 "
-     "HOROVOD_CONTROLLER=gloo HOROVOD_CPU_OPERATIONS=gloo", "--master 127.0.0.1:P",
-     "launched by horovodrun: 2 ranks, 2 per node"},
-    {"SlurmStep", "SLURM_JOB_ID=1 SLURM_STEP_ID=0 SLURM_PROCID=R SLURM_LOCALID=R SLURM_NODEID=0 SLURM_STEP_NUM_TASKS=2 "
-     "SLURM_STEP_NUM_NODES=1 SLURM_STEP_TASKS_PER_NODE=2 SLURM_STEP_NODELIST=localhost MASTER_PORT=P", "",
-     "launched by the Slurm job step: 2 ranks, 2 per node, store at localhost:"},
+     "HOROVOD_CONTROLLER=gloo HOROVOD_CPU_OPERATIONS=gloo",
+     "--master 127.0.0.1:P", "launched by horovodrun: 2 ranks, 2 per node"},
+    {"SlurmStep",
+     "SLURM_JOB_ID=1 SLURM_STEP_ID=0 SLURM_PROCID=R SLURM_LOCALID=R SLURM_NODEID=0 SLURM_STEP_NUM_TASKS=2 "
+     "SLURM_STEP_NUM_NODES=1 SLURM_STEP_TASKS_PER_NODE=2 SLURM_STEP_NODELIST=localhost MASTER_PORT=P",
+     "", "launched by the Slurm job step: 2 ranks, 2 per node, store at localhost:"},
     // Kubeflow's PET_* on two "pods": each process starts its node's one worker.
-    {"KubeflowPet", "PET_NNODES=2 PET_NODE_RANK=R PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=127.0.0.1 PET_MASTER_PORT=P",
-     "", "", true},
+    {"KubeflowPet", "PET_NNODES=2 PET_NODE_RANK=R PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=127.0.0.1 PET_MASTER_PORT=P", "",
+     "", true},
 };
 
 void PrintTo(const LauncherVars& l, std::ostream* os) { *os << l.name; }
@@ -133,8 +139,8 @@ TEST_P(UnderLauncher, TwoProcessesTrainOneJob) {
            substitute(l.flags, rank, port) + " --report-file " + d.path() + "/r" + std::to_string(rank) + ".json";
   };
   auto [rc, out] = run("(" + command(1) + " > " + d.path() + "/log1 2>&1; echo $? > " + d.path() + "/rc1) & " +
-                       command(0) + " 2>&1; echo rc0=$?; wait; echo rc1=$(cat " + d.path() + "/rc1); cat " +
-                       d.path() + "/log1");
+                       command(0) + " 2>&1; echo rc0=$?; wait; echo rc1=$(cat " + d.path() + "/rc1); cat " + d.path() +
+                       "/log1");
 #ifndef AIACC_WITH_GLOO
   if (l.apart) {  // CPU ranks on two hosts need Gloo: refused, saying so, on both
     EXPECT_EQ(out.find("rc0=0"), std::string::npos) << out;
@@ -167,7 +173,9 @@ TEST(Torchrun, ConflictingFlagIsOneLine) {
                        std::string(AIACC_TRAIN_BIN) + " --nproc 3" + smallJob(1) + " 2>&1");
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("aiacc_train: error: LOCAL_WORLD_SIZE=2 from torchrun conflicts with --nproc 3: drop --nproc "
-                     "under a launcher\n"), std::string::npos) << out;
+                     "under a launcher\n"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
@@ -193,15 +201,16 @@ TEST(Launcher, OutputPrefixedByRankOrFiledPerRank) {
 TEST(Launcher, SigkilledLauncherLeavesNoWorker) {
   test::TempDir d;
   const std::string metrics = d / "m.jsonl";
-  const std::string script = std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" +
-                             std::to_string(freePort()) + longJob() + " --metrics-file " + metrics + " > " +
-                             d.path() + "/log 2>&1 & L=$!; " + waitForFile(metrics) +
-                             "W=$(pgrep -P $L | tr '\\n' ' '); echo workers=$W; kill -9 $L; " + kWorkersGone +
-                             "cat " + d.path() + "/log";
+  const std::string script = std::string(AIACC_TRAIN_BIN) +
+                             " --nproc 2 --master 127.0.0.1:" + std::to_string(freePort()) + longJob() +
+                             " --metrics-file " + metrics + " > " + d.path() + "/log 2>&1 & L=$!; " +
+                             waitForFile(metrics) + "W=$(pgrep -P $L | tr '\\n' ' '); echo workers=$W; kill -9 $L; " +
+                             kWorkersGone + "cat " + d.path() + "/log";
   test::writeText(d / "kill.sh", script + "\n");
   const std::string out = run("bash " + d.path() + "/kill.sh").second;
-  ASSERT_NE(out.find("workers=") , std::string::npos) << out;
-  const std::string line = out.substr(out.find("workers="), out.find('\n', out.find("workers=")) - out.find("workers="));
+  ASSERT_NE(out.find("workers="), std::string::npos) << out;
+  const std::string line = out.substr(out.find("workers="),
+                                      out.find('\n', out.find("workers=")) - out.find("workers="));
   EXPECT_GE(std::count(line.begin(), line.end(), ' '), 1) << "two workers were running: " << line << "\n" << out;
   EXPECT_EQ(out.find("left:"), std::string::npos) << out;
 }
@@ -211,11 +220,13 @@ TEST(Launcher, SigkilledLauncherLeavesNoWorker) {
 TEST(Launcher, SigtermIsForwardedAndEndsTheJob) {
   test::TempDir d;
   const std::string metrics = d / "m.jsonl";
-  const std::string script = std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" +
-                             std::to_string(freePort()) + longJob() + " --metrics-file " + metrics + " > " +
-                             d.path() + "/log 2>&1 & L=$!; " + waitForFile(metrics) +
+  const std::string script = std::string(AIACC_TRAIN_BIN) +
+                             " --nproc 2 --master 127.0.0.1:" + std::to_string(freePort()) + longJob() +
+                             " --metrics-file " + metrics + " > " + d.path() + "/log 2>&1 & L=$!; " +
+                             waitForFile(metrics) +
                              "W=$(pgrep -P $L | tr '\\n' ' '); echo workers=$W; kill -TERM $L; wait $L; "
-                             "echo rc=$?; " + kWorkersGone + "cat " + d.path() + "/log";
+                             "echo rc=$?; " +
+                             kWorkersGone + "cat " + d.path() + "/log";
   test::writeText(d / "term.sh", script + "\n");
   const std::string out = run("bash " + d.path() + "/term.sh").second;
   EXPECT_NE(out.find("rc=143"), std::string::npos) << out;
@@ -234,11 +245,11 @@ TEST(Launcher, ProcessOfAnotherJobIsRefusedAndTheJobGoesOn) {
   const std::string job = " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 2400 "
                           "--batch-size 8 --image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --max-steps 60";
   const std::string script =
-      std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" + port + job + " --metrics-file " +
-      metrics + " --report-file " + d.path() + "/r.json > " + d.path() + "/log 2>&1 & L=$!; " + waitForFile(metrics) +
+      std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" + port + job + " --metrics-file " + metrics +
+      " --report-file " + d.path() + "/r.json > " + d.path() + "/log 2>&1 & L=$!; " + waitForFile(metrics) +
       "env AIACC_RANK=1 AIACC_WORLD_SIZE=2 AIACC_LOCAL_RANK=1 AIACC_LOCAL_SIZE=2 AIACC_MASTER=127.0.0.1:" + port +
-      " AIACC_JOB_ID=intruder " +
-      AIACC_TRAIN_BIN + job + " 2>&1; echo intruder=$?; wait $L; echo rc=$?; cat " + d.path() + "/log";
+      " AIACC_JOB_ID=intruder " + AIACC_TRAIN_BIN + job + " 2>&1; echo intruder=$?; wait $L; echo rc=$?; cat " +
+      d.path() + "/log";
   test::writeText(d / "other.sh", script + "\n");
   const std::string out = run("bash " + d.path() + "/other.sh").second;
   EXPECT_NE(out.find("belongs to another job ('aiacc-"), std::string::npos) << out;
@@ -264,11 +275,11 @@ TEST(DeadRank, OthersExitWithinTheTimeout) {
            (r == 0 ? " --metrics-file " + metrics : std::string()) + " > " + d.path() + "/log" + std::to_string(r) +
            " 2>&1 & P" + std::to_string(r) + "=$!; ";
   };
-  const std::string script = rank(0) + rank(1) + rank(2) +
-                             "for i in $(seq 300); do [ -s " + metrics + " ] && break; sleep 0.2; done; "
+  const std::string script = rank(0) + rank(1) + rank(2) + "for i in $(seq 300); do [ -s " + metrics +
+                             " ] && break; sleep 0.2; done; "
                              "kill -KILL $P2; s=$(date +%s%N); wait $P0; echo rc0=$?; wait $P1; echo rc1=$?; "
-                             "echo took_ms=$(( ($(date +%s%N) - s) / 1000000 )); cat " + d.path() + "/log0 " +
-                             d.path() + "/log1";
+                             "echo took_ms=$(( ($(date +%s%N) - s) / 1000000 )); cat " +
+                             d.path() + "/log0 " + d.path() + "/log1";
   test::writeText(d / "dead.sh", script + "\n");
   const std::string out = test::runShell("bash " + d.path() + "/dead.sh").second;
   EXPECT_NE(out.find("rc0=1"), std::string::npos) << out;

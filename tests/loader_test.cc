@@ -86,8 +86,7 @@ TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
   EXPECT_EQ(total, 20);
   // Another epoch shuffles differently.
   auto c = epochOf(one, EpochSpec{2, 32, 5, 0.3});
-  EXPECT_FALSE(a[0].labels.equal(c[0].labels) && a[1].labels.equal(c[1].labels) &&
-               a[0].images.equal(c[0].images));
+  EXPECT_FALSE(a[0].labels.equal(c[0].labels) && a[1].labels.equal(c[1].labels) && a[0].images.equal(c[0].images));
 }
 
 // LoaderOptions::huffman picks the Huffman decoder for this loader alone (no process-wide
@@ -242,7 +241,8 @@ TEST_F(LoaderTest, BadFilesAreSkippedAndCounted) {
   test::writeText(cls + "/zero.JPEG", "");
   test::writeText(cls + "/text.JPEG", "plain text, not an image");
   const std::vector<uint8_t> good = readFile(cls + "/train_00000.JPEG");
-  test::writeFile(cls + "/trunc.JPEG", std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2)));
+  test::writeFile(cls + "/trunc.JPEG",
+                  std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2)));
   ImageNetLayout l = scanImageNet(d / "ds");
   ASSERT_EQ(l.train.samples.size(), 11u);
   auto skips = std::make_shared<SkipLog>();
@@ -292,7 +292,8 @@ TEST(TensorBatches, RanksSplitEachGlobalBatchAndCountTheirRows) {
       int64_t rows = 0;
       while (auto b = src.next()) {
         per_rank[static_cast<size_t>(r)].emplace_back();
-        for (int64_t i = 0; i < b->labels.numel(); ++i) per_rank[static_cast<size_t>(r)].back().push_back(b->labels[i].item<int64_t>());
+        for (int64_t i = 0; i < b->labels.numel(); ++i)
+          per_rank[static_cast<size_t>(r)].back().push_back(b->labels[i].item<int64_t>());
         rows += b->labels.numel();
       }
       // As ImageLoader's: training counts the shard (whole batches of it are served), evaluation

@@ -51,8 +51,7 @@ inline std::string readText(const std::string& path) {
 }
 
 // The numbers under `key` in the --metrics-file lines of the given type ("step" or "eval").
-inline std::vector<double> metricValues(const std::string& path, const std::string& type,
-                                        const std::string& key) {
+inline std::vector<double> metricValues(const std::string& path, const std::string& type, const std::string& key) {
   std::vector<double> out;
   std::ifstream f(path);
   std::string line;

@@ -30,8 +30,8 @@ std::map<std::string, at::Tensor> byName(const NamedTensors& t) { return {t.begi
 // Runs scripts/golden_train.py for `world` ranks into dir; false (with the reason) when
 // python3-torchvision is absent.
 bool makeGolden(const test::TempDir& dir, int world, std::string* why) {
-  const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() + "/scripts/golden_train.py " + dir.path() + " " +
-                          std::to_string(world) + " 2> " + (dir / "err.txt");
+  const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() + "/scripts/golden_train.py " +
+                          dir.path() + " " + std::to_string(world) + " 2> " + (dir / "err.txt");
   const int rc = std::system(cmd.c_str());
   if (WEXITSTATUS(rc) == 3) {
     *why = test::readText(dir / "err.txt");
@@ -137,7 +137,7 @@ TEST(TrainGolden, TwoRanksWithDataParallelTakePyTorchDdpsSteps) {
     w.local_rank = rank;
     w.local_size = 2;
     SyncFactory make = [&, w](std::shared_ptr<torch::nn::Module> model,
-                               const comm::Settings& job) -> std::unique_ptr<comm::GradientSync> {
+                              const comm::Settings& job) -> std::unique_ptr<comm::GradientSync> {
       comm::agreeAcrossRanks(*store, w, job, std::chrono::seconds(60));  // as aiacc_train does
 #ifdef AIACC_WITH_GLOO
       auto transport = std::make_shared<comm::GlooTransport>(store, comm::test::glooOptions(w.rank, 2, 1));

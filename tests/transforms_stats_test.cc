@@ -63,9 +63,9 @@ void addBox(BoxFeatures& f, const Box& b, int w, int h) {
 class TransformStats : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() + "/scripts/golden_transforms.py " + dir_.path() +
-                            " " + std::to_string(kSize) + " " + std::to_string(kMinScale) + " " +
-                            std::to_string(kSamples) + " 2> " + (dir_ / "err.txt");
+    const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() +
+                            "/scripts/golden_transforms.py " + dir_.path() + " " + std::to_string(kSize) + " " +
+                            std::to_string(kMinScale) + " " + std::to_string(kSamples) + " 2> " + (dir_ / "err.txt");
     const int rc = std::system(cmd.c_str());
     if (WEXITSTATUS(rc) == 3) GTEST_SKIP() << "golden test skipped: " << test::readText(dir_ / "err.txt");
     ASSERT_EQ(rc, 0) << "golden_transforms.py failed: " << test::readText(dir_ / "err.txt");
@@ -97,8 +97,9 @@ TEST_F(TransformStats, RandomResizedCropBoxesDistributeAsTorchvisions) {
       // As the loader draws them: a stream per (seed, epoch, sample), its first numbers.
       Rng rng(mixSeed(4, static_cast<uint64_t>(i % 7), static_cast<uint64_t>(i / 7)));
       addBox(ours, randomResizedCropBox(w, h, p, rng), w, h);
-      addBox(theirs, Box{static_cast<int>(acc[i][0]), static_cast<int>(acc[i][1]), static_cast<int>(acc[i][2]),
-                         static_cast<int>(acc[i][3])},
+      addBox(theirs,
+             Box{static_cast<int>(acc[i][0]), static_cast<int>(acc[i][1]), static_cast<int>(acc[i][2]),
+                 static_cast<int>(acc[i][3])},
              w, h);
     }
     const double crit = ksCritical(ours.area.size(), theirs.area.size());
@@ -172,7 +173,8 @@ TEST_F(TransformStats, TrainCropOfAGivenBoxEqualsTorchvisionsWithinInterpolation
                     static_cast<int>(boxes[i][2].item<int64_t>()), static_cast<int>(boxes[i][3].item<int64_t>())};
       for (const bool dct : {false, true}) {  // ResizeMode::kTorchvision, then kTorchvisionDct
         const int decode_for = dct ? kSize : kFullResolution;
-        const DecodedCrop dc = decodeCrop(file.data(), file.size(), [&](int, int) { return box; }, decode_for, decode_for);
+        const DecodedCrop dc = decodeCrop(
+            file.data(), file.size(), [&](int, int) { return box; }, decode_for, decode_for);
         at::Tensor out = at::empty({3, kSize, kSize});
         resizeNormalize(dc.crop, kSize, /*flip=*/false, Layout::kNCHW, out.data_ptr<float>());
         const auto [mean, max] = levelDiff(out, want[i]);
@@ -182,9 +184,9 @@ TEST_F(TransformStats, TrainCropOfAGivenBoxEqualsTorchvisionsWithinInterpolation
         // upsampling at the crop's edges (libjpeg-turbo's region decode). DCT-scaled: the reduced
         // decode is a low-pass of its own (at 1/8 an 8x8 box), so fine texture differs by several
         // levels (this photo's 2 px lines: 5-11 levels on average); only gross errors fail here.
-        EXPECT_LT(mean, dct ? 16.0 : 0.5) << name << (dct ? " (dct)" : "") << " box " << box.x << "," << box.y << " "
-                                         << box.w << "x" << box.h << " (DCT scale " << dc.scale_num
-                                         << "/8): mean |aiacc - torchvision| " << mean << " levels, max " << max;
+        EXPECT_LT(mean, dct ? 16.0 : 0.5)
+            << name << (dct ? " (dct)" : "") << " box " << box.x << "," << box.y << " " << box.w << "x" << box.h
+            << " (DCT scale " << dc.scale_num << "/8): mean |aiacc - torchvision| " << mean << " levels, max " << max;
       }
     }
     std::cout << name << ": train crops differ from torchvision's by " << sum / boxes.size(0) << " levels on average ("

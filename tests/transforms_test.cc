@@ -192,8 +192,9 @@ TEST(Resample, SimdEqualsScalar) {
     for (auto& p : src.pixels) p = static_cast<uint8_t>(rng.next());
     const int out_w = static_cast<int>(rng.randint(1, 240)), out_h = static_cast<int>(rng.randint(1, 240));
     SampleWindow w{0, 0, static_cast<double>(src.width), static_cast<double>(src.height)};
-    if (t % 2) w = {rng.uniform(0, src.width / 3.0), rng.uniform(0, src.height / 3.0),
-                    rng.uniform(src.width / 2.0, src.width), rng.uniform(src.height / 2.0, src.height)};
+    if (t % 2)
+      w = {rng.uniform(0, src.width / 3.0), rng.uniform(0, src.height / 3.0), rng.uniform(src.width / 2.0, src.width),
+           rng.uniform(src.height / 2.0, src.height)};
     const bool flip = t % 3 == 0;
     std::vector<uint8_t> a(static_cast<size_t>(out_w) * out_h * 3), b(a.size());
     resampleBilinear(src, w, out_w, out_h, flip, a.data(), scratch, /*simd=*/true);

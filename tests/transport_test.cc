@@ -37,7 +37,9 @@ using test::runThreads;
 
 TEST(Gloo, CollectivesMatchClosedForm) {
   const int W = 3;
-  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+  expectNoErrors(runRanks(
+      W,
+      [&](int r, std::shared_ptr<Transport> t) {
     // allreduce: sum over ranks of (r+1) * (i+1) = 6 * (i+1), on both channels at once.
     at::Tensor a = at::arange(1, 1001, at::kFloat) * (r + 1);
     at::Tensor b = at::full({17}, static_cast<double>(r), at::kDouble);
@@ -72,7 +74,8 @@ TEST(Gloo, CollectivesMatchClosedForm) {
     ag.narrow(0, mine.offset, mine.count).fill_(r);
     t->allgatherShards(ag, 1)->wait();
     ASSERT_TRUE(ag.equal(at::tensor({0., 0., 0., 0., 1., 1., 1., 1., 2., 2., 2.}, at::kDouble)));
-  }, /*channels=*/2));
+      },
+      /*channels=*/2));
 }
 
 // Shared-memory collectives give Gloo's results: bit for bit for sums of integer-valued data and
@@ -106,7 +109,8 @@ TEST(Shm, CollectivesMatchGloo) {
       for (auto& w : works) w->wait();
       for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(a[i].equal(b[i])) << "tensor " << i;
       // reduce-scatter: this rank's shard holds the sum.
-      at::Tensor rs = at::arange(0, 10001, at::kFloat) * (r + 1), want = at::arange(0, 10001, at::kFloat) * (W * (W + 1) / 2);
+      at::Tensor rs = at::arange(0, 10001, at::kFloat) * (r + 1),
+                 want = at::arange(0, 10001, at::kFloat) * (W * (W + 1) / 2);
       shm.reduceScatter(rs, 1)->wait();
       const Shard sh = shardOf(10001, W, r);
       ASSERT_TRUE(rs.narrow(0, sh.offset, sh.count).equal(want.narrow(0, sh.offset, sh.count)));
@@ -214,7 +218,9 @@ TEST(Transport, FirstFailureFailsEverythingQueuedAtOnce) {
   std::vector<std::string> first(2), later(2);
   double elapsed = 0;
   std::atomic<bool> rank0_done{false};
-  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+  const auto errors = runRanks(
+      2,
+      [&](int r, std::shared_ptr<Transport> t) {
     at::Tensor x = at::ones({64});
     for (int i = 0; i < 2; ++i) t->allreduce(x, ReduceOp::kSum, 0)->wait();  // both ranks: fine
     if (r == 1) {  // stalls, its transport open, until rank 0 has seen everything fail
@@ -243,7 +249,8 @@ TEST(Transport, FirstFailureFailsEverythingQueuedAtOnce) {
     EXPECT_THROW(works[3]->wait(), CommError) << "a second wait() after an error is not a success";
     EXPECT_THROW(t->allreduce(x, ReduceOp::kSum, 0)->wait(), CommError) << "a later operation fails too";
     rank0_done = true;
-  }, /*channels=*/1, timeout);
+      },
+      /*channels=*/1, timeout);
   expectNoErrors(errors);
   EXPECT_NE(first[0], "");
   EXPECT_GE(elapsed, 1.5) << "the first missed operation waits out its timeout (the peer is alive): " << first[0];
@@ -251,7 +258,9 @@ TEST(Transport, FirstFailureFailsEverythingQueuedAtOnce) {
 }
 
 TEST(Transport, AbortFailsQueuedAndLaterOperationsAtOnce) {
-  const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+  const auto errors = runRanks(
+      2,
+      [&](int r, std::shared_ptr<Transport> t) {
     at::Tensor x = at::ones({16});
     t->allreduce(x, ReduceOp::kSum, 0)->wait();
     t->abort(strCat("rank ", r, " gives up: test"));
@@ -261,7 +270,8 @@ TEST(Transport, AbortFailsQueuedAndLaterOperationsAtOnce) {
     } catch (const CommError& e) {
       EXPECT_NE(std::string(e.what()).find("gives up: test"), std::string::npos) << e.what();
     }
-  }, /*channels=*/2, std::chrono::seconds(5));
+      },
+      /*channels=*/2, std::chrono::seconds(5));
   expectNoErrors(errors);
 }
 
@@ -385,11 +395,10 @@ TEST_P(TwoLevel, MatchesFlatAllreduce) {
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, TwoLevel,
-                         ::testing::Values(Layout{1, 4}, Layout{2, 2}, Layout{4, 1}, Layout{3, 2}),
+INSTANTIATE_TEST_SUITE_P(Layouts, TwoLevel, ::testing::Values(Layout{1, 4}, Layout{2, 2}, Layout{4, 1}, Layout{3, 2}),
                          [](const auto& info) {
-                           return std::to_string(info.param.nodes) + "x" + std::to_string(info.param.per_node);
-                         });
+  return std::to_string(info.param.nodes) + "x" + std::to_string(info.param.per_node);
+});
 
 // A small convolutional net without BatchNorm: per-rank batch statistics would make the
 
@@ -448,7 +457,9 @@ TEST(Store, AnotherJobIsRefused) {
     FAIL() << "a process of another job was accepted";
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("the rendezvous store at 127.0.0.1:1234 belongs to another job ('job-a'; "
-                                         "this process is job 'job-b')"), std::string::npos) << e.what();
+                                         "this process is job 'job-b')"),
+              std::string::npos)
+        << e.what();
   }
 }
 

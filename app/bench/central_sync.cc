@@ -17,8 +17,7 @@ bool CentralSync::finishBackward() {
   const at::Tensor mine = reducer_->localGradientFlags();
   at::Tensor all = at::empty({world_.world, mine.numel()}, at::kByte);
   transport_->allgather(mine, all, 0)->wait();
-  at::Tensor decision =
-      world_.rank == 0 ? std::get<0>(all.max(0)).contiguous() : at::empty({mine.numel()}, at::kByte);
+  at::Tensor decision = world_.rank == 0 ? std::get<0>(all.max(0)).contiguous() : at::empty({mine.numel()}, at::kByte);
   transport_->broadcast(decision, 0, 0)->wait();
   return reducer_->finish(decision);
 }
