@@ -160,7 +160,7 @@ TEST(DataParallel, Fp16TransferSharesTheLossScale) {
   std::vector<std::vector<double>> scales(W);
   std::vector<std::vector<at::Tensor>> grads(W);
   std::vector<int64_t> skipped(W);
-  std::vector<bool> shared(W), unshared_ok(W);
+  std::vector<char> shared(W, 0), unshared_ok(W, 0);  // not vector<bool>: ranks write their own byte
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
     auto net = std::make_shared<torch::nn::Module>();
     at::Tensor w = net->register_parameter("w", at::zeros({4}));
