@@ -1,6 +1,7 @@
 #include "comm/striped_transport.h"
 
 #include <algorithm>
+#include <exception>
 
 namespace aiacc::comm {
 namespace {
@@ -8,8 +9,18 @@ namespace {
 class AllWork : public Work {
  public:
   explicit AllWork(std::vector<std::shared_ptr<Work>> parts) : parts_(std::move(parts)) {}
+  // Waits for every piece, even after one failed (the buffer must outlive them all), then
+  // rethrows the first error.
   void wait() override {
-    for (auto& w : parts_) w->wait();
+    std::exception_ptr first;
+    for (auto& w : parts_) {
+      try {
+        w->wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
   }
 
  private:
