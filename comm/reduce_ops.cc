@@ -1,6 +1,7 @@
 #include "comm/reduce_ops.h"
 
 #include <cstdint>
+#include <cstring>
 
 #include "comm/half.h"
 
@@ -10,12 +11,36 @@ namespace {
 // c = a + b elementwise (c may alias a): the signature Gloo's reduction functions have, so
 // GlooTransport and the shared-memory transport use the same functions. Written here rather
 // than taken from gloo/math.h so that builds without Gloo have them too.
+//
+// The sum runs two 16-byte vectors per iteration (GCC/Clang vector extensions: SSE2 on x86-64,
+// NEON on arm64, no flags and no dispatch), loaded and stored with memcpy so any alignment and
+// the in-place case (c == a) are fine. Lane arithmetic is the scalar arithmetic, so results are
+// bitwise those of the plain loop. At -O2 GCC 12 leaves the plain loop scalar (it would need an
+// alias check), one element per iteration: that made the fp32 sum, the hot loop of every CPU
+// allreduce, slower than the AVX fp16 sum, and its speed hostage to where the linker put it.
 template <typename T>
 void elementSum(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<T*>(c);
-  const auto* x = static_cast<const T*>(a);
-  const auto* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(x[i] + y[i]);
+  typedef T Vec __attribute__((vector_size(16)));
+  constexpr size_t kLanes = sizeof(Vec) / sizeof(T);
+  auto* out = static_cast<char*>(c);
+  const auto* x = static_cast<const char*>(a);
+  const auto* y = static_cast<const char*>(b);
+  size_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    Vec x0, x1, y0, y1;
+    std::memcpy(&x0, x + i * sizeof(T), sizeof(Vec));
+    std::memcpy(&x1, x + i * sizeof(T) + sizeof(Vec), sizeof(Vec));
+    std::memcpy(&y0, y + i * sizeof(T), sizeof(Vec));
+    std::memcpy(&y1, y + i * sizeof(T) + sizeof(Vec), sizeof(Vec));
+    x0 += y0;
+    x1 += y1;
+    std::memcpy(out + i * sizeof(T), &x0, sizeof(Vec));
+    std::memcpy(out + i * sizeof(T) + sizeof(Vec), &x1, sizeof(Vec));
+  }
+  auto* o = static_cast<T*>(c);
+  const auto* xs = static_cast<const T*>(a);
+  const auto* ys = static_cast<const T*>(b);
+  for (; i < n; ++i) o[i] = static_cast<T>(xs[i] + ys[i]);
 }
 
 template <typename T>
