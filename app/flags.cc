@@ -132,7 +132,9 @@ DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
 DEFINE_string(allreduce_dtype, "fp32",
               "gradient transfer dtype: fp32 | fp16 (scaled by a dynamic "
               "gradient scale, F16C conversion) | bf16 (unscaled); a non-finite reduce skips the step on "
-              "every rank (fp16: and halves the scale). Gradients stay fp32 in the model");
+              "every rank (fp16: and halves the scale). Gradients stay fp32 in the model. With --amp "
+              "and an fp16 loss scaler, fp16 transfer uses the loss scale itself (one scale, not two "
+              "multiplied); the report counts the skipped steps");
 DEFINE_string(streams, "auto",
               "parallel communication channels (Gloo contexts), 1..16, or auto "
               "(the tuner tries 1, 2, 4; without --autotune: 2); a large bucket is split across them "

@@ -88,18 +88,7 @@ std::string machineJson(const MachineInfo& m) {
 
 std::string evalsJson(const std::vector<EvalPoint>& evals) {
   std::string out = "[";
-  for (size_t i = 0; i < evals.size(); ++i) {
-    const EvalPoint& e = evals[i];
-    out += (i ? ", " : "") + JsonObject()
-                                 .add("step", e.step)
-                                 .add("epoch", e.epoch)
-                                 .add("seconds", e.seconds)
-                                 .add("top1", e.top1)
-                                 .add("top5", e.top5)
-                                 .add("loss", e.loss)
-                                 .add("images", e.images)
-                                 .str();
-  }
+  for (size_t i = 0; i < evals.size(); ++i) out += (i ? ", " : "") + evalPointJson(evals[i]);
   return out + "]";
 }
 
@@ -110,6 +99,19 @@ std::string isoTimestamp() {
   return buf;
 }
 }  // namespace
+
+std::string evalPointJson(const EvalPoint& e, const std::string& type) {
+  JsonObject o;
+  if (!type.empty()) o.add("type", type);
+  return o.add("step", e.step)
+      .add("epoch", e.epoch)
+      .add("seconds", e.seconds)
+      .add("top1", e.top1)
+      .add("top5", e.top5)
+      .add("loss", e.loss)
+      .add("images", e.images)
+      .str();
+}
 
 std::string reportJson(const Report& r, const Config& c) {
   JsonObject j;

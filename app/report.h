@@ -58,6 +58,9 @@ struct Report {
 };
 
 std::string reportJson(const Report& r, const Config& c);
+// One evaluation as a JSON object (step, epoch, seconds, top1, top5, loss, images), led by
+// "type": type when type is not empty: the report's evals and the metrics file's eval lines.
+std::string evalPointJson(const EvalPoint& e, const std::string& type = "");
 void printReport(const Report& r, std::ostream& os);
 
 // Writes DIR/<name>.json (version, author, framework, model, hardware, costPerHour, timestamp,

@@ -540,15 +540,7 @@ void Trainer::State::evaluateAndRecord() {
   EvalPoint e = evaluate(run.epoch_pos);
   Report& r = report;
   r.evals.push_back(e);
-  writeMetric(JsonObject()
-                  .add("type", "eval")
-                  .add("step", e.step)
-                  .add("epoch", e.epoch)
-                  .add("seconds", e.seconds)
-                  .add("top1", e.top1)
-                  .add("top5", e.top5)
-                  .add("loss", e.loss)
-                  .str());
+  writeMetric(evalPointJson(e, "eval"));
   if (isRank0()) {
     LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 " << e.top1 << "% top-5 "
               << e.top5 << "% loss " << std::setprecision(4) << e.loss << " (" << e.images << " images, "
