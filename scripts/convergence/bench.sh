@@ -2,8 +2,9 @@
 # Convergence benchmark: aiacc_train and the PyTorch reference (scripts/convergence/torch_ref.py,
 # torchvision's ResNet, ImageFolder and transforms) on the same real image dataset with the same
 # recipe, several seeds each, run interleaved (seed by seed) so the host's drift hits all sides
-# alike. Prints top-1 per epoch (median over seeds, and every seed), the median time to a target
-# top-1 and its ratio to PyTorch's.
+# alike. Prints top-1 per epoch (median over seeds, every seed, and the rank-sum p-value against
+# PyTorch's seeds), seconds per epoch, and the median time to a target top-1 over all seeds (a seed
+# that never reaches it counts as infinitely late) with its ratio to PyTorch's (report.py).
 #
 # Usage: scripts/convergence/bench.sh [--data DIR] [--seeds "0 1 2"] [--epochs 6] [--target 70]
 #                                     [--scale N] [--sides "aiacc fast torch"] [--out DIR]
