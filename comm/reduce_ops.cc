@@ -22,25 +22,22 @@ template <typename T>
 void elementSum(void* c, const void* a, const void* b, size_t n) {
   typedef T Vec __attribute__((vector_size(16)));
   constexpr size_t kLanes = sizeof(Vec) / sizeof(T);
-  auto* out = static_cast<char*>(c);
-  const auto* x = static_cast<const char*>(a);
-  const auto* y = static_cast<const char*>(b);
+  auto* out = static_cast<T*>(c);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
   size_t i = 0;
   for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
     Vec x0, x1, y0, y1;
-    std::memcpy(&x0, x + i * sizeof(T), sizeof(Vec));
-    std::memcpy(&x1, x + i * sizeof(T) + sizeof(Vec), sizeof(Vec));
-    std::memcpy(&y0, y + i * sizeof(T), sizeof(Vec));
-    std::memcpy(&y1, y + i * sizeof(T) + sizeof(Vec), sizeof(Vec));
+    std::memcpy(&x0, x + i, sizeof(Vec));
+    std::memcpy(&x1, x + i + kLanes, sizeof(Vec));
+    std::memcpy(&y0, y + i, sizeof(Vec));
+    std::memcpy(&y1, y + i + kLanes, sizeof(Vec));
     x0 += y0;
     x1 += y1;
-    std::memcpy(out + i * sizeof(T), &x0, sizeof(Vec));
-    std::memcpy(out + i * sizeof(T) + sizeof(Vec), &x1, sizeof(Vec));
+    std::memcpy(out + i, &x0, sizeof(Vec));
+    std::memcpy(out + i + kLanes, &x1, sizeof(Vec));
   }
-  auto* o = static_cast<T*>(c);
-  const auto* xs = static_cast<const T*>(a);
-  const auto* ys = static_cast<const T*>(b);
-  for (; i < n; ++i) o[i] = static_cast<T>(xs[i] + ys[i]);
+  for (; i < n; ++i) out[i] = static_cast<T>(x[i] + y[i]);
 }
 
 template <typename T>
