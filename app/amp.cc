@@ -70,4 +70,19 @@ void GradScaler::update(bool found_inf) {
   if (opt_.enabled) scale_->update(!found_inf);
 }
 
+bool finishStep(comm::GradientSync& sync, GradScaler& scaler, bool sync_unscales, const std::vector<at::Tensor>& params,
+                const std::function<void()>& optimizer_step) {
+  bool ok = sync.finishBackward();
+  if (scaler.enabled() && !sync_unscales) {
+    if (ok) {
+      ok = scaler.unscaleAndCheck(params);
+      scaler.update(/*found_inf=*/!ok);
+    } else {
+      scaler.update(/*found_inf=*/true);
+    }
+  }
+  if (ok) optimizer_step();
+  return ok;
+}
+
 }  // namespace aiacc::app

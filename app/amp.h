@@ -17,10 +17,12 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "comm/grad_scale.h"
+#include "comm/gradient_sync.h"
 
 namespace aiacc::app {
 
@@ -71,5 +73,21 @@ class GradScaler {
   GradScalerOptions opt_;
   std::shared_ptr<comm::GradScale> scale_;
 };
+
+// The end of one training step, after backward: the gradient sync, the loss scaler's unscale,
+// overflow check and scale update, and the optimizer step. The one place where a step is decided
+// (the trainer calls it; so do the tests of the scaler's protocol).
+//   - `sync_unscales` (GradientSync::shareLossScale returned true: fp16 transfer under AMP fp16):
+//     the sync unscales, checks and moves the one scale itself; nothing is done here but the step;
+//   - otherwise, with the scaler enabled: a step the sync stands is unscaled and checked here; a
+//     step the sync refuses (its reduced-precision wire was not finite, e.g. bf16 transfer of
+//     overflowed fp16-scaled gradients) is an overflow of the scaled gradients, so the scale backs
+//     off exactly as if the check here had found it (else the scale would never move and every
+//     later overflowing step would be skipped);
+//   - the scaler disabled (fp32, bf16 autocast): the sync's verdict alone.
+// Returns whether `optimizer_step` ran. Every rank sees the same reduced gradients, so every
+// rank returns the same.
+bool finishStep(comm::GradientSync& sync, GradScaler& scaler, bool sync_unscales, const std::vector<at::Tensor>& params,
+                const std::function<void()>& optimizer_step);
 
 }  // namespace aiacc::app

@@ -484,17 +484,13 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
   const auto t_fwd = Clock::now();
   if (loss.defined()) scaler->scaleLoss(loss).backward();
   const auto t_bwd = Clock::now();
-  bool step_ok = sync().finishBackward();
-  const auto t_sync = Clock::now();
-  // AMP (fp16): the loss scaler's unscale, overflow check and scale update, all here, unless the
-  // sync did them with the same scale (sync_unscales; a step it skipped has moved the scale).
-  if (step_ok && scaler->enabled() && !sync_unscales) {
-    // The averaged gradients are the same on every rank, so every rank agrees on overflow.
-    const bool finite = scaler->unscaleAndCheck(params);
-    scaler->update(!finite);
-    step_ok = finite;
-  }
-  if (step_ok) optimizer->step();
+  // The sync's wait ends where the optimizer step begins (or where the step is refused).
+  Clock::time_point t_sync{};
+  const bool step_ok = finishStep(sync(), *scaler, sync_unscales, params, [&] {
+    t_sync = Clock::now();
+    optimizer->step();
+  });
+  if (!step_ok) t_sync = Clock::now();
   if (!step_ok) ++run.skipped_steps;
   result.applied = step_ok;
   // Also the point where this step's input copy has certainly finished (it reads the
