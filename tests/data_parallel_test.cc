@@ -1,5 +1,6 @@
-// comm/ DataParallel: equivalence with one process, failure modes, BN statistics, bucketing and
-// the autotuner on real step times (its search logic: autotune_test.cc; reduced-precision
+// comm/ DataParallel: equivalence with one process, failure modes, BN statistics, bucketing,
+// striping and the autotuner driven by injected channel statistics and step times, never by the
+// machine's clock (the tuner's search logic: autotune_test.cc; reduced-precision
 // transfer: reduced_precision_test.cc). Ranks are
 // threads sharing one in-memory store (real Gloo over TCP on loopback).
 #include <gtest/gtest.h>
@@ -23,7 +24,6 @@
 #include "comm/shm_transport.h"
 #include "comm/half.h"
 #include "comm/store.h"
-#include "comm/throttled_transport.h"
 #include "tests/comm_test_util.h"
 #include "tests/data_parallel_test_util.h"
 
@@ -391,11 +391,19 @@ struct WideImpl : torch::nn::Module {
 };
 TORCH_MODULE(Wide);
 
-// With channel 1 slowed, the split converges to give it less, identically on every rank, the
-// step's exposed communication beats the equal split's, and the gradients stay exact.
-TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
-  const int W = 2;
+// The split follows the channels' statistics, identically on every rank, and the gradients stay
+// exact. The statistics are injected (test::RatedTransport), not measured: channel 0 runs at
+// 2^28 bytes/s on rank 0 and 2^29 on rank 1, channel 1 at 2^27 on both, so the rates summed over
+// ranks are 3:1 (each rank alone would say 2:1 or 4:1) and every rebalance (balance_alpha 0.5)
+// moves the weights halfway to 0.75 / 0.25: after j steps channel 0's share is 0.75 - 0.25 / 2^j.
+// Powers of two keep every division exact, so each step's pieces are exactly floor(n x share)
+// elements on channel 0 and the rest on channel 1 (StripedTransport's rounding).
+TEST(DataParallel, SplitFollowsChannelStatistics) {
+  const int W = 2, kSteps = 6;
+  const int64_t n = 512 * 1024 + 1024;  // the one bucket: fc's weight and bias
+  const auto share = [](int j) { return 0.75 - 0.25 * std::ldexp(1.0, -j); };
   std::vector<std::vector<double>> weights(W);
+  std::vector<std::vector<RatedTransport::Allreduce>> pieces(W);
   std::vector<at::Tensor> grads(W);
   torch::manual_seed(4);
   Wide ref;
@@ -405,43 +413,42 @@ TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
   expectNoErrors(runRanks(
       W,
       [&](int r, std::shared_ptr<Transport> gloo) {
-    auto slow = std::make_shared<ThrottledTransport>(gloo, std::vector<double>{0.0, 0.05});
+    auto rated = std::make_shared<RatedTransport>(gloo, std::vector<double>{std::ldexp(1.0, r == 0 ? 28 : 29),
+                                                                            std::ldexp(1.0, 27)});
     Wide net;
     restore(*net, init);
-    // Exposed communication of the last 3 of 6 steps, balanced or split equally.
-    auto train = [&](bool balance) {
-      DataParallelOptions o;
-      o.first_bucket_mb = 100;  // one bucket of 2 MiB
-      o.balance_channels = balance;
-      DataParallel dp(net.ptr(), slow, WorldInfo{r, W, r, W}, o);
-      double before = 0;
-      for (int step = 0; step < 6; ++step) {
-        if (step == 3) before = dp.exposedCommSeconds();
-        for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
-        net->forward(x.narrow(0, r * 2, 2)).pow(2).mean().backward();
-        dp.finishBackward();
-      }
-      if (balance) weights[r] = dp.channelWeights();
-      return dp.exposedCommSeconds() - before;
-    };
-    const double equal = train(false);
-    restore(*net, init);
-    const double balanced = train(true);
-    // Equal: 1 MiB on the slowed channel, 50 ms of throttle a step; balanced: a fraction of it.
-    EXPECT_LT(balanced, equal) << "rank " << r;
+    DataParallelOptions o;
+    o.first_bucket_mb = 100;  // one bucket of 2 MiB
+    DataParallel dp(net.ptr(), rated, WorldInfo{r, W, r, W}, o);
+    for (int step = 0; step < kSteps; ++step) {
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      net->forward(x.narrow(0, r * 2, 2)).pow(2).mean().backward();
+      ASSERT_TRUE(dp.finishBackward());
+    }
+    weights[r] = dp.channelWeights();
+    pieces[r] = rated->allreduces(at::kFloat);  // the bucket's pieces: nothing else is float
     grads[r] = net->fc->weight.grad().clone();
       },
       /*channels=*/2));
-  ASSERT_EQ(weights[0].size(), 2u);
-  EXPECT_EQ(weights[0], weights[1]) << "every rank splits identically";
-  // Measured speeds: under ThreadSanitizer the unthrottled channel is slow too, and the share ends
-  // nearer 0.3 than on a plain build (0.3006 once).
-  EXPECT_LT(weights[0][1], 0.4) << "the slowed channel carries less (started at 0.5)";
   for (int r = 0; r < W; ++r) {
+    ASSERT_EQ(pieces[r].size(), 2u * kSteps) << "rank " << r << ": every step splits the bucket in two";
+    for (int s = 0; s < kSteps; ++s) {
+      const auto& a = pieces[r][2 * static_cast<size_t>(s)];
+      const auto& b = pieces[r][2 * static_cast<size_t>(s) + 1];
+      const int64_t first = static_cast<int64_t>(static_cast<double>(n) * share(s));  // before step s + 1
+      EXPECT_EQ(a.channel, 0);
+      EXPECT_EQ(b.channel, 1);
+      EXPECT_EQ(a.numel, first) << "rank " << r << ", step " << s + 1;
+      EXPECT_EQ(b.numel, n - first) << "rank " << r << ", step " << s + 1;
+    }
+    ASSERT_EQ(weights[r].size(), 2u);
+    EXPECT_DOUBLE_EQ(weights[r][0], share(kSteps)) << "rank " << r;
+    EXPECT_DOUBLE_EQ(weights[r][1], 1 - share(kSteps)) << "rank " << r;
     // Each rank's loss is the mean over its own half: the average of the two equals the full-batch
     // gradient of the mean over all rows.
     EXPECT_TRUE(at::allclose(grads[r], ref->fc->weight.grad(), 1e-5, 1e-7)) << "rank " << r;
   }
+  EXPECT_EQ(weights[1], weights[0]) << "every rank splits identically";
 }
 
 // Offered a two-level transport as the alternative, the tuner starts on it (flat must then win
