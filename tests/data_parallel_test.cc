@@ -494,8 +494,11 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
 }
 
 // Many small tensors, one bucket each at the start: fusing them into one bucket is much faster,
-// and the tuner picks it, identically on every rank. Step times come from an injected clock that
-// charges 1 ms per bucket (a real step's time on a loaded 2-core box can invert the order).
+// and the tuner picks it, identically on every rank. Everything the tuner reads comes from an
+// injected clock that charges 1 ms per bucket between backward and finishBackward(): step times
+// of 240 and 2 ms, and no exposed communication (the clock stands still while finishBackward()
+// waits), so the machine's speed cannot reach the decision (a real step's time on a loaded 2-core
+// box can invert the order, and the exposed wait, a tie-break, was read from the real clock).
 TEST(Autotune, ManySmallTensorsFusionWins) {
   const int W = 2;
   struct Many : torch::nn::Module {
@@ -528,8 +531,16 @@ TEST(Autotune, ManySmallTensorsFusionWins) {
       dp.finishBackward();
     }
     ASSERT_FALSE(dp.tuning()) << "not frozen after 40 steps";
-    chosen[r] = dp.tuner()->current();
-    summaries[r] = dp.tuner()->summary();
+    const Autotuner& tuner = *dp.tuner();
+    chosen[r] = tuner.current();
+    summaries[r] = tuner.summary();
+    for (double mb : {1e-6, 25.0}) {
+      const TuneConfig c{mb, 1, false};
+      EXPECT_NEAR(tuner.score(c), mb == 25 ? 2e-3 : 240e-3, 1e-12) << summaries[r];
+      EXPECT_EQ(tuner.exposed(c), 0) << summaries[r];
+    }
+    EXPECT_EQ(tuner.margin(), o.tune_space.min_gain) << "no step-to-step spread: " << summaries[r];
+    EXPECT_EQ(tuner.stepsRecorded(), 12) << summaries[r];     // 3 steps each: 1e-6, 25, then both re-timed
     ASSERT_EQ(dp.plan().buckets.size(), 2u) << summaries[r];  // the small first bucket, then all the rest
   }));
   EXPECT_EQ(chosen[0], chosen[1]);
