@@ -453,7 +453,8 @@ TEST(DataParallel, SplitFollowsChannelStatistics) {
 
 // Offered a two-level transport as the alternative, the tuner starts on it (flat must then win
 // by more than noise), and the trial of flat still reduces correctly: every rank ends each step
-// with the same gradients.
+// with the same gradients. An injected clock makes every step 10 ms, so the path is fixed: two-level
+// (steps 2-4), flat (5-7), a tie that keeps two-level, frozen.
 TEST(Autotune, StartsOnTwoLevelWhenOffered) {
   AIACC_SKIP_WITHOUT_GLOO();
 #ifdef AIACC_WITH_GLOO
@@ -462,6 +463,8 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
   std::vector<int> started_two_level(W, -1);
   std::vector<std::string> described(W);
   std::vector<std::vector<float>> step_sums(W);
+  std::vector<double> flat_score(W, 0);
+  std::vector<int> frozen_two_level(W, -1);
   expectNoErrors(test::runThreads(W, [&](int r) {
     GlooOptions flat_o = test::glooOptions(r, W, 1);
     GlooOptions two_o = flat_o;
@@ -473,6 +476,8 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
     o.autotune = true;
     o.tune_space.try_two_level = true;
     o.two_level = makeGlooHierarchical(store, two_o, /*ranks_per_node=*/2, /*min_shard_bytes=*/1, /*shm=*/false);
+    double now = 0;
+    o.clock = [&now] { return now; };
     DataParallel dp(net.ptr(), flat, WorldInfo{r, W, r % 2, 2}, o);
     started_two_level[r] = dp.tuner()->current().two_level ? 1 : 0;
     described[r] = dp.describe();
@@ -480,15 +485,20 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
       for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
       torch::nn::functional::cross_entropy(net->forward(inputs(2, 10 * step + r)), targets(2, 10 * step + r))
           .backward();
+      now += 0.01;
       ASSERT_TRUE(dp.finishBackward());
       float sum = 0;  // every parameter's gradient, this step
       for (auto& p : net->parameters()) sum += p.grad().abs().sum().item<float>();
       step_sums[r].push_back(sum);
     }
+    flat_score[r] = dp.tuner()->score(TuneConfig{o.bucket_mb, 1, false});
+    frozen_two_level[r] = dp.tuner()->frozen() && dp.tuner()->current().two_level ? 1 : 0;
   }));
   for (int r = 0; r < W; ++r) {
     EXPECT_EQ(started_two_level[r], 1) << described[r];
     EXPECT_EQ(step_sums[r], step_sums[0]) << "rank " << r;
+    EXPECT_NEAR(flat_score[r], 0.01, 1e-12) << "flat had its trial";
+    EXPECT_EQ(frozen_two_level[r], 1) << "a tie keeps the start";
   }
 #endif
 }
