@@ -99,13 +99,14 @@ for path in glob.glob(os.path.join(out, "run-*.xml")):
     how = {}  # from ctest's own log of a failed run: Failed, Timeout, Exception: SegFault, ...
     log = os.path.join(out, f"run-{run}.log")
     if os.path.exists(log):
-        for m in re.finditer(r"Test +#\d+: (\S+) \.*\*\*\*(\w+(?:: \w+)?)", open(log, errors="replace").read()):
+        for m in re.finditer(r"Test +#\d+: (\S+).*?\*\*\*(\w+(?:: \w+)?)", open(log, errors="replace").read()):
             how[m.group(1)] = m.group(2)
     for case in ET.parse(path).getroot().iter("testcase"):
-        c = counts.setdefault(case.get("name"), [0, 0, 0, []])
+        name = case.get("name").split()[0]  # without a parameterized test's "# GetParam() = ..."
+        c = counts.setdefault(name, [0, 0, 0, []])
         if case.find("failure") is not None or case.find("error") is not None:
             c[1] += 1
-            c[3].append((run, how.get(case.get("name"), "failed")))
+            c[3].append((run, how.get(name, "failed")))
         elif case.find("skipped") is not None or case.get("status") in ("notrun", "disabled"):
             c[2] += 1
         else:
