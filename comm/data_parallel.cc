@@ -21,6 +21,7 @@ ReducerOptions reducerOptions(const DataParallelOptions& o) {
   r.detect_unused = o.detect_unused;
   r.rebuild_after_first_step = o.rebuild_after_first_step;
   r.timeline = o.timeline;
+  r.clock = o.clock;
   return r;
 }
 

@@ -68,7 +68,8 @@ struct DataParallelOptions {
   std::shared_ptr<Transport> two_level;
   // Tuner decisions and bucket readiness as instant events (rank 0).
   std::shared_ptr<Timeline> timeline;
-  // Seconds on a monotonic clock, for the tuner's step times (tests inject a fake one).
+  // Seconds on a monotonic clock, for the tuner's step times and the exposed communication
+  // (tests inject a fake one).
   std::function<double()> clock;
 };
 

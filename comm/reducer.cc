@@ -218,9 +218,13 @@ bool Reducer::finish(const at::Tensor& agreed) {
     // Buckets with parameters that got no gradient this step are launched now, still in order.
     while (next_launch_ < pending_.size()) launch(next_launch_++);
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto now = [this] {
+    return opt_.clock ? opt_.clock()
+                      : std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const double t0 = now();
   for (auto& w : works_) w->wait();
-  last_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_exposed_s_ = now() - t0;
   exposed_s_ += last_exposed_s_;
   works_.clear();
   at::NoGradGuard no_grad;

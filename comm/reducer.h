@@ -27,6 +27,7 @@
 #include <torch/nn/module.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -52,6 +53,8 @@ struct ReducerOptions {
   bool launch_in_backward = true;
   bool rebuild_after_first_step = true;
   std::shared_ptr<Timeline> timeline;  // "bucket ready" instants (rank 0)
+  // Seconds on a monotonic clock, for the exposed wait (empty: steady_clock; tests inject one).
+  std::function<double()> clock;
 };
 
 class Reducer {

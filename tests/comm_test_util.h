@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,77 @@ inline std::vector<std::string> runRanks(int world, const std::function<void(int
     fn(r, t);
   });
 }
+
+// Wraps a transport (every operation passes through to it) and reports channel statistics at
+// the given rates instead of measured ones: channel c has carried the payload bytes submitted to
+// it, in bytes / bytes_per_s[c] busy seconds. Tests of what is decided from channel speeds
+// (striping) then depend on no clock. Records every allreduce (channel, dtype, elements).
+class RatedTransport : public Transport {
+ public:
+  struct Allreduce {
+    int channel;
+    at::ScalarType dtype;
+    int64_t numel;
+  };
+  RatedTransport(std::shared_ptr<Transport> inner, std::vector<double> bytes_per_s)
+      : inner_(std::move(inner)), rates_(std::move(bytes_per_s)), bytes_(rates_.size(), 0.0) {
+    AIACC_CHECK(static_cast<int>(rates_.size()) == inner_->channels(), "one rate per channel");
+  }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int channels() const override { return inner_->channels(); }
+  ChannelStats channelStats(int c) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double b = bytes_.at(static_cast<size_t>(c));
+    return {b, b / rates_[static_cast<size_t>(c)]};
+  }
+  std::string describe() const override { return "rated " + inner_->describe(); }
+  void abort(const std::string& why) override { inner_->abort(why); }
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int c) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      allreduces_.push_back({c, t.scalar_type(), t.numel()});
+    }
+    carried(c, t.nbytes());
+    return inner_->allreduce(std::move(t), op, c);
+  }
+  std::shared_ptr<Work> broadcast(at::Tensor t, int root, int c) override {
+    carried(c, t.nbytes());
+    return inner_->broadcast(std::move(t), root, c);
+  }
+  std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int c) override {
+    carried(c, out.nbytes());
+    return inner_->allgather(std::move(in), std::move(out), c);
+  }
+  std::shared_ptr<Work> reduceScatter(at::Tensor t, int c) override {
+    carried(c, t.nbytes());
+    return inner_->reduceScatter(std::move(t), c);
+  }
+  std::shared_ptr<Work> allgatherShards(at::Tensor t, int c) override {
+    carried(c, t.nbytes());
+    return inner_->allgatherShards(std::move(t), c);
+  }
+  // The allreduces of one dtype so far, in submission order.
+  std::vector<Allreduce> allreduces(at::ScalarType dtype) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Allreduce> out;
+    for (const Allreduce& a : allreduces_) {
+      if (a.dtype == dtype) out.push_back(a);
+    }
+    return out;
+  }
+
+ private:
+  void carried(int c, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_.at(static_cast<size_t>(c)) += static_cast<double>(bytes);
+  }
+  std::shared_ptr<Transport> inner_;
+  std::vector<double> rates_;
+  mutable std::mutex mu_;
+  std::vector<double> bytes_;  // per channel, since construction
+  std::vector<Allreduce> allreduces_;
+};
 
 inline void expectNoErrors(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;

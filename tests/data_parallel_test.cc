@@ -1,5 +1,6 @@
-// comm/ DataParallel: equivalence with one process, failure modes, BN statistics, bucketing and
-// the autotuner on real step times (its search logic: autotune_test.cc; reduced-precision
+// comm/ DataParallel: equivalence with one process, failure modes, BN statistics, bucketing,
+// striping and the autotuner driven by injected channel statistics and step times, never by the
+// machine's clock (the tuner's search logic: autotune_test.cc; reduced-precision
 // transfer: reduced_precision_test.cc). Ranks are
 // threads sharing one in-memory store (real Gloo over TCP on loopback).
 #include <gtest/gtest.h>
@@ -23,7 +24,6 @@
 #include "comm/shm_transport.h"
 #include "comm/half.h"
 #include "comm/store.h"
-#include "comm/throttled_transport.h"
 #include "tests/comm_test_util.h"
 #include "tests/data_parallel_test_util.h"
 
@@ -391,11 +391,19 @@ struct WideImpl : torch::nn::Module {
 };
 TORCH_MODULE(Wide);
 
-// With channel 1 slowed, the split converges to give it less, identically on every rank, the
-// step's exposed communication beats the equal split's, and the gradients stay exact.
-TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
-  const int W = 2;
+// The split follows the channels' statistics, identically on every rank, and the gradients stay
+// exact. The statistics are injected (test::RatedTransport), not measured: channel 0 runs at
+// 2^28 bytes/s on rank 0 and 2^29 on rank 1, channel 1 at 2^27 on both, so the rates summed over
+// ranks are 3:1 (each rank alone would say 2:1 or 4:1) and every rebalance (balance_alpha 0.5)
+// moves the weights halfway to 0.75 / 0.25: after j steps channel 0's share is 0.75 - 0.25 / 2^j.
+// Powers of two keep every division exact, so each step's pieces are exactly floor(n x share)
+// elements on channel 0 and the rest on channel 1 (StripedTransport's rounding).
+TEST(DataParallel, SplitFollowsChannelStatistics) {
+  const int W = 2, kSteps = 6;
+  const int64_t n = 512 * 1024 + 1024;  // the one bucket: fc's weight and bias
+  const auto share = [](int j) { return 0.75 - 0.25 * std::ldexp(1.0, -j); };
   std::vector<std::vector<double>> weights(W);
+  std::vector<std::vector<RatedTransport::Allreduce>> pieces(W);
   std::vector<at::Tensor> grads(W);
   torch::manual_seed(4);
   Wide ref;
@@ -405,48 +413,48 @@ TEST(DataParallel, SplitFollowsMeasuredChannelSpeed) {
   expectNoErrors(runRanks(
       W,
       [&](int r, std::shared_ptr<Transport> gloo) {
-    auto slow = std::make_shared<ThrottledTransport>(gloo, std::vector<double>{0.0, 0.05});
+    auto rated = std::make_shared<RatedTransport>(gloo, std::vector<double>{std::ldexp(1.0, r == 0 ? 28 : 29),
+                                                                            std::ldexp(1.0, 27)});
     Wide net;
     restore(*net, init);
-    // Exposed communication of the last 3 of 6 steps, balanced or split equally.
-    auto train = [&](bool balance) {
-      DataParallelOptions o;
-      o.first_bucket_mb = 100;  // one bucket of 2 MiB
-      o.balance_channels = balance;
-      DataParallel dp(net.ptr(), slow, WorldInfo{r, W, r, W}, o);
-      double before = 0;
-      for (int step = 0; step < 6; ++step) {
-        if (step == 3) before = dp.exposedCommSeconds();
-        for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
-        net->forward(x.narrow(0, r * 2, 2)).pow(2).mean().backward();
-        dp.finishBackward();
-      }
-      if (balance) weights[r] = dp.channelWeights();
-      return dp.exposedCommSeconds() - before;
-    };
-    const double equal = train(false);
-    restore(*net, init);
-    const double balanced = train(true);
-    // Equal: 1 MiB on the slowed channel, 50 ms of throttle a step; balanced: a fraction of it.
-    EXPECT_LT(balanced, equal) << "rank " << r;
+    DataParallelOptions o;
+    o.first_bucket_mb = 100;  // one bucket of 2 MiB
+    DataParallel dp(net.ptr(), rated, WorldInfo{r, W, r, W}, o);
+    for (int step = 0; step < kSteps; ++step) {
+      for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
+      net->forward(x.narrow(0, r * 2, 2)).pow(2).mean().backward();
+      ASSERT_TRUE(dp.finishBackward());
+    }
+    weights[r] = dp.channelWeights();
+    pieces[r] = rated->allreduces(at::kFloat);  // the bucket's pieces: nothing else is float
     grads[r] = net->fc->weight.grad().clone();
       },
       /*channels=*/2));
-  ASSERT_EQ(weights[0].size(), 2u);
-  EXPECT_EQ(weights[0], weights[1]) << "every rank splits identically";
-  // Measured speeds: under ThreadSanitizer the unthrottled channel is slow too, and the share ends
-  // nearer 0.3 than on a plain build (0.3006 once).
-  EXPECT_LT(weights[0][1], 0.4) << "the slowed channel carries less (started at 0.5)";
   for (int r = 0; r < W; ++r) {
+    ASSERT_EQ(pieces[r].size(), 2u * kSteps) << "rank " << r << ": every step splits the bucket in two";
+    for (int s = 0; s < kSteps; ++s) {
+      const auto& a = pieces[r][2 * static_cast<size_t>(s)];
+      const auto& b = pieces[r][2 * static_cast<size_t>(s) + 1];
+      const int64_t first = static_cast<int64_t>(static_cast<double>(n) * share(s));  // before step s + 1
+      EXPECT_EQ(a.channel, 0);
+      EXPECT_EQ(b.channel, 1);
+      EXPECT_EQ(a.numel, first) << "rank " << r << ", step " << s + 1;
+      EXPECT_EQ(b.numel, n - first) << "rank " << r << ", step " << s + 1;
+    }
+    ASSERT_EQ(weights[r].size(), 2u);
+    EXPECT_DOUBLE_EQ(weights[r][0], share(kSteps)) << "rank " << r;
+    EXPECT_DOUBLE_EQ(weights[r][1], 1 - share(kSteps)) << "rank " << r;
     // Each rank's loss is the mean over its own half: the average of the two equals the full-batch
     // gradient of the mean over all rows.
     EXPECT_TRUE(at::allclose(grads[r], ref->fc->weight.grad(), 1e-5, 1e-7)) << "rank " << r;
   }
+  EXPECT_EQ(weights[1], weights[0]) << "every rank splits identically";
 }
 
 // Offered a two-level transport as the alternative, the tuner starts on it (flat must then win
 // by more than noise), and the trial of flat still reduces correctly: every rank ends each step
-// with the same gradients.
+// with the same gradients. An injected clock makes every step 10 ms, so the path is fixed: two-level
+// (steps 2-4), flat (5-7), a tie that keeps two-level, frozen.
 TEST(Autotune, StartsOnTwoLevelWhenOffered) {
   AIACC_SKIP_WITHOUT_GLOO();
 #ifdef AIACC_WITH_GLOO
@@ -455,6 +463,8 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
   std::vector<int> started_two_level(W, -1);
   std::vector<std::string> described(W);
   std::vector<std::vector<float>> step_sums(W);
+  std::vector<double> flat_score(W, 0);
+  std::vector<int> frozen_two_level(W, -1);
   expectNoErrors(test::runThreads(W, [&](int r) {
     GlooOptions flat_o = test::glooOptions(r, W, 1);
     GlooOptions two_o = flat_o;
@@ -466,6 +476,8 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
     o.autotune = true;
     o.tune_space.try_two_level = true;
     o.two_level = makeGlooHierarchical(store, two_o, /*ranks_per_node=*/2, /*min_shard_bytes=*/1, /*shm=*/false);
+    double now = 0;
+    o.clock = [&now] { return now; };
     DataParallel dp(net.ptr(), flat, WorldInfo{r, W, r % 2, 2}, o);
     started_two_level[r] = dp.tuner()->current().two_level ? 1 : 0;
     described[r] = dp.describe();
@@ -473,22 +485,30 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
       for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
       torch::nn::functional::cross_entropy(net->forward(inputs(2, 10 * step + r)), targets(2, 10 * step + r))
           .backward();
+      now += 0.01;
       ASSERT_TRUE(dp.finishBackward());
       float sum = 0;  // every parameter's gradient, this step
       for (auto& p : net->parameters()) sum += p.grad().abs().sum().item<float>();
       step_sums[r].push_back(sum);
     }
+    flat_score[r] = dp.tuner()->score(TuneConfig{o.bucket_mb, 1, false});
+    frozen_two_level[r] = dp.tuner()->frozen() && dp.tuner()->current().two_level ? 1 : 0;
   }));
   for (int r = 0; r < W; ++r) {
     EXPECT_EQ(started_two_level[r], 1) << described[r];
     EXPECT_EQ(step_sums[r], step_sums[0]) << "rank " << r;
+    EXPECT_NEAR(flat_score[r], 0.01, 1e-12) << "flat had its trial";
+    EXPECT_EQ(frozen_two_level[r], 1) << "a tie keeps the start";
   }
 #endif
 }
 
 // Many small tensors, one bucket each at the start: fusing them into one bucket is much faster,
-// and the tuner picks it, identically on every rank. Step times come from an injected clock that
-// charges 1 ms per bucket (a real step's time on a loaded 2-core box can invert the order).
+// and the tuner picks it, identically on every rank. Everything the tuner reads comes from an
+// injected clock that charges 1 ms per bucket between backward and finishBackward(): step times
+// of 240 and 2 ms, and no exposed communication (the clock stands still while finishBackward()
+// waits), so the machine's speed cannot reach the decision (a real step's time on a loaded 2-core
+// box can invert the order, and the exposed wait, a tie-break, was read from the real clock).
 TEST(Autotune, ManySmallTensorsFusionWins) {
   const int W = 2;
   struct Many : torch::nn::Module {
@@ -521,8 +541,16 @@ TEST(Autotune, ManySmallTensorsFusionWins) {
       dp.finishBackward();
     }
     ASSERT_FALSE(dp.tuning()) << "not frozen after 40 steps";
-    chosen[r] = dp.tuner()->current();
-    summaries[r] = dp.tuner()->summary();
+    const Autotuner& tuner = *dp.tuner();
+    chosen[r] = tuner.current();
+    summaries[r] = tuner.summary();
+    for (double mb : {1e-6, 25.0}) {
+      const TuneConfig c{mb, 1, false};
+      EXPECT_NEAR(tuner.score(c), mb == 25 ? 2e-3 : 240e-3, 1e-12) << summaries[r];
+      EXPECT_EQ(tuner.exposed(c), 0) << summaries[r];
+    }
+    EXPECT_EQ(tuner.margin(), o.tune_space.min_gain) << "no step-to-step spread: " << summaries[r];
+    EXPECT_EQ(tuner.stepsRecorded(), 12) << summaries[r];     // 3 steps each: 1e-6, 25, then both re-timed
     ASSERT_EQ(dp.plan().buckets.size(), 2u) << summaries[r];  // the small first bucket, then all the rest
   }));
   EXPECT_EQ(chosen[0], chosen[1]);

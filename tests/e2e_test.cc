@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -138,6 +139,12 @@ std::pair<int, std::string> runTrain(const std::string& args) {
   return runCommand(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
 }
 
+// aiacc_bench, built beside aiacc_train.
+std::string benchBin() {
+  std::string bench = AIACC_TRAIN_BIN;
+  return bench.replace(bench.rfind("aiacc_train"), std::string("aiacc_train").size(), "aiacc_bench");
+}
+
 TEST(Cli, HelpExplainsEveryFlag) {
   auto [rc, out] = runTrain("--help");
   EXPECT_EQ(rc, 0);
@@ -175,8 +182,7 @@ TEST(Cli, HelpExplainsEveryFlag) {
     EXPECT_NE(out.find(f), std::string::npos) << f;
   }
   // aiacc_bench: its own flags, none of the libraries' (Debian's LibTorch registers caffe2 ones).
-  std::string bench = AIACC_TRAIN_BIN;
-  bench.replace(bench.rfind("aiacc_train"), std::string("aiacc_train").size(), "aiacc_bench");
+  const std::string bench = benchBin();
   std::tie(rc, out) = runCommand(bench + " --help 2>&1");
   EXPECT_EQ(rc, 0);
   for (const char* f : {"usage: aiacc_bench data", "--image-size", "--entropy-only", "--breakdown", "--bytes",
@@ -194,13 +200,51 @@ TEST(Cli, BenchDataBreakdownTimesEachStage) {
                             " --sample-classes 2 --sample-train-per-class 3 "
                             "--sample-val-per-class 1 --sample-min-side 100 --sample-max-side 140");
   ASSERT_EQ(rc, 0) << out;
-  std::string bench = AIACC_TRAIN_BIN;
-  bench.replace(bench.rfind("aiacc_train"), std::string("aiacc_train").size(), "aiacc_bench");
+  const std::string bench = benchBin();
   std::tie(rc, out) = runCommand(bench + " data --data " + sample + " --breakdown --image-size 32 --repeat 2 2>&1");
   EXPECT_EQ(rc, 0) << out;
   for (const char* f : {"12 images at 32 px", "read file", "Huffman down to the crop's bottom", "decode the crop",
                         "resize + mirror + normalize", "images/s"}) {
     EXPECT_NE(out.find(f), std::string::npos) << f << "\n" << out;
+  }
+}
+
+// aiacc_bench data refuses input it cannot measure with one error line and exit code 1 (it
+// printed "0 images ... 0.0 images/s" and exited 0): fewer files than a batch; a single batch in
+// all (the first batch starts the clock and is not timed); files none of which decodes, on
+// either path.
+TEST(Cli, BenchDataRefusesInputItCannotMeasure) {
+  test::TempDir d;
+  const std::string sample = d / "sample";  // 4 training JPEGs
+  auto [rc, out] = runTrain("--make-sample " + sample +
+                            " --sample-classes 2 --sample-train-per-class 2 "
+                            "--sample-val-per-class 1 --sample-min-side 100 --sample-max-side 140");
+  ASSERT_EQ(rc, 0) << out;
+  for (int i = 0; i < 8; ++i) test::writeText(d / ("junk/train/a/" + std::to_string(i) + ".jpg"), "not a JPEG");
+  auto bench = [&](const std::string& args) {
+    return runCommand(benchBin() + " data --image-size 32 " + args + " 2>&1");
+  };
+  auto refused = [&](const std::string& args, const std::string& why) {
+    const auto [code, text] = bench(args);
+    EXPECT_EQ(code, 1) << args << "\n" << text;
+    // One line, the last (after a warning per undecodable file), saying why.
+    const size_t at = text.find("aiacc_bench: error: ");
+    ASSERT_NE(at, std::string::npos) << args << "\n" << text;
+    const std::string line = text.substr(at);
+    EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << args << "\n" << text;
+    EXPECT_NE(line.find(why), std::string::npos) << args << ": want '" << why << "'\n" << text;
+    EXPECT_EQ(text.find("images/s"), std::string::npos) << args << ": no throughput from nothing\n" << text;
+  };
+  refused("--data " + sample + " --batch-size 8", "4 images, fewer than one batch (--batch-size 8)");
+  refused("--data " + sample + " --batch-size 3", "1 batch in all");  // 4 / 3: one full batch
+  refused("--data " + d.path() + "/junk --batch-size 4", "none of the 8 files in " + d.path() + "/junk/train decoded");
+  refused("--data " + d.path() + "/junk --entropy-only",
+          "none of the 8 files in " + d.path() + "/junk/train entropy-decodes");
+  // The same folder, measurable: two batches after the first (one pass), or a second pass.
+  for (const char* ok : {" --batch-size 1", " --batch-size 4 --repeat 2"}) {
+    std::tie(rc, out) = bench("--data " + sample + ok);
+    EXPECT_EQ(rc, 0) << ok << "\n" << out;
+    EXPECT_NE(out.find("images/s total"), std::string::npos) << ok << "\n" << out;
   }
 }
 

@@ -1,6 +1,8 @@
 // aiacc_bench data: decode + random-resized-crop + flip + normalize throughput of the training
 // input pipeline over DIR/train (or DIR itself when it has class folders), in images/s total and
-// per worker thread; --breakdown and --entropy-only time its stages on one thread.
+// per worker thread; --breakdown and --entropy-only time its stages on one thread. Input it
+// cannot time (fewer images than a batch, one batch in all, nothing that decodes) is an
+// InputError, not a rate of 0 images/s.
 // scripts/bench_data.sh runs it beside torchvision on the same files.
 #include "app/bench/bench.h"
 
@@ -128,7 +130,8 @@ int benchData(const DataBenchOptions& opts) {
   namespace fs = std::filesystem;
   AIACC_CHECK_INPUT(!opts.data.empty(), "aiacc_bench data needs --data DIR");
   const std::string train = (fs::path(opts.data) / "train").string();
-  data::ImageFolder folder = data::scanImageFolder(fs::is_directory(train) ? train : opts.data);
+  const std::string dir = fs::is_directory(train) ? train : opts.data;
+  data::ImageFolder folder = data::scanImageFolder(dir);
   const int64_t n = static_cast<int64_t>(folder.samples.size());
   data::EntropyHook::enable(!opts.libjpeg_huffman);
   const std::optional<data::ResizeMode> mode = data::resizeModeFromName(opts.resize);
@@ -149,12 +152,24 @@ int benchData(const DataBenchOptions& opts) {
       }
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    AIACC_CHECK_INPUT(images > 0, "none of the ", n, " files in ", dir,
+                      " entropy-decodes (no baseline or progressive JPEG): nothing to measure");
     std::printf("aiacc data --entropy-only: %lld images of %lld files (in memory), 1 thread: %.1f "
                 "images/s (%.0f us per image)\n",
                 static_cast<long long>(images), static_cast<long long>(n), images / s,
                 1e6 * s / std::max<int64_t>(1, images));
     return 0;
   }
+  // The clock starts when the first batch arrives, and that batch is not timed; a pass delivers
+  // only full batches. So fewer than two batches in all measure nothing.
+  AIACC_CHECK_INPUT(opts.batch_size >= 1 && opts.repeat >= 1, "--batch-size and --repeat must be at least 1 (got ",
+                    opts.batch_size, " and ", opts.repeat, ")");
+  AIACC_CHECK_INPUT(n >= opts.batch_size, dir, " holds ", n, " images, fewer than one batch (--batch-size ",
+                    opts.batch_size, "): nothing to measure; give a smaller --batch-size or more images");
+  AIACC_CHECK_INPUT(n / opts.batch_size * opts.repeat >= 2, n, " images in ", dir,
+                    " make 1 batch in all (--batch-size ", opts.batch_size, ", --repeat ", opts.repeat,
+                    "), and the first batch only starts the clock: nothing to measure; give a smaller --batch-size "
+                    "or --repeat 2");
   data::LoaderOptions o;
   o.train = true;
   o.workers = opts.workers;
@@ -175,7 +190,8 @@ int benchData(const DataBenchOptions& opts) {
   {
     data::LoaderOptions warm = o;
     warm.jpeg_index_bytes = 0;  // the timed loader's first pass starts with no index
-    data::ImageLoader loader(folder, warm, std::make_shared<data::SkipLog>());
+    // The timed loader's skip log: one warning per undecodable file, not two.
+    data::ImageLoader loader(folder, warm, skips);
     loader.startEpoch({0, opts.image_size, opts.batch_size, opts.min_scale});
     for (int i = 0; i < 2; ++i) loader.next();
   }
@@ -204,6 +220,11 @@ int benchData(const DataBenchOptions& opts) {
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  AIACC_CHECK_INPUT(images > 0,
+                    skips->count() >= n ? strCat("none of the ", n, " files in ", dir, " decoded")
+                                        : strCat("the batches after the first decoded no image (", skips->count(),
+                                                 " of the ", n, " files in ", dir, " skipped)"),
+                    ": nothing to measure (the warnings above say why each file was skipped)");
   const double ips = static_cast<double>(images) / s;
   std::printf("aiacc data: %lld images of %lld files at %d px, %d workers: %.1f images/s total, "
               "%.1f images/s per worker (%lld skipped)\n",
