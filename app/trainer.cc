@@ -8,6 +8,7 @@
 #include <torch/optim/sgd.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -56,8 +57,9 @@ struct RunTotals {
   bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
   bool stop = false;
   Clock::time_point last_progress;
-  double epoch_pos = 0;       // fractional epoch of the training position
-  int64_t skipped_steps = 0;  // steps every rank skipped for a non-finite gradient
+  double epoch_pos = 0;                // fractional epoch of the training position
+  int64_t skipped_steps = 0;           // steps every rank skipped for a non-finite gradient
+  bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
 };
 
 }  // namespace
@@ -431,6 +433,14 @@ bool Trainer::State::trainEpoch(int epoch) {
     }
     ++pos.step;
     ++run.steps;
+    // Without a loss scaler a non-finite loss is not skipped: the weights it reaches are lost.
+    // Said once, with its step, so that a run that diverges is not read as a run that learned
+    // (the metrics line has "loss": null from here on).
+    if (!std::isfinite(step.loss) && !scaler->enabled() && !run.nonfinite_loss_logged && isRank0()) {
+      run.nonfinite_loss_logged = true;
+      LOG(WARNING) << "step " << pos.step << ": the training loss is " << step.loss
+                   << " (no loss scaler to skip it); the run has diverged";
+    }
     ++step_in_epoch;
     pos.images_seen += imgs;
     run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -58,7 +60,11 @@ inline std::vector<double> metricValues(const std::string& path, const std::stri
   while (std::getline(f, line)) {
     if (line.find("\"type\": \"" + type + "\"") == std::string::npos) continue;
     const size_t at = line.find("\"" + key + "\": ");
-    if (at != std::string::npos) out.push_back(std::strtod(line.c_str() + at + key.size() + 4, nullptr));
+    if (at == std::string::npos) continue;
+    // A non-finite value is written as null: read back as NaN, never as strtod's 0 (which once
+    // turned a run that went NaN at step 2 into a "mean loss" of a fraction of the real one).
+    const char* v = line.c_str() + at + key.size() + 4;
+    out.push_back(std::strncmp(v, "null", 4) == 0 ? std::nan("") : std::strtod(v, nullptr));
   }
   return out;
 }
