@@ -10,9 +10,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include <cstdlib>
-#include <deque>
 #include <mutex>
 
+#include "comm/op_timing.h"
 #include "comm/store.h"
 
 namespace aiacc::comm {
@@ -141,26 +141,14 @@ class NcclTransport::Channel {
     return strCat("NCCL ", what, " (channel ", index_, ", rank ", rank_, " of ", world_, ")");
   }
 
-  ChannelStats stats() {
-    std::lock_guard<std::mutex> lock(mu_);
-    while (!timed_.empty() && timed_.front()->isCompleted()) {  // completed, in order
-      try {
-        stats_.busy_s += timed_.front()->getDuration() / 1e3;
-      } catch (const std::exception&) {  // timing off (TORCH_NCCL_ENABLE_TIMING=0 by the user)
-      }
-      timed_.pop_front();
-    }
-    return stats_;
-  }
+  ChannelStats stats() { return timing_.stats(); }
 
  private:
   int index_, rank_, world_;
   c10::DeviceIndex device_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
   std::shared_ptr<FailureLatch> latch_ = std::make_shared<FailureLatch>();
-  std::mutex mu_;  // stats_, timed_
-  ChannelStats stats_;
-  std::deque<c10::intrusive_ptr<c10d::Work>> timed_;
+  OpTiming timing_;  // bytes and busy time of completed operations; bounded
 };
 
 std::shared_ptr<Work> NcclTransport::Channel::run(const char* what, size_t bytes,
@@ -176,11 +164,16 @@ std::shared_ptr<Work> NcclTransport::Channel::run(const char* what, size_t bytes
     latch_->fail(err);
     std::rethrow_exception(err);
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.bytes += static_cast<double>(bytes);
-    timed_.push_back(w);
-  }
+  // Retired when complete (at a later submission or stats()), with its CUDA-timed duration;
+  // without TORCH_NCCL_ENABLE_TIMING=1 getDuration() throws, and the time counts as 0.
+  timing_.submitted({static_cast<double>(bytes), [w] { return w->isCompleted(); },
+                     [w]() -> double {
+                       try {
+                         return w->getDuration() / 1e3;
+                       } catch (const std::exception&) {
+                         return 0.0;
+                       }
+                     }});
   return std::make_shared<PgWork>(latch_, where(what), std::move(w), std::move(after));
 }
 

@@ -62,7 +62,9 @@ class NcclTransport : public Transport {
   int size() const override { return opt_.world; }
   int channels() const override { return static_cast<int>(channels_.size()); }
   bool waitsOnDevice() const override { return true; }
-  // Bytes submitted; busy time from ProcessGroupNCCL's CUDA timing of completed operations.
+  // Bytes and CUDA-timed busy time of the same completed operations (comm/op_timing.h: the
+  // bookkeeping retires completed operations at every submission and keeps a bounded number in
+  // flight, whether or not anyone asks for the statistics).
   ChannelStats channelStats(int channel) const override;
   std::string describe() const override;
 

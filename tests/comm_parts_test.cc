@@ -8,6 +8,7 @@
 
 #include "comm/bucket_codec.h"
 #include "comm/grad_scale.h"
+#include "comm/op_timing.h"
 #include "comm/striped_transport.h"
 
 namespace aiacc::comm {
@@ -209,6 +210,82 @@ TEST(StripedTransport, SmallBuffersGoWholeRoundRobinAndOneChannelTakesAll) {
   EXPECT_EQ(rec->calls[0].numel, 1000);
   st.setActiveChannels(7);  // more than there are: all of them
   EXPECT_EQ(st.activeChannels(), 3);
+}
+
+// OpTiming (NcclTransport's bookkeeping): an operation the test completes by hand.
+struct FakeOp {
+  bool done = false;
+  double seconds = 0;
+};
+OpTiming::Op opOf(const std::shared_ptr<FakeOp>& f, double bytes) {
+  return {bytes, [f] { return f->done; }, [f] { return f->seconds; }};
+}
+
+// One channel and nobody calling stats() (striping asks only with two or more channels): every
+// submission retires what completed, so a long run keeps only what may still be running.
+TEST(OpTiming, KeepsOnlyWhatMayStillRunWithoutStatsCalls) {
+  OpTiming t;
+  for (int i = 0; i < 10000; ++i) {
+    auto op = std::make_shared<FakeOp>();
+    t.submitted(opOf(op, 4));
+    ASSERT_LE(t.inFlight(), 2u) << "operation " << i;
+    op->done = true;
+    op->seconds = 0.001;
+  }
+  const ChannelStats s = t.stats();
+  EXPECT_EQ(s.bytes, 4 * 10000.0);
+  EXPECT_NEAR(s.busy_s, 10.0, 1e-9);
+  EXPECT_EQ(t.inFlight(), 0u);
+}
+
+// Bytes and busy time of the same operations: one still running counts in neither, so the rate
+// is the completed operations' (counting its bytes at submission would double it here).
+TEST(OpTiming, CountsBytesAndTimeOfTheSameCompletedOperations) {
+  OpTiming t;
+  auto a = std::make_shared<FakeOp>(), b = std::make_shared<FakeOp>();
+  t.submitted(opOf(a, 1000));
+  t.submitted(opOf(b, 1000));
+  a->done = true;
+  a->seconds = 1;
+  ChannelStats s = t.stats();
+  EXPECT_EQ(s.bytes, 1000);
+  EXPECT_EQ(s.busy_s, 1);
+  // In submission order: c still running holds back d, done, until c is done too.
+  auto c = std::make_shared<FakeOp>(), d = std::make_shared<FakeOp>();
+  t.submitted(opOf(c, 10));
+  t.submitted(opOf(d, 20));
+  d->done = true;
+  d->seconds = 2;
+  b->done = true;
+  b->seconds = 3;
+  s = t.stats();
+  EXPECT_EQ(s.bytes, 2000);
+  EXPECT_EQ(s.busy_s, 4);
+  c->done = true;
+  c->seconds = 5;
+  s = t.stats();
+  EXPECT_EQ(s.bytes, 2030);
+  EXPECT_EQ(s.busy_s, 11);
+}
+
+// Operations that never complete (a device far behind, a hung one): at most max_in_flight are
+// kept; the dropped ones count in neither bytes nor time.
+TEST(OpTiming, BoundsOperationsThatNeverComplete) {
+  OpTiming t(4);
+  std::vector<std::shared_ptr<FakeOp>> ops;
+  for (int i = 0; i < 10; ++i) {
+    ops.push_back(std::make_shared<FakeOp>());
+    t.submitted(opOf(ops.back(), 100));
+  }
+  EXPECT_EQ(t.inFlight(), 4u);
+  EXPECT_EQ(t.dropped(), 6);
+  for (auto& op : ops) {
+    op->done = true;
+    op->seconds = 1;
+  }
+  const ChannelStats s = t.stats();
+  EXPECT_EQ(s.bytes, 400);
+  EXPECT_EQ(s.busy_s, 4);
 }
 
 }  // namespace
