@@ -71,11 +71,31 @@ DataParallel::~DataParallel() = default;
 
 double DataParallel::now() const { return opt_.clock(); }
 
-void DataParallel::beforeForward() { buffers_.beforeForward(control()); }
+template <typename F>
+auto DataParallel::abortOnFailure(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const CommError& e) {
+    const std::string why = abortReason(e);
+    flat_->abort(why);
+    if (two_level_) two_level_->abort(why);
+    throw;
+  }
+}
 
-void DataParallel::syncBuffers() { buffers_.beforeRead(control()); }
+void DataParallel::beforeForward() {
+  abortOnFailure([&] { buffers_.beforeForward(control()); });
+}
+
+void DataParallel::syncBuffers() {
+  abortOnFailure([&] { buffers_.beforeRead(control()); });
+}
 
 bool DataParallel::finishBackward() {
+  return abortOnFailure([&] { return finishBackwardImpl(); });
+}
+
+bool DataParallel::finishBackwardImpl() {
   if (!reducer_->syncing()) return true;
   if (!reducer_->finish()) {
     last_finish_ = now();
@@ -125,7 +145,7 @@ std::string DataParallel::describe() const {
 
 void DataParallel::allreduceSum(at::Tensor& t) {
   at::Tensor c = t.contiguous();
-  control().allreduce(c, ReduceOp::kSum, 0)->wait();
+  abortOnFailure([&] { control().allreduce(c, ReduceOp::kSum, 0)->wait(); });
   if (!c.is_same(t)) t.copy_(c);
 }
 

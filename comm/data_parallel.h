@@ -14,9 +14,11 @@
 //     first steps from step times every rank averaged; DataParallel feeds it and applies its
 //     choice through the Reducer's and the StripedTransport's setters.
 // DataParallel itself composes them and keeps the order of their collectives, which must be the
-// same on every rank. No rank coordinates: every rank launches buckets in plan order as they fill
-// (the classic coordinator, kept for comparison, is aiacc_bench negotiation's CentralSync).
-// Calls only comm/.
+// same on every rank. A CommError from any of them aborts every transport (the flat one and the
+// two-level one) before it reaches the caller, so nothing left in flight, on any channel, waits
+// out its timeout afterwards (the Reducer aborts before it waits for the rest of a failed step). No rank coordinates:
+// every rank launches buckets in plan order as they fill (the classic coordinator, kept for comparison, is aiacc_bench
+// negotiation's CentralSync). Calls only comm/.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -104,6 +106,10 @@ class DataParallel : public GradientSync {
 
  private:
   Transport& control() const { return *striped_->inner(); }
+  // Runs f; a CommError aborts every transport, then propagates.
+  template <typename F>
+  auto abortOnFailure(F&& f) -> decltype(f());
+  bool finishBackwardImpl();
   void tune(double exposed_this_step);
   void apply(const TuneConfig& c);
   double now() const;

@@ -108,10 +108,15 @@ std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s
     AIACC_CHECK(!stop_, "hierarchical transport is shutting down");
     bytes_[static_cast<size_t>(c)] += static_cast<double>(bytes);
     std::shared_ptr<Work> last;
-    for (Stage* s : {&s1, &s2, &s3}) {
-      if (!*s) continue;
-      if (last) last->wait();  // the device waits for the previous stage; the host goes on
-      if (auto w = (*s)()) last = std::move(w);
+    try {
+      for (Stage* s : {&s1, &s2, &s3}) {
+        if (!*s) continue;
+        if (last) last->wait();  // the device waits for the previous stage; the host goes on
+        if (auto w = (*s)()) last = std::move(w);
+      }
+    } catch (const std::exception& e) {
+      abort(abortReason(e));
+      throw;
     }
     return std::make_shared<ChainWork>(std::move(last));
   }
@@ -160,7 +165,10 @@ void HierarchicalTransport::relay(int c, int stage) {
       } else {
         op->finish(op->s3 ? op->s3() : nullptr, nullptr);
       }
-    } catch (...) {
+    } catch (const std::exception& e) {
+      // Both levels are aborted before this relay waits for anything else: the stages queued
+      // or running behind this one, on either level, then end at once instead of timing out.
+      abort(abortReason(e));
       op->finish(nullptr, std::current_exception());
     }
   }

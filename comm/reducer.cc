@@ -58,11 +58,37 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Tran
 
 Reducer::~Reducer() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  // A step left unfinished (backward threw): its buckets may still be on the wire. After a
+  // communication failure the transports are aborted already, and these end at once.
   for (auto& w : works_) {
     try {
       w->wait();
     } catch (...) {
     }
+  }
+}
+
+void Reducer::abortTransports(const std::exception& first) {
+  const std::string why = abortReason(first);
+  data_->abort(why);
+  if (control_ != data_) control_->abort(why);
+}
+
+void Reducer::waitAll() {
+  std::exception_ptr first;
+  for (auto& w : works_) {
+    try {
+      w->wait();
+    } catch (const std::exception& e) {
+      if (first) continue;
+      first = std::current_exception();
+      abortTransports(e);  // before waiting for the rest: they end at once instead of timing out
+    }
+  }
+  works_.clear();
+  if (first) {
+    resetStep();
+    std::rethrow_exception(first);
   }
 }
 
@@ -171,7 +197,12 @@ void Reducer::launch(size_t b) {
     const at::Tensor flags = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte);
     wire_[b].narrow(0, flags_at_, flags.numel()).copy_(flags);
   }
-  works_.push_back(data_->allreduce(wire_[b], ReduceOp::kSum, 0));
+  try {
+    works_.push_back(data_->allreduce(wire_[b], ReduceOp::kSum, 0));
+  } catch (const std::exception& e) {  // a transport that fails at submission (NCCL, after an error)
+    abortTransports(e);
+    throw;
+  }
 }
 
 // The bucket's gradients into its fp32 buffer (zeros where a parameter has none).
@@ -213,16 +244,21 @@ at::Tensor Reducer::localGradientFlags() const {
 }
 
 bool Reducer::finish(const at::Tensor& agreed) {
-  {
+  try {
     std::lock_guard<std::mutex> lock(mu_);
     // Buckets with parameters that got no gradient this step are launched now, still in order.
     while (next_launch_ < pending_.size()) launch(next_launch_++);
+  } catch (...) {
+    try {
+      waitAll();     // launch() aborted the transports: the buckets already launched end at once
+    } catch (...) {  // the launch failure is the one to report
+    }
+    throw;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& w : works_) w->wait();
+  waitAll();
   last_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   exposed_s_ += last_exposed_s_;
-  works_.clear();
   at::NoGradGuard no_grad;
   bool finite = true;
   if (!direct_) {

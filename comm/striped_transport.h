@@ -5,7 +5,8 @@
 //   - allreduce(t): a buffer of at least min_split_bytes is cut into one contiguous piece per
 //     active channel, sized by the channel weights (the last piece takes the rounding
 //     remainder); a smaller one goes whole to the next channel in round-robin order. The
-//     channel argument is ignored. The returned Work waits for every piece.
+//     channel argument is ignored. The returned Work waits for every piece; when one fails it
+//     aborts the wrapped transport before it waits for the others, then rethrows the first error.
 //   - broadcast, allgather, reduceScatter, allgatherShards go unchanged to the wrapped
 //     transport's channel.
 //   - rebalance(), a collective every rank calls at the same point (DataParallel: after each

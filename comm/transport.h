@@ -29,6 +29,15 @@ class CommError : public Error {
   explicit CommError(const std::string& what) : Error(what) {}
 };
 
+// What a transport is aborted with once a failure is known (`first`, in one line): a part that
+// sees an operation fail aborts its transports before it waits for anything else, so the
+// operations still queued or running (on any channel) fail at once instead of each waiting out
+// its timeout.
+inline std::string abortReason(const std::exception& first) {
+  const std::string what = first.what();
+  return "aborted after an earlier failure: " + what.substr(0, what.find('\n'));
+}
+
 class Work {
  public:
   virtual ~Work() = default;
