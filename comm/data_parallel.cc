@@ -88,7 +88,19 @@ void DataParallel::beforeForward() {
 }
 
 void DataParallel::syncBuffers() {
-  abortOnFailure([&] { buffers_.beforeRead(control()); });
+  abortOnFailure([&] {
+    buffers_.beforeRead(control());
+    synchronizeTransports();
+  });
+}
+
+void DataParallel::synchronize() {
+  abortOnFailure([&] { synchronizeTransports(); });
+}
+
+void DataParallel::synchronizeTransports() {
+  flat_->synchronize();
+  if (two_level_) two_level_->synchronize();
 }
 
 bool DataParallel::finishBackward() {

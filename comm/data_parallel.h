@@ -87,6 +87,9 @@ class DataParallel : public GradientSync {
   void syncBuffers() override;
   bool finishBackward() override;
   void allreduceSum(at::Tensor& t) override;
+  // Both transports' synchronize() (the tuner may have switched between them); syncBuffers()
+  // ends with it, as the buffers are read next.
+  void synchronize() override;
   double exposedCommSeconds() const override { return reducer_->exposedSeconds(); }
   std::string describe() const override;
   bool tuning() const override { return tuner_ && !tuner_->frozen(); }
@@ -110,6 +113,7 @@ class DataParallel : public GradientSync {
   template <typename F>
   auto abortOnFailure(F&& f) -> decltype(f());
   bool finishBackwardImpl();
+  void synchronizeTransports();
   void tune(double exposed_this_step);
   void apply(const TuneConfig& c);
   double now() const;

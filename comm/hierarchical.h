@@ -62,6 +62,10 @@ class HierarchicalTransport : public Transport {
     intra_->abort(why);
     inter_->abort(why);
   }
+  void synchronize() override {
+    intra_->synchronize();
+    inter_->synchronize();
+  }
 
   const Transport& intra() const { return *intra_; }
   const Transport& inter() const { return *inter_; }

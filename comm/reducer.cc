@@ -74,11 +74,15 @@ void Reducer::abortTransports(const std::exception& first) {
   if (control_ != data_) control_->abort(why);
 }
 
-void Reducer::waitAll() {
+void Reducer::waitAll(bool host) {
   std::exception_ptr first;
   for (auto& w : works_) {
     try {
-      w->wait();
+      if (host) {
+        w->synchronize();
+      } else {
+        w->wait();
+      }
     } catch (const std::exception& e) {
       if (first) continue;
       first = std::current_exception();
@@ -250,13 +254,17 @@ bool Reducer::finish(const at::Tensor& agreed) {
     while (next_launch_ < pending_.size()) launch(next_launch_++);
   } catch (...) {
     try {
-      waitAll();     // launch() aborted the transports: the buckets already launched end at once
-    } catch (...) {  // the launch failure is the one to report
+      waitAll(false);  // launch() aborted the transports: the buckets already launched end at once
+    } catch (...) {    // the launch failure is the one to report
     }
     throw;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  waitAll();
+  // Over a device-ordered transport (NCCL) wait() only orders the streams. Where the host reads
+  // the reduced buckets next (a reduced-precision wire's finiteness check, the unused-parameter
+  // flags), the host blocks for them here instead, so that a failed reduction raises before its
+  // values are read (elsewhere the next operation, or synchronize(), raises it).
+  waitAll(/*host=*/codec_->wireType() != at::kFloat || flags_at_ >= 0);
   last_exposed_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   exposed_s_ += last_exposed_s_;
   at::NoGradGuard no_grad;

@@ -96,9 +96,9 @@ class Reducer {
   void verifyFingerprints();
   void onGradReady(size_t param);  // autograd thread
   void launch(size_t bucket);
-  // Waits for every launched bucket, and clears them. On a failure the transports are aborted
-  // before the rest is waited for, then the first error is rethrown.
-  void waitAll();
+  // Waits for every launched bucket (host: Work::synchronize()), and clears them. On a failure
+  // the transports are aborted before the rest is waited for, then the first error is rethrown.
+  void waitAll(bool host);
   void abortTransports(const std::exception& first);
   void fill(size_t bucket);
   void fillDirect(size_t bucket);

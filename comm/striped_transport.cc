@@ -13,11 +13,19 @@ class AllWork : public Work {
   // Waits for every piece, even after one failed (the buffer must outlive them all), then
   // rethrows the first error. The first failure aborts the wrapped transport before the other
   // pieces are waited for: a piece stalled on another channel then ends at once.
-  void wait() override {
+  void wait() override { waitAll(false); }
+  void synchronize() override { waitAll(true); }
+
+ private:
+  void waitAll(bool host) {
     std::exception_ptr first;
     for (auto& w : parts_) {
       try {
-        w->wait();
+        if (host) {
+          w->synchronize();
+        } else {
+          w->wait();
+        }
       } catch (const std::exception& e) {
         if (first) continue;
         first = std::current_exception();
@@ -27,7 +35,6 @@ class AllWork : public Work {
     if (first) std::rethrow_exception(first);
   }
 
- private:
   std::vector<std::shared_ptr<Work>> parts_;
   std::shared_ptr<Transport> inner_;
 };

@@ -44,6 +44,7 @@ class StripedTransport : public Transport {
   std::string describe() const override { return inner_->describe(); }
   bool waitsOnDevice() const override { return inner_->waitsOnDevice(); }
   void abort(const std::string& why) override { inner_->abort(why); }
+  void synchronize() override { inner_->synchronize(); }
 
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op = ReduceOp::kSum, int channel = 0) override;
   std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel = 0) override {

@@ -41,8 +41,16 @@ inline std::string abortReason(const std::exception& first) {
 class Work {
  public:
   virtual ~Work() = default;
-  // Blocks until the operation finished; rethrows its error.
+  // Waits for the operation and rethrows its error. Where the transport's waitsOnDevice() is
+  // false this blocks the host until the operation is done. Where it is true (NCCL), for device
+  // tensors it makes the caller's current stream wait for the operation and returns at once (an
+  // error found later is raised by synchronize(), or by the next operation or wait() on the
+  // channel); for host tensors it blocks until the result is in place.
   virtual void wait() = 0;
+  // wait(), then blocks the host until the operation is done on the device too, rethrowing its
+  // error: for a caller about to read the result on the host. The same as wait() where wait()
+  // already blocks.
+  virtual void synchronize() { wait(); }
 };
 
 enum class ReduceOp { kSum, kBitwiseOr };
@@ -79,6 +87,11 @@ class Transport {
   // A composite transport that chains operations on device-ordered transports submits them all
   // from the caller's thread, so every rank submits to each communicator in the same order.
   virtual bool waitsOnDevice() const { return false; }
+  // Blocks the host until every operation submitted so far is done (on the device too), and
+  // raises the first error any of them met: for a caller about to read on the host what those
+  // operations produced (a device-ordered transport's wait() returns before). Nothing to do for
+  // a transport whose wait() blocks the host (the default); a composite one forwards it.
+  virtual void synchronize() {}
   // Gives up: every queued and later operation fails at once with a CommError saying `why`
   // (an operation already running ends on its own, within its timeout). For a rank that knows
   // the job is lost (a peer died, a signal) and must not wait out each queued operation.

@@ -365,5 +365,57 @@ TEST(AbortBeforeWait, TwoLevelStagesAbortWhenOneFails) {
   EXPECT_EQ(log.front(), "abort") << "the stalled stage was waited for before the abort";
 }
 
+// ---- Errors of a device-ordered transport reach the host where it blocks --------------------
+// Like NCCL: wait() returns at once (it would only order the streams), and a failure of the
+// operation is seen only by a host-blocking synchronize() (or the next operation).
+class DeviceOrderedTransport : public ImmediateTransport {
+ public:
+  DeviceOrderedTransport() : ImmediateTransport(1) {}
+  bool waitsOnDevice() const override { return true; }
+  // From now on every allreduce fails on the "device".
+  void failAllreduces() { fail_ = true; }
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int c) override {
+    if (!fail_) return ImmediateTransport::allreduce(t, op, c);
+    ++failed_;
+    return std::make_shared<FailsOnTheDevice>();
+  }
+  void synchronize() override {
+    if (failed_ > 0) throw CommError("an allreduce failed on the device");
+  }
+
+ private:
+  class FailsOnTheDevice : public Work {
+   public:
+    void wait() override {}  // ordered; nothing known yet
+    void synchronize() override { throw CommError("an allreduce failed on the device"); }
+  };
+  bool fail_ = false;
+  int failed_ = 0;
+};
+
+// bf16 transfer: the host reads the reduced wire (its finiteness check) in finishBackward(), so
+// finishBackward() blocks for it and raises there. fp32 on a device-ordered transport: the host
+// reads nothing in finishBackward(), and synchronize() (the trainer's, before it reads the
+// step's results) raises.
+TEST(DeviceOrderedErrors, RaiseWhereTheHostBlocks) {
+  for (TransferDtype transfer : {TransferDtype::kBFloat16, TransferDtype::kFloat32}) {
+    SCOPED_TRACE(transferDtypeName(transfer));
+    auto t = std::make_shared<DeviceOrderedTransport>();
+    torch::nn::Linear net(8, 2);
+    DataParallelOptions o;
+    o.transfer = transfer;
+    DataParallel dp(net.ptr(), t, WorldInfo{}, o);
+    t->failAllreduces();
+    dp.beforeForward();
+    net->forward(at::randn({2, 8})).sum().backward();
+    if (transfer == TransferDtype::kBFloat16) {
+      EXPECT_THROW(dp.finishBackward(), CommError);
+    } else {
+      EXPECT_TRUE(dp.finishBackward());
+      EXPECT_THROW(dp.synchronize(), CommError);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace aiacc::comm
