@@ -40,6 +40,7 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Tran
     info.dtype = static_cast<int>(p.value().scalar_type());
     info.numel = p.value().numel();
     info.element_size = static_cast<int64_t>(p.value().element_size());
+    info.device = p.value().device().str();
     infos_.push_back(info);
   }
   AIACC_CHECK_INPUT(!params_.empty(), "DataParallel: the module has no trainable parameters");
@@ -157,7 +158,9 @@ void Reducer::buildBuckets() {
       numel += static_cast<int64_t>(params_.size());
     }
     const at::TensorOptions options = params_[plan_.buckets[b].front()].options();
-    AIACC_CHECK(!cast || options.dtype() == at::kFloat, "fp16/bf16 transfer needs fp32 parameters");
+    AIACC_CHECK_INPUT(!cast || options.dtype() == at::kFloat,
+                      "DataParallel: fp16/bf16 transfer needs fp32 parameters; '",
+                      infos_[plan_.buckets[b].front()].name, "' is ", options.dtype());
     bucket_numel_.push_back(numel);
     buffers_.push_back(direct_ ? at::Tensor() : at::zeros({numel}, options));
     wire_.push_back(cast ? at::empty({numel}, options.dtype(codec_->wireType())) : buffers_.back());
@@ -209,12 +212,22 @@ void Reducer::launch(size_t b) {
   }
 }
 
+// A gradient a bucket can hold: dense (strided). A sparse one (e.g. an Embedding with
+// sparse=true) is refused by name instead of failing inside reshape().
+void Reducer::checkDense(size_t i, const at::Tensor& g) const {
+  AIACC_CHECK_INPUT(g.layout() == at::kStrided, "DataParallel: the gradient of '", infos_[i].name, "' is ",
+                    g.is_sparse() ? "sparse" : "not a dense tensor", " (layout ", g.layout(),
+                    "); DataParallel reduces dense gradients only: make the module produce dense gradients "
+                    "(e.g. an Embedding without sparse=true)");
+}
+
 // The bucket's gradients into its fp32 buffer (zeros where a parameter has none).
 void Reducer::fill(size_t b) {
   at::Tensor& buf = buffers_[b];
   for (size_t i : plan_.buckets[b]) {
     at::Tensor slot = buf.narrow(0, offset_of_[i], params_[i].numel());
     const at::Tensor& g = params_[i].grad();
+    if (g.defined()) checkDense(i, g);
     had_grad_[i] = g.defined();
     if (g.defined()) {
       slot.copy_(g.reshape(-1));
@@ -235,6 +248,7 @@ void Reducer::fillDirect(size_t b) {
       std::memset(slot.data_ptr(), 0, static_cast<size_t>(slot.nbytes()));  // +0.0 in fp16 and bf16
       continue;
     }
+    checkDense(i, g);
     const at::Tensor c = g.is_contiguous() ? g : g.contiguous();  // e.g. a channels-last weight
     codec_->encodeInto(c, slot, world_.world);
   }

@@ -101,6 +101,7 @@ class Reducer {
   void waitAll(bool host);
   void abortTransports(const std::exception& first);
   void fill(size_t bucket);
+  void checkDense(size_t param, const at::Tensor& grad) const;
   void fillDirect(size_t bucket);
   bool decodeInto(size_t param);
   void rebuildFromArrivalOrder();

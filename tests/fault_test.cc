@@ -136,49 +136,6 @@ INSTANTIATE_TEST_SUITE_P(Faults, OneFaultyRank, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<FaultCase>& i) { return std::string(i.param.name); });
 
 // ---- Abort before waiting -----------------------------------------------------------------
-// One rank, `k` channels, every operation done at once; after abort() every operation fails
-// with the reason (the sticky abort of a real transport).
-class ImmediateTransport : public Transport {
- public:
-  explicit ImmediateTransport(int k) : k_(k) {}
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  int channels() const override { return k_; }
-  ChannelStats channelStats(int) const override { return {}; }
-  std::string describe() const override { return "immediate"; }
-  void abort(const std::string& why) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (why_.empty()) why_ = why;
-  }
-  std::shared_ptr<Work> allreduce(at::Tensor, ReduceOp, int) override { return done(); }
-  std::shared_ptr<Work> broadcast(at::Tensor, int, int) override { return done(); }
-  std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int) override {
-    out.copy_(in.reshape(out.sizes()));
-    return done();
-  }
-  std::shared_ptr<Work> reduceScatter(at::Tensor, int) override { return done(); }
-  std::shared_ptr<Work> allgatherShards(at::Tensor, int) override { return done(); }
-
- private:
-  class Result : public Work {
-   public:
-    explicit Result(std::string why) : why_(std::move(why)) {}
-    void wait() override {
-      if (!why_.empty()) throw CommError(why_);
-    }
-
-   private:
-    std::string why_;
-  };
-  std::shared_ptr<Work> done() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::make_shared<Result>(why_);
-  }
-  int k_;
-  std::mutex mu_;
-  std::string why_;
-};
-
 // Passes everything through and logs, in order: "abort", and "wait N: ok" or "wait N: <error>"
 // for operation N (counted from 0 over every channel) when its wait() returns.
 class LoggingTransport : public Transport {
@@ -252,7 +209,7 @@ class LoggingTransport : public Transport {
 std::shared_ptr<LoggingTransport> failThenStall(int channels, int64_t fail_at, std::chrono::milliseconds stall_limit) {
   FaultSpec fail{FaultSpec::Kind::kFail, fail_at, stall_limit};
   FaultSpec stall{FaultSpec::Kind::kStall, fail_at + 1, stall_limit};
-  auto failing = std::make_shared<FaultTransport>(std::make_shared<ImmediateTransport>(channels), fail);
+  auto failing = std::make_shared<FaultTransport>(std::make_shared<test::ImmediateTransport>(channels), fail);
   return std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(failing, stall));
 }
 
@@ -293,7 +250,7 @@ TEST(AbortBeforeWait, DataParallelAbortsWhenABucketFails) {
   // The operations of construction come first; the step's first bucket is the one after them.
   int64_t setup_ops = 0;
   {
-    auto clean = std::make_shared<LoggingTransport>(std::make_shared<ImmediateTransport>(2));
+    auto clean = std::make_shared<LoggingTransport>(std::make_shared<test::ImmediateTransport>(2));
     DataParallel dp(net(), clean, WorldInfo{}, o);
     setup_ops = clean->submitted();
   }
@@ -344,9 +301,9 @@ TEST(AbortBeforeWait, StripedPiecesAbortWhenOneFails) {
 // The relay that sees the failure aborts both levels, so the second operation ends at once.
 TEST(AbortBeforeWait, TwoLevelStagesAbortWhenOneFails) {
   auto intra = std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(
-      std::make_shared<ImmediateTransport>(2), FaultSpec{FaultSpec::Kind::kFail, 0, kLongStall}));
+      std::make_shared<test::ImmediateTransport>(2), FaultSpec{FaultSpec::Kind::kFail, 0, kLongStall}));
   auto inter = std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(
-      std::make_shared<ImmediateTransport>(1), FaultSpec{FaultSpec::Kind::kStall, 0, kLongStall}));
+      std::make_shared<test::ImmediateTransport>(1), FaultSpec{FaultSpec::Kind::kStall, 0, kLongStall}));
   HierarchicalTransport h(intra, inter);
   at::Tensor a = at::zeros({100}), b = at::zeros({100});
   auto wa = h.allreduce(a, ReduceOp::kSum, 0);
@@ -368,14 +325,14 @@ TEST(AbortBeforeWait, TwoLevelStagesAbortWhenOneFails) {
 // ---- Errors of a device-ordered transport reach the host where it blocks --------------------
 // Like NCCL: wait() returns at once (it would only order the streams), and a failure of the
 // operation is seen only by a host-blocking synchronize() (or the next operation).
-class DeviceOrderedTransport : public ImmediateTransport {
+class DeviceOrderedTransport : public test::ImmediateTransport {
  public:
-  DeviceOrderedTransport() : ImmediateTransport(1) {}
+  DeviceOrderedTransport() : test::ImmediateTransport(1) {}
   bool waitsOnDevice() const override { return true; }
   // From now on every allreduce fails on the "device".
   void failAllreduces() { fail_ = true; }
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int c) override {
-    if (!fail_) return ImmediateTransport::allreduce(t, op, c);
+    if (!fail_) return test::ImmediateTransport::allreduce(t, op, c);
     ++failed_;
     return std::make_shared<FailsOnTheDevice>();
   }
