@@ -1,7 +1,5 @@
 #include "comm/data_parallel.h"
 
-#include <iostream>
-
 namespace aiacc::comm {
 namespace {
 
@@ -134,7 +132,7 @@ void DataParallel::tune(double exposed_this_step) {
                                   tuner_->current().str(two_level_ != nullptr)),
                            0);
   }
-  if (tuner_->frozen() && world_.rank == 0) std::cerr << "autotune: " << tuner_->summary() << "\n";
+  if (tuner_->frozen() && opt_.log) opt_.log("autotune: " + tuner_->summary());
 }
 
 // Switches fusion cap, channel count and transport; every rank does the same between steps.

@@ -72,6 +72,9 @@ struct DataParallelOptions {
   std::shared_ptr<Timeline> timeline;
   // Seconds on a monotonic clock, for the tuner's step times (tests inject a fake one).
   std::function<double()> clock;
+  // Notices, one line each (the tuner's choice when it freezes), on every rank it is given to;
+  // default: none (a library writes nothing to the process's streams).
+  std::function<void(const std::string&)> log;
 };
 
 class DataParallel : public GradientSync {

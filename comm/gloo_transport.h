@@ -1,7 +1,10 @@
 // GlooTransport: CPU collectives over TCP with Gloo, one Gloo context and one worker thread per
 // channel. Contexts meet through a c10d store (rendezvous), each under its own key prefix.
-// Constructing one sets SIGPIPE to ignored for the process: a dead peer must surface as a
-// CommError, not kill the survivors.
+// A peer that dies closes its sockets, and writing to one raises SIGPIPE, whose default action
+// ends the process before Gloo can report the error: a program using GlooTransport ignores
+// SIGPIPE (signal(SIGPIPE, SIG_IGN), as Python does) before it starts threads, so that a dead
+// peer becomes a CommError naming the collective. aiacc_train does at start-up; the transport
+// leaves the process's signal dispositions alone.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/nccl_env.h"
 #include "comm/op_timing.h"
 #include "comm/store.h"
 
@@ -23,15 +24,6 @@ namespace aiacc::comm {
 namespace {
 
 std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
-
-// ProcessGroupNCCL reads its error handling from the environment when a group is made. Values
-// the user set are kept.
-void configureProcessGroupNccl() {
-  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", /*overwrite=*/0);  // CleanUpOnly: abort, raise at wait()
-  ::setenv("TORCH_NCCL_PROPAGATE_ERROR", "1", 0);
-  ::setenv("TORCH_NCCL_USE_COMM_NONBLOCKING", "1", 0);
-  ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", 0);
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -322,7 +314,11 @@ std::shared_ptr<Work> NcclTransport::Channel::run(const char* what, size_t bytes
 NcclTransport::NcclTransport(c10::intrusive_ptr<c10d::Store> store, const NcclOptions& options) : opt_(options) {
   AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank, " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
-  configureProcessGroupNccl();
+  // ProcessGroupNCCL reads its error handling from the environment (the program's to set:
+  // comm/nccl_env.h); what differs from what this transport is built for is said once.
+  if (opt_.log && opt_.rank == 0) {
+    for (const std::string& note : ncclEnvironmentNotes()) opt_.log("NCCL: " + note);
+  }
   store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), std::vector<uint8_t>{1});
   waitForRanks(*store, opt_.name + "/joined", opt_.world, opt_.timeout);
   for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(store, opt_, c));

@@ -15,10 +15,12 @@
 // TORCH_NCCL_PROPAGATE_ERROR=1 the other ranks' groups too, through the store), and later, after
 // a pause for its flight recorder, acts as TORCH_NCCL_ASYNC_ERROR_HANDLING says: 2 aborts the
 // communicators and leaves the process running, 3 (the default) ends the process from the
-// watchdog. PyTorch reads these variables when a process group is made; the constructor sets
-// TORCH_NCCL_ASYNC_ERROR_HANDLING=2, TORCH_NCCL_PROPAGATE_ERROR=1,
-// TORCH_NCCL_USE_COMM_NONBLOCKING=1 (set-up times out too) and TORCH_NCCL_ENABLE_TIMING=1 (busy
-// time per channel) unless the user set them. Without TORCH_NCCL_BLOCKING_WAIT, ProcessGroupNCCL's own
+// watchdog. PyTorch reads these variables when a process group is made. NcclTransport sets no
+// environment (a library must not: setenv races getenv in threads already running): a program
+// sets kNcclEnvironment (comm/nccl_env.h: ASYNC_ERROR_HANDLING=2, PROPAGATE_ERROR=1,
+// USE_COMM_NONBLOCKING=1 so that set-up times out too, ENABLE_TIMING=1 for busy time per
+// channel) at start-up, as aiacc_train does, and NcclTransport logs the ones that differ.
+// Without TORCH_NCCL_BLOCKING_WAIT, ProcessGroupNCCL's own
 // Work::wait() only makes the caller's stream wait, so nothing the watchdog finds later reaches
 // the host through it. NcclTransport raises a CommError naming the operation, channel and rank:
 //   - at every submission and every wait() on a channel, from the channel's first error
@@ -49,6 +51,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +67,9 @@ struct NcclOptions {
   int device = 0;                            // CUDA device of this rank
   std::chrono::milliseconds timeout{60000};  // every operation, and the set-up
   std::string name = "nccl";                 // key prefix in the store
+  // Notices, one line each (rank 0: the NCCL environment settings that differ from
+  // kNcclEnvironment); default: none.
+  std::function<void(const std::string&)> log;
 };
 
 class NcclTransport : public Transport {

@@ -105,8 +105,9 @@ void Reducer::verifyFingerprints() {
   control_->allgather(count, counts, 0)->wait();
   for (int r = 0; r < W; ++r) {
     if (counts[r].item<int64_t>() != static_cast<int64_t>(infos_.size())) {
-      AIACC_THROW(CommError, "model mismatch: rank ", r, " has ", counts[r].item<int64_t>(),
-                  " trainable parameters, rank ", world_.rank, " has ", infos_.size());
+      throw CommError(strCat("model mismatch: rank ", r, " has ", counts[r].item<int64_t>(),
+                             " trainable parameters, rank ", world_.rank, " has ", infos_.size()),
+                      CommError::Remedy::kModel);
     }
   }
   // 2. Per-parameter fingerprints plus the plan's: the first difference is named.
@@ -120,13 +121,16 @@ void Reducer::verifyFingerprints() {
     for (size_t i = 0; i <= n; ++i) {
       if (all[r][static_cast<int64_t>(i)].item<int64_t>() == mine[static_cast<int64_t>(i)].item<int64_t>()) continue;
       if (i == n) {
-        AIACC_THROW(CommError, "bucket plan mismatch between rank ", world_.rank, " and rank ", r,
-                    " (different --bucket-mb?)");
+        throw CommError(strCat("bucket plan mismatch between rank ", world_.rank, " and rank ", r,
+                               " (a different bucket size on some rank?)"),
+                        CommError::Remedy::kBucketSize);
       }
       std::string shape;
       for (int64_t d : infos_[i].shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-      AIACC_THROW(CommError, "model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape, " on rank ",
-                  world_.rank, ") differs on rank ", r, " (same --arch and number of classes on every rank?)");
+      throw CommError(strCat("model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape, " on rank ",
+                             world_.rank, ") differs on rank ", r,
+                             " (the same model, with the same outputs, on every rank?)"),
+                      CommError::Remedy::kModel);
     }
   }
 }

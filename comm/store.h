@@ -36,8 +36,9 @@ void claimForJob(c10d::Store& store, const std::string& job, const std::string& 
 // An in-memory store for ranks as threads of one process.
 c10::intrusive_ptr<c10d::Store> makeHashStore();
 
-// Waits for keys, turning a timeout into a CommError that names what was awaited and which
-// ranks have not published their "<what>/<rank>" key.
+// Waits for every rank's "<what>/<rank>" key, polling with one check() of all of them (one
+// request per poll, whatever the world size), turning a timeout into a CommError that names what
+// was awaited and which ranks have not published their key.
 void waitForRanks(c10d::Store& store, const std::string& what, int world, std::chrono::milliseconds timeout);
 
 }  // namespace aiacc::comm

@@ -23,10 +23,23 @@
 
 namespace aiacc::comm {
 
-// Raised when communication fails: timeout, a peer gone, a mismatch between ranks.
+// Raised when communication fails: timeout, a peer gone, a mismatch between ranks. Messages say
+// what to change in the library's terms ("the store's port", "the bucket size"); remedy() names
+// that setting for a program that wants to add the name of its own option for it.
 class CommError : public Error {
  public:
-  explicit CommError(const std::string& what) : Error(what) {}
+  enum class Remedy {
+    kNone,
+    kStore,         // the rendezvous store's address or port, or the job id (StoreOptions)
+    kBucketSize,    // the bucket size (DataParallelOptions::bucket_mb)
+    kModel,         // the model (its parameters) on every rank
+    kSharedMemory,  // shared memory between the ranks of a host (TransportSpec::shm)
+  };
+  explicit CommError(const std::string& what, Remedy remedy = Remedy::kNone) : Error(what), remedy_(remedy) {}
+  Remedy remedy() const { return remedy_; }
+
+ private:
+  Remedy remedy_;
 };
 
 // What a transport is aborted with once a failure is known (`first`, in one line): a part that

@@ -22,6 +22,7 @@
 #include "app/job_settings.h"
 #include "app/option_names.h"
 #include "app/report.h"
+#include "comm/store.h"
 #include "models/resnet.h"
 #include "tests/test_util.h"
 
@@ -385,6 +386,27 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
   EXPECT_EQ(c.lr_schedule, LrSchedule::kStep);
   gflags::SetCommandLineOption("lr_schedule", "wavy");
   EXPECT_EQ(message([] { configFromFlags(Recipe{}); }), "--lr-schedule must be cosine, step or linear (got 'wavy')");
+}
+
+// comm's errors name what to change in the library's words; aiacc_train adds its flag for it.
+TEST(Flags, CommErrorsGetTheFlagForWhatTheyNameToChange) {
+  using R = comm::CommError::Remedy;
+  EXPECT_EQ(flagHint(R::kNone), "");
+  EXPECT_EQ(flagHint(R::kBucketSize), " (aiacc_train: --bucket-mb)");
+  EXPECT_EQ(flagHint(R::kSharedMemory), " (aiacc_train: --noshm)");
+  EXPECT_NE(flagHint(R::kStore).find("--master HOST:PORT"), std::string::npos);
+  EXPECT_NE(flagHint(R::kStore).find("--job-id"), std::string::npos);
+  EXPECT_NE(flagHint(R::kModel).find("--arch"), std::string::npos);
+  // The library's own message names no flag of ours.
+  auto store = comm::makeHashStore();
+  try {
+    comm::claimForJob(*store, "job-a", "h:1");
+    comm::claimForJob(*store, "job-b", "h:1");
+    FAIL() << "a second job was accepted";
+  } catch (const comm::CommError& e) {
+    EXPECT_EQ(std::string(e.what()).find("--"), std::string::npos) << e.what();
+    EXPECT_EQ(e.remedy(), R::kStore);
+  }
 }
 
 TEST(Flags, ShippedRecipesParse) {
