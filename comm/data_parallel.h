@@ -40,9 +40,9 @@
 namespace aiacc::comm {
 
 struct DataParallelOptions {
-  double bucket_mb = 25;       // cap of a fused bucket
-  double first_bucket_mb = 1;  // small first bucket: communication starts early in backward
-  BufferSync buffers = BufferSync::kBroadcast;
+  double bucket_mb = kDefaultBucketMb;  // cap of a fused bucket
+  double first_bucket_mb = 1;           // small first bucket: communication starts early in backward
+  BufferSync buffers = kDefaultBufferSync;
   // Agree each step which parameters got a gradient on any rank; those that got none anywhere
   // keep an undefined .grad (the optimizer skips them). Off: every parameter gets the averaged
   // gradient (zeros where unused).

@@ -26,7 +26,7 @@ enum class TwoLevelMode {
 struct TransportSpec {
   WorldInfo world;
   int channels = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string bind_host = "127.0.0.1";  // where Gloo listens
   bool gpu = false;                     // tensors live on CUDA device `device`: NCCL
   int device = -1;                      // this rank's CUDA device; -1: world.local_rank

@@ -24,7 +24,7 @@ struct FaultSpec {
   enum class Kind { kNone, kFail, kStall };
   Kind kind = Kind::kNone;
   int64_t at = 0;  // the operation (0-based) the fault hits
-  std::chrono::milliseconds stall_limit{60000};
+  std::chrono::milliseconds stall_limit = kDefaultTimeout;
 };
 
 class FaultTransport : public Transport {

@@ -23,12 +23,12 @@ struct GlooOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
-  std::string bind_host = "127.0.0.1";       // address this rank listens on (reachable by peers)
-  std::chrono::milliseconds timeout{60000};  // every collective and the connection phase
-  std::string name = "gloo";                 // key prefix in the store: distinct communicators, distinct names
-  std::shared_ptr<Timeline> timeline;        // when set: every operation as a span on row 1 + row_base + channel
-  int row_base = 0;                          // timeline rows of this transport's channels start here
-  std::string row_label = "channel";         // timeline row names: "<row_label> <channel>"
+  std::string bind_host = "127.0.0.1";                  // address this rank listens on (reachable by peers)
+  std::chrono::milliseconds timeout = kDefaultTimeout;  // every collective and the connection phase
+  std::string name = "gloo";           // key prefix in the store: distinct communicators, distinct names
+  std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + row_base + channel
+  int row_base = 0;                    // timeline rows of this transport's channels start here
+  std::string row_label = "channel";   // timeline row names: "<row_label> <channel>"
 };
 
 class GlooTransport : public Transport {

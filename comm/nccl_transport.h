@@ -64,9 +64,9 @@ struct NcclOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
-  int device = 0;                            // CUDA device of this rank
-  std::chrono::milliseconds timeout{60000};  // every operation, and the set-up
-  std::string name = "nccl";                 // key prefix in the store
+  int device = 0;                                       // CUDA device of this rank
+  std::chrono::milliseconds timeout = kDefaultTimeout;  // every operation, and the set-up
+  std::string name = "nccl";                            // key prefix in the store
   // Notices, one line each (rank 0: the NCCL environment settings that differ from
   // kNcclEnvironment); default: none.
   std::function<void(const std::string&)> log;

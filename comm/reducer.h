@@ -47,9 +47,13 @@ struct Node;
 
 namespace aiacc::comm {
 
+// The default cap of a fused bucket, MiB (ReducerOptions, DataParallelOptions; --bucket-mb):
+// PyTorch DDP's bucket_cap_mb.
+inline constexpr double kDefaultBucketMb = 25;
+
 struct ReducerOptions {
-  double bucket_mb = 25;       // cap of a fused bucket
-  double first_bucket_mb = 1;  // small first bucket: communication starts early in backward
+  double bucket_mb = kDefaultBucketMb;  // cap of a fused bucket
+  double first_bucket_mb = 1;           // small first bucket: communication starts early in backward
   bool detect_unused = false;
   // Launch buckets as they fill during backward (overlap). Off: nothing launches before finish(),
   // which is then given the agreed set of parameters with a gradient (a central coordinator's).

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <string>
 
+#include "comm/timeout.h"
+
 namespace aiacc::comm {
 
 struct StoreOptions {
@@ -15,7 +17,7 @@ struct StoreOptions {
   int port = 29500;
   int rank = 0;
   int world = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string prefix = "aiacc";
   // The launcher's agent (torchrun with TORCHELASTIC_USE_AGENT_STORE=True) already hosts the
   // server at host:port: every rank, rank 0 included, connects as a client.

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/timeout.h"
 #include "common/error.h"
 
 namespace aiacc::comm {
