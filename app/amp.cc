@@ -30,11 +30,8 @@ AutocastGuard::~AutocastGuard() {
   compat::setAutocastDtype(device_type_, prev_dtype_);
 }
 
-GradScaler::GradScaler(GradScalerOptions options) : opt_(options), scale_(std::make_shared<comm::GradScale>(options)) {
-  AIACC_CHECK(opt_.init_scale > 0 && opt_.growth > 1 && opt_.backoff > 0 && opt_.backoff < 1 &&
-                  opt_.growth_interval >= 1,
-              "GradScaler: need init_scale > 0, growth > 1, 0 < backoff < 1, growth_interval >= 1");
-}
+// comm::GradScale validates the options (one line naming the option).
+GradScaler::GradScaler(GradScalerOptions options) : opt_(options), scale_(std::make_shared<comm::GradScale>(options)) {}
 
 at::Tensor GradScaler::scaleLoss(const at::Tensor& loss) const { return opt_.enabled ? loss * scale_->value() : loss; }
 
@@ -75,6 +72,7 @@ bool finishStep(comm::GradientSync& sync, GradScaler& scaler, bool sync_unscales
   bool ok = sync.finishBackward();
   if (scaler.enabled() && !sync_unscales) {
     if (ok) {
+      sync.synchronize();  // the host reads the reduced gradients next: a failed reduction raises here
       ok = scaler.unscaleAndCheck(params);
       scaler.update(/*found_inf=*/!ok);
     } else {

@@ -121,6 +121,7 @@ const char kUsage[] =
     "       aiacc_bench negotiation [--max-nproc 16] [--steps 50]\n";
 
 int main(int argc, char** argv) {
+  aiacc::app::setUpProcess();  // before any thread starts
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h" || a == "-help") {

@@ -2,10 +2,19 @@
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
+
+#include "comm/nccl_env.h"
 
 namespace aiacc::app {
+
+void setUpProcess() {
+  ::signal(SIGPIPE, SIG_IGN);
+  for (const auto& e : comm::kNcclEnvironment) ::setenv(e.name, e.value, /*overwrite=*/0);
+}
 
 std::vector<std::string> normalizeFlagNames(int argc, char** argv) {
   std::vector<std::string> out;

@@ -8,6 +8,13 @@
 
 namespace aiacc::app {
 
+// The process-wide settings the communication library leaves to the program, made at once:
+// SIGPIPE ignored (a dead peer's closed socket must become a CommError, not end this process;
+// comm/gloo_transport.h) and ProcessGroupNCCL's environment (comm/nccl_env.h, values the user
+// set are kept). The first thing main() does: before any thread starts (setenv races getenv in
+// running threads; a launcher's workers inherit both).
+void setUpProcess();
+
 // Rewrites "--batch-size=8" as "--batch_size=8" (gflags only knows underscores). Leaves values
 // and positional arguments alone.
 std::vector<std::string> normalizeFlagNames(int argc, char** argv);

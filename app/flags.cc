@@ -128,7 +128,7 @@ constexpr const char* kLogDirHelp =
 DEFINE_string(bind_host, "",
               "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else the local address that routes to the --master host");
-DEFINE_double(bucket_mb, 25, "gradient fusion bucket cap, MiB");
+DEFINE_double(bucket_mb, aiacc::comm::kDefaultBucketMb, "gradient fusion bucket cap, MiB");
 DEFINE_string(allreduce_dtype, "fp32",
               "gradient transfer dtype: fp32 | fp16 (scaled by a dynamic "
               "gradient scale, F16C conversion) | bf16 (unscaled); a non-finite reduce skips the step on "
@@ -155,7 +155,7 @@ DEFINE_bool(shm, true,
             "shared memory between ranks of one host (NCCL-style SHM transport): for "
             "all collectives in a one-node job, for the intra-node stages of two-level reduction; "
             "--noshm: Gloo over loopback TCP");
-DEFINE_string(bn_sync, "lazy",
+DEFINE_string(bn_sync, aiacc::app::optionName(aiacc::comm::kDefaultBufferSync),
               "BatchNorm running stats across ranks. lazy: every rank's averaged "
               "only before they are read (evaluation, checkpoint, end of training): the same values "
               "as 'average', with no collective per step | average: averaged before each forward | "
@@ -164,7 +164,8 @@ DEFINE_string(bn_sync, "lazy",
 DEFINE_bool(find_unused, false,
             "agree each step (one bitmask allreduce) which parameters got no "
             "gradient on any rank; they are left out of the optimizer step");
-DEFINE_double(comm_timeout, 120, "seconds before a stalled rendezvous or collective is an error");
+DEFINE_double(comm_timeout, static_cast<double>(aiacc::comm::kDefaultTimeout.count()) / 1000.0,
+              "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
 DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (atomic rename)");
 DEFINE_string(resume, "", "checkpoint file to continue from (same LR position)");

@@ -46,14 +46,14 @@ struct DistSpec {
   LaunchFlags launch_flags;  // which launch flags the command line gave, for planLaunch()
   int gpus = 0;
   std::string bind_host;
-  double bucket_mb = 25;
+  double bucket_mb = comm::kDefaultBucketMb;
   int streams = 0;  // 0: auto
   bool autotune = true;
   bool shm = true;                                                      // shared memory between the ranks of one host
   comm::TransferDtype allreduce_dtype = comm::TransferDtype::kFloat32;  // --allreduce-dtype
   std::string timeline;                                                 // --timeline FILE (rank 0)
-  double timeout_s = 120;
-  comm::BufferSync bn_sync = comm::BufferSync::kAverageWhenRead;  // --bn-sync (lazy)
+  double timeout_s = static_cast<double>(comm::kDefaultTimeout.count()) / 1000.0;  // --comm-timeout
+  comm::BufferSync bn_sync = comm::kDefaultBufferSync;                             // --bn-sync
   bool find_unused = false;
   comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;  // --hierarchical
   int ranks_per_node = 0;                                       // 0: the launcher's local size

@@ -18,6 +18,7 @@
 #include "app/job_settings.h"
 #include "app/launch_env.h"
 #include "app/launcher.h"
+#include "app/option_names.h"
 #include "app/report.h"
 #include "app/trainer.h"
 #include "comm/data_parallel.h"
@@ -51,6 +52,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     // --streams auto: the tuner picks among 1, 2, 4 channels (2 without it).
     ts.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 4 : 2);
     ts.timeline = timeline;
+    if (world.rank == 0) ts.log = [](const std::string& line) { LOG(INFO) << line; };
     if (!dist.bind_host.empty()) {
       ts.bind_host = dist.bind_host;
     } else if (host != "127.0.0.1" && host != "localhost") {
@@ -94,6 +96,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     dp.tune_space.try_two_level = transports.alternative != nullptr;
     dp.two_level = transports.alternative;
     dp.timeline = timeline;
+    if (world.rank == 0) dp.log = [](const std::string& line) { LOG(INFO) << line; };
     return std::make_unique<aiacc::comm::DataParallel>(model, transports.primary, world, dp);
   };
 }
@@ -101,6 +104,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
 }  // namespace
 
 int main(int argc, char** argv) {
+  aiacc::app::setUpProcess();  // before any thread starts
   const auto start = std::chrono::steady_clock::now();
   // Line-buffered even into a pipe: a launcher (ours, torchrun) shows each line when it is written.
   std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
@@ -161,6 +165,9 @@ int main(int argc, char** argv) {
     }
     const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
     return wanted_target && !report.target_reached ? 3 : 0;
+  } catch (const aiacc::comm::CommError& e) {  // the library names the setting; this adds our flag for it
+    std::cerr << "aiacc_train: error: " << e.what() << aiacc::app::flagHint(e.remedy()) << "\n";
+    return 1;
   } catch (const aiacc::Error& e) {
     std::cerr << "aiacc_train: error: " << e.what() << "\n";
     return 1;

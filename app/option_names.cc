@@ -60,6 +60,18 @@ const char* nameIn(E v) {
 
 const char* optionName(comm::TransferDtype v) { return nameIn(v); }
 const char* optionName(comm::BufferSync v) { return nameIn(v); }
+
+std::string flagHint(comm::CommError::Remedy remedy) {
+  using R = comm::CommError::Remedy;
+  switch (remedy) {
+    case R::kStore: return " (aiacc_train: the store's address and port are --master HOST:PORT, the job id --job-id)";
+    case R::kBucketSize: return " (aiacc_train: --bucket-mb)";
+    case R::kModel: return " (aiacc_train: --arch, and the dataset's classes)";
+    case R::kSharedMemory: return " (aiacc_train: --noshm)";
+    case R::kNone: break;
+  }
+  return "";
+}
 const char* optionName(comm::TwoLevelMode v) { return nameIn(v); }
 const char* optionName(AmpDtype v) { return nameIn(v); }
 const char* optionName(LrSchedule v) { return nameIn(v); }

@@ -19,6 +19,11 @@ const char* optionName(comm::TwoLevelMode v);   // --hierarchical on | off | aut
 const char* optionName(AmpDtype v);             // --amp-dtype fp16 | bf16
 const char* optionName(LrSchedule v);           // --lr-schedule cosine | step | linear
 
+// aiacc_train's flags for the setting a CommError says to change (comm speaks of "the store's
+// port", "the bucket size"): " (aiacc_train: --bucket-mb)", appended to the message; "" when the
+// error names no setting.
+std::string flagHint(comm::CommError::Remedy remedy);
+
 // The value a flag's name stands for; nullopt for anything else.
 template <typename E>
 std::optional<E> optionFromName(const std::string& name);

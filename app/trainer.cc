@@ -505,8 +505,12 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
   result.applied = step_ok;
   // Also the point where this step's input copy has certainly finished (it reads the
   // stream that copied it): only after it may the loader reuse the pinned batch buffer.
-  if (loss.defined())
+  if (loss.defined()) {
+    // The host waits for the step here anyway (item() waits for the queued optimizer kernels):
+    // over NCCL a failed reduction raises now, not at the next step's first collective.
+    sync().synchronize();
     result.loss = loss.item<double>() * (n < st.batch_size ? static_cast<double>(st.batch_size) / n : 1.0);
+  }
   if (timeline) {
     const auto t_end = Clock::now();
     timeline->span("forward", 0, t0, t_fwd);

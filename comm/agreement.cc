@@ -48,10 +48,12 @@ std::string await(c10d::Store& store, const std::string& k, std::chrono::millise
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
     if (std::chrono::steady_clock::now() - t0 < timeout) {
-      AIACC_THROW(CommError, "lost the rendezvous store while waiting for ", what, " (", why, "); is rank 0 running?");
+      throw CommError(strCat("lost the rendezvous store while waiting for ", what, " (", why, "); is rank 0 running?"),
+                      CommError::Remedy::kStore);
     }
-    AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0, " s waiting for ", what, " (", why,
-                "); did every rank start, with the same --master?");
+    throw CommError(strCat("timed out after ", timeout.count() / 1000.0, " s waiting for ", what, " (", why,
+                           "); did every rank start, with the same store address?"),
+                    CommError::Remedy::kStore);
   }
 }
 

@@ -27,6 +27,12 @@ BucketPlan planBuckets(const std::vector<ParamInfo>& params, const std::vector<s
                        int64_t cap_bytes) {
   AIACC_CHECK(order.size() == params.size(), "order covers ", order.size(), " of ", params.size());
   AIACC_CHECK(cap_bytes > 0 && first_cap_bytes > 0, "bucket caps must be positive");
+  for (const ParamInfo& p : params) {
+    AIACC_CHECK_INPUT(p.device == params.front().device, "DataParallel: parameters '", params.front().name, "' (",
+                      params.front().device, ") and '", p.name, "' (", p.device,
+                      ") are on different devices; a bucket is one tensor on one device: put every parameter of "
+                      "the module on the same device");
+  }
   BucketPlan plan;
   std::vector<size_t> current;
   int64_t bytes = 0;

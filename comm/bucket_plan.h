@@ -3,7 +3,9 @@
 // Parameters are taken in reverse registration order (roughly the order backward produces their
 // gradients), packed into buckets of at most `cap_bytes` (a parameter larger than the cap gets a
 // bucket of its own), with a small first bucket (`first_cap_bytes`) so communication starts as
-// early as possible in backward. Buckets hold parameters of one dtype only.
+// early as possible in backward. Buckets hold parameters of one dtype only (a bucket is one flat
+// tensor, and takes its type and device from its first parameter), and every parameter must be
+// on one device: planBuckets refuses a list that is not, naming two parameters.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@ struct ParamInfo {
   int dtype = 0;  // at::ScalarType as int
   int64_t numel = 0;
   int64_t element_size = 4;
+  std::string device = "cpu";  // e.g. "cuda:0"; not part of the fingerprints (ranks use different GPUs)
 };
 
 struct BucketPlan {
@@ -25,6 +28,7 @@ struct BucketPlan {
 };
 
 // order: parameter indices in the order to pack (e.g. reverse registration order); caps in bytes.
+// Throws InputError when the parameters are not all on one device.
 BucketPlan planBuckets(const std::vector<ParamInfo>& params, const std::vector<size_t>& order, int64_t first_cap_bytes,
                        int64_t cap_bytes);
 

@@ -28,6 +28,10 @@ enum class BufferSync {
   kNone,  // each rank keeps its own
 };
 
+// The default (DataParallelOptions::buffers; aiacc_train's --bn-sync): the same values as
+// kAverage without a collective per step. kBroadcast is PyTorch DDP's.
+inline constexpr BufferSync kDefaultBufferSync = BufferSync::kAverageWhenRead;
+
 class BufferPolicy {
  public:
   BufferPolicy(std::shared_ptr<torch::nn::Module> module, BufferSync mode, int world)

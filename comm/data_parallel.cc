@@ -1,7 +1,5 @@
 #include "comm/data_parallel.h"
 
-#include <iostream>
-
 namespace aiacc::comm {
 namespace {
 
@@ -72,11 +70,43 @@ DataParallel::~DataParallel() = default;
 
 double DataParallel::now() const { return opt_.clock(); }
 
-void DataParallel::beforeForward() { buffers_.beforeForward(control()); }
+template <typename F>
+auto DataParallel::abortOnFailure(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const CommError& e) {
+    const std::string why = abortReason(e);
+    flat_->abort(why);
+    if (two_level_) two_level_->abort(why);
+    throw;
+  }
+}
 
-void DataParallel::syncBuffers() { buffers_.beforeRead(control()); }
+void DataParallel::beforeForward() {
+  abortOnFailure([&] { buffers_.beforeForward(control()); });
+}
+
+void DataParallel::syncBuffers() {
+  abortOnFailure([&] {
+    buffers_.beforeRead(control());
+    synchronizeTransports();
+  });
+}
+
+void DataParallel::synchronize() {
+  abortOnFailure([&] { synchronizeTransports(); });
+}
+
+void DataParallel::synchronizeTransports() {
+  flat_->synchronize();
+  if (two_level_) two_level_->synchronize();
+}
 
 bool DataParallel::finishBackward() {
+  return abortOnFailure([&] { return finishBackwardImpl(); });
+}
+
+bool DataParallel::finishBackwardImpl() {
   if (!reducer_->syncing()) return true;
   if (!reducer_->finish()) {
     last_finish_ = now();
@@ -103,7 +133,7 @@ void DataParallel::tune(double exposed_this_step) {
                                   tuner_->current().str(two_level_ != nullptr)),
                            0);
   }
-  if (tuner_->frozen() && world_.rank == 0) std::cerr << "autotune: " << tuner_->summary() << "\n";
+  if (tuner_->frozen() && opt_.log) opt_.log("autotune: " + tuner_->summary());
 }
 
 // Switches fusion cap, channel count and transport; every rank does the same between steps.
@@ -126,7 +156,7 @@ std::string DataParallel::describe() const {
 
 void DataParallel::allreduceSum(at::Tensor& t) {
   at::Tensor c = t.contiguous();
-  control().allreduce(c, ReduceOp::kSum, 0)->wait();
+  abortOnFailure([&] { control().allreduce(c, ReduceOp::kSum, 0)->wait(); });
   if (!c.is_same(t)) t.copy_(c);
 }
 

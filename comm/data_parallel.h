@@ -14,9 +14,11 @@
 //     first steps from step times every rank averaged; DataParallel feeds it and applies its
 //     choice through the Reducer's and the StripedTransport's setters.
 // DataParallel itself composes them and keeps the order of their collectives, which must be the
-// same on every rank. No rank coordinates: every rank launches buckets in plan order as they fill
-// (the classic coordinator, kept for comparison, is aiacc_bench negotiation's CentralSync).
-// Calls only comm/.
+// same on every rank. A CommError from any of them aborts every transport (the flat one and the
+// two-level one) before it reaches the caller, so nothing left in flight, on any channel, waits
+// out its timeout afterwards (the Reducer aborts before it waits for the rest of a failed step). No rank coordinates:
+// every rank launches buckets in plan order as they fill (the classic coordinator, kept for comparison, is aiacc_bench
+// negotiation's CentralSync). Calls only comm/.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -38,9 +40,9 @@
 namespace aiacc::comm {
 
 struct DataParallelOptions {
-  double bucket_mb = 25;       // cap of a fused bucket
-  double first_bucket_mb = 1;  // small first bucket: communication starts early in backward
-  BufferSync buffers = BufferSync::kBroadcast;
+  double bucket_mb = kDefaultBucketMb;  // cap of a fused bucket
+  double first_bucket_mb = 1;           // small first bucket: communication starts early in backward
+  BufferSync buffers = kDefaultBufferSync;
   // Agree each step which parameters got a gradient on any rank; those that got none anywhere
   // keep an undefined .grad (the optimizer skips them). Off: every parameter gets the averaged
   // gradient (zeros where unused).
@@ -71,6 +73,9 @@ struct DataParallelOptions {
   // Seconds on a monotonic clock, for the tuner's step times and the exposed communication
   // (tests inject a fake one).
   std::function<double()> clock;
+  // Notices, one line each (the tuner's choice when it freezes), on every rank it is given to;
+  // default: none (a library writes nothing to the process's streams).
+  std::function<void(const std::string&)> log;
 };
 
 class DataParallel : public GradientSync {
@@ -86,6 +91,9 @@ class DataParallel : public GradientSync {
   void syncBuffers() override;
   bool finishBackward() override;
   void allreduceSum(at::Tensor& t) override;
+  // Both transports' synchronize() (the tuner may have switched between them); syncBuffers()
+  // ends with it, as the buffers are read next.
+  void synchronize() override;
   double exposedCommSeconds() const override { return reducer_->exposedSeconds(); }
   std::string describe() const override;
   bool tuning() const override { return tuner_ && !tuner_->frozen(); }
@@ -105,6 +113,11 @@ class DataParallel : public GradientSync {
 
  private:
   Transport& control() const { return *striped_->inner(); }
+  // Runs f; a CommError aborts every transport, then propagates.
+  template <typename F>
+  auto abortOnFailure(F&& f) -> decltype(f());
+  bool finishBackwardImpl();
+  void synchronizeTransports();
   void tune(double exposed_this_step);
   void apply(const TuneConfig& c);
   double now() const;

@@ -25,6 +25,7 @@ std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std
   o.device = spec.device >= 0 ? spec.device : spec.world.local_rank;
   o.timeout = spec.timeout;
   o.name = name;
+  o.log = spec.log;
   return std::make_shared<NcclTransport>(store, o);
 }
 #endif

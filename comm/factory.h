@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,7 +26,7 @@ enum class TwoLevelMode {
 struct TransportSpec {
   WorldInfo world;
   int channels = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string bind_host = "127.0.0.1";  // where Gloo listens
   bool gpu = false;                     // tensors live on CUDA device `device`: NCCL
   int device = -1;                      // this rank's CUDA device; -1: world.local_rank
@@ -36,6 +37,8 @@ struct TransportSpec {
   int ranks_per_node = 0;  // 0: world.local_size (consecutive ranks form a node)
   bool tune_two_level = false;
   std::shared_ptr<Timeline> timeline;
+  // Notices from the transports, one line each (NCCL: its environment); default: none.
+  std::function<void(const std::string&)> log;
 };
 
 struct Transports {

@@ -24,7 +24,7 @@ struct FaultSpec {
   enum class Kind { kNone, kFail, kStall };
   Kind kind = Kind::kNone;
   int64_t at = 0;  // the operation (0-based) the fault hits
-  std::chrono::milliseconds stall_limit{60000};
+  std::chrono::milliseconds stall_limit = kDefaultTimeout;
 };
 
 class FaultTransport : public Transport {
@@ -39,6 +39,7 @@ class FaultTransport : public Transport {
   std::string describe() const override { return "faulty " + inner_->describe(); }
   bool waitsOnDevice() const override { return inner_->waitsOnDevice(); }
   void abort(const std::string& why) override;
+  void synchronize() override { inner_->synchronize(); }
 
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int channel) override;
   std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel) override;

@@ -8,8 +8,6 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <signal.h>
-
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -113,10 +111,6 @@ void GlooTransport::abort(const std::string& why) {
 
 GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options)
     : opt_(options), store_(store) {
-  // A peer that dies closes its sockets; writing to them raises SIGPIPE, whose default action
-  // kills this process before Gloo can report the error. Ignore it (as Python does), so a dead
-  // peer becomes a CommError naming the failed collective.
-  ::signal(SIGPIPE, SIG_IGN);
   AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank, " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
   // Join first, so a rank that never comes is named (Gloo's own wait only names a key).

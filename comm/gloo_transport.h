@@ -1,7 +1,10 @@
 // GlooTransport: CPU collectives over TCP with Gloo, one Gloo context and one worker thread per
 // channel. Contexts meet through a c10d store (rendezvous), each under its own key prefix.
-// Constructing one sets SIGPIPE to ignored for the process: a dead peer must surface as a
-// CommError, not kill the survivors.
+// A peer that dies closes its sockets, and writing to one raises SIGPIPE, whose default action
+// ends the process before Gloo can report the error: a program using GlooTransport ignores
+// SIGPIPE (signal(SIGPIPE, SIG_IGN), as Python does) before it starts threads, so that a dead
+// peer becomes a CommError naming the collective. aiacc_train does at start-up; the transport
+// leaves the process's signal dispositions alone.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -20,12 +23,12 @@ struct GlooOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
-  std::string bind_host = "127.0.0.1";       // address this rank listens on (reachable by peers)
-  std::chrono::milliseconds timeout{60000};  // every collective and the connection phase
-  std::string name = "gloo";                 // key prefix in the store: distinct communicators, distinct names
-  std::shared_ptr<Timeline> timeline;        // when set: every operation as a span on row 1 + row_base + channel
-  int row_base = 0;                          // timeline rows of this transport's channels start here
-  std::string row_label = "channel";         // timeline row names: "<row_label> <channel>"
+  std::string bind_host = "127.0.0.1";                  // address this rank listens on (reachable by peers)
+  std::chrono::milliseconds timeout = kDefaultTimeout;  // every collective and the connection phase
+  std::string name = "gloo";           // key prefix in the store: distinct communicators, distinct names
+  std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + row_base + channel
+  int row_base = 0;                    // timeline rows of this transport's channels start here
+  std::string row_label = "channel";   // timeline row names: "<row_label> <channel>"
 };
 
 class GlooTransport : public Transport {

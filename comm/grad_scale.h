@@ -17,14 +17,15 @@
 namespace aiacc::comm {
 
 struct GradScaleOptions {
-  double init_scale = 65536.0;  // 2^16, PyTorch's GradScaler default
-  double growth = 2.0;
-  double backoff = 0.5;
-  int64_t growth_interval = 2000;
+  double init_scale = 65536.0;     // 2^16, PyTorch's GradScaler default; positive, finite
+  double growth = 2.0;             // > 1 (finite)
+  double backoff = 0.5;            // in (0, 1)
+  int64_t growth_interval = 2000;  // >= 1
 };
 
 class GradScale {
  public:
+  // Throws InputError (one line naming the option and its value) for options out of range.
   explicit GradScale(GradScaleOptions options = {});
 
   double value() const { return value_; }
@@ -33,7 +34,7 @@ class GradScale {
   void update(bool finite);
   int64_t goodSteps() const { return good_steps_; }
   int64_t skippedSteps() const { return skipped_; }
-  // Checkpointed state.
+  // Checkpointed state; InputError for a scale that is not positive and finite, or good_steps < 0.
   void setState(double value, int64_t good_steps);
 
  private:

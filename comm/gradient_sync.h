@@ -38,6 +38,12 @@ class GradientSync {
   virtual bool finishBackward() = 0;
   // In-place sum of a small CPU tensor over all ranks (metrics, counts).
   virtual void allreduceSum(at::Tensor& t) = 0;
+  // Blocks until the communication finishBackward() started is done on the device too, and
+  // raises its error: call it before the host reads what the reduced gradients produced (a
+  // loss, an overflow check, the parameters). Over NCCL finishBackward() only orders the
+  // streams, and a failed reduction would otherwise be raised only by the next collective,
+  // after the host read values computed from it. Nothing to do where finishBackward() blocks.
+  virtual void synchronize() {}
   // Seconds spent waiting for gradient communication after backward ended, since construction.
   virtual double exposedCommSeconds() const = 0;
   // The communication set-up in one line (empty for a single process).

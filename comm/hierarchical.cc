@@ -43,15 +43,20 @@ class OpWork : public Work {
 
 // The last stage of a chain submitted by the caller: waiting for it waits for all (and raises
 // its error again on every wait).
+// synchronize() blocks for every stage: each ran on its own communicator, whose failure the last
+// stage's completion does not show.
 class ChainWork : public Work {
  public:
-  explicit ChainWork(std::shared_ptr<Work> last) : last_(std::move(last)) {}
+  explicit ChainWork(std::vector<std::shared_ptr<Work>> stages) : stages_(std::move(stages)) {}
   void wait() override {
-    if (last_) last_->wait();
+    if (!stages_.empty()) stages_.back()->wait();
+  }
+  void synchronize() override {
+    for (auto& w : stages_) w->synchronize();
   }
 
  private:
-  std::shared_ptr<Work> last_;
+  std::vector<std::shared_ptr<Work>> stages_;
 };
 }  // namespace
 
@@ -107,13 +112,18 @@ std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s
     std::lock_guard<std::mutex> lock(mu_);
     AIACC_CHECK(!stop_, "hierarchical transport is shutting down");
     bytes_[static_cast<size_t>(c)] += static_cast<double>(bytes);
-    std::shared_ptr<Work> last;
-    for (Stage* s : {&s1, &s2, &s3}) {
-      if (!*s) continue;
-      if (last) last->wait();  // the device waits for the previous stage; the host goes on
-      if (auto w = (*s)()) last = std::move(w);
+    std::vector<std::shared_ptr<Work>> stages;
+    try {
+      for (Stage* s : {&s1, &s2, &s3}) {
+        if (!*s) continue;
+        if (!stages.empty()) stages.back()->wait();  // the device waits for the previous stage; the host goes on
+        if (auto w = (*s)()) stages.push_back(std::move(w));
+      }
+    } catch (const std::exception& e) {
+      abort(abortReason(e));
+      throw;
     }
-    return std::make_shared<ChainWork>(std::move(last));
+    return std::make_shared<ChainWork>(std::move(stages));
   }
   auto op = std::make_shared<Op>();
   op->s2 = std::move(s2);
@@ -160,7 +170,10 @@ void HierarchicalTransport::relay(int c, int stage) {
       } else {
         op->finish(op->s3 ? op->s3() : nullptr, nullptr);
       }
-    } catch (...) {
+    } catch (const std::exception& e) {
+      // Both levels are aborted before this relay waits for anything else: the stages queued
+      // or running behind this one, on either level, then end at once instead of timing out.
+      abort(abortReason(e));
       op->finish(nullptr, std::current_exception());
     }
   }

@@ -10,6 +10,8 @@
 //   2. allreduce of that shard between nodes (inter channel c): only 1/ranks_per_node of the
 //      buffer crosses the slow network per rank, and the ranks of a node use it in parallel;
 //   3. allgather of the shards inside the node (intra channel 2c+1).
+// A stage that fails aborts both transports before its relay (or, on the device path, the
+// caller) waits for anything else, so the stages behind it end at once with that error.
 // Stages of successive operations overlap: each stage has its own communicator and operations
 // move from one stage to the next in submission order (two relay threads per channel), so
 // bucket k's inter-node allreduce runs while bucket k+1 is reduced inside the node and bucket
@@ -59,6 +61,10 @@ class HierarchicalTransport : public Transport {
   void abort(const std::string& why) override {
     intra_->abort(why);
     inter_->abort(why);
+  }
+  void synchronize() override {
+    intra_->synchronize();
+    inter_->synchronize();
   }
 
   const Transport& intra() const { return *intra_; }

@@ -9,10 +9,15 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
-#include <deque>
 #include <mutex>
+#include <thread>
 
+#include "comm/nccl_env.h"
+#include "comm/op_timing.h"
 #include "comm/store.h"
 
 namespace aiacc::comm {
@@ -20,22 +25,45 @@ namespace {
 
 std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-// ProcessGroupNCCL reads its error handling from the environment when a group is made. Values
-// the user set are kept.
-void configureProcessGroupNccl() {
-  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", /*overwrite=*/0);  // CleanUpOnly: abort, raise at wait()
-  ::setenv("TORCH_NCCL_PROPAGATE_ERROR", "1", 0);
-  ::setenv("TORCH_NCCL_USE_COMM_NONBLOCKING", "1", 0);
-  ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", 0);
+using Clock = std::chrono::steady_clock;
+
+const char* errorTypeName(c10d::ErrorType e) {
+  switch (e) {
+    case c10d::ErrorType::TIMEOUT: return "an operation timed out";
+    case c10d::ErrorType::COMM_ERROR: return "an NCCL error";
+    case c10d::ErrorType::REMOTE_ERROR: return "another rank's failure, propagated through the store";
+    case c10d::ErrorType::SUCCESS: break;
+  }
+  return "no error";
 }
 
-// A channel's first failure; every later operation and wait() raises it again.
-class FailureLatch {
+// What a channel's works share with it (they may outlive the transport): the process group,
+// the channel's first failure, and the checks that turn ProcessGroupNCCL's asynchronous errors
+// into a CommError on the host.
+class ChannelCore {
  public:
-  void fail(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!first_) first_ = e;
+  ChannelCore(c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg, int index, int rank, int world,
+              std::chrono::milliseconds timeout)
+      : pg_(std::move(pg)), index_(index), rank_(rank), world_(world), timeout_(timeout) {}
+
+  c10d::ProcessGroupNCCL& pg() { return *pg_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  std::string where(const char* what) const {
+    return strCat("NCCL ", what, " (channel ", index_, ", rank ", rank_, " of ", world_, ")");
   }
+
+  // Latches `e` unless an earlier error came first, aborts the communicators (once), and throws
+  // the first error.
+  [[noreturn]] void fail(std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!first_) first_ = std::move(e);
+    }
+    abortCommunicators();
+    throwIfFailed();
+    std::abort();  // unreachable: first_ is set
+  }
+  [[noreturn]] void fail(const std::string& message) { fail(std::make_exception_ptr(CommError(message))); }
   void throwIfFailed() const {
     std::lock_guard<std::mutex> lock(mu_);
     if (first_) std::rethrow_exception(first_);
@@ -44,33 +72,96 @@ class FailureLatch {
     std::lock_guard<std::mutex> lock(mu_);
     return first_ != nullptr;
   }
+  void abortCommunicators() {
+    if (aborted_.exchange(true)) return;
+    try {
+      pg_->abort();
+    } catch (const std::exception&) {  // aborting is the last word; its own failure is not news
+    }
+  }
+
+  // Non-blocking: raises the channel's first error, or the process group's failure state (set by
+  // ProcessGroupNCCL's watchdog when it finds an operation timed out or an NCCL error, here or,
+  // through the store, on another rank). The watchdog aborts the communicators itself only after
+  // a pause for its flight recorder; failing here aborts them at once.
+  void checkHealth(const char* what) {
+    throwIfFailed();
+    const c10d::ErrorType e = pg_->getError();
+    if (e != c10d::ErrorType::SUCCESS) {
+      fail(strCat(where(what), " failed: ProcessGroupNCCL reports ", errorTypeName(e), " (timeout ", timeout_.count(),
+                  " ms)"));
+    }
+  }
+
+  // A completed operation's own error (ProcessGroupNCCL sets it when it finds the
+  // communicator's asynchronous error), latched.
+  void checkCompleted(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
+    if (auto e = w->exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        fail(strCat(where(what), " failed: ", firstLine(x.what())));
+      }
+    }
+  }
+
+  // Blocks the host until `w` (submitted at `t0`) completed, polling its state, the channel's
+  // health and the timeout; raises instead of returning when any of them says it failed (an
+  // aborted communicator ends its kernels too, so completion alone proves nothing).
+  void waitOnHost(const c10::intrusive_ptr<c10d::Work>& w, Clock::time_point t0, const char* what) {
+    auto pause = std::chrono::microseconds(20);
+    for (;;) {
+      checkHealth(what);
+      if (w->isCompleted()) break;
+      if (Clock::now() - t0 > timeout_) {
+        fail(strCat(where(what), " timed out on the host after ", timeout_.count(), " ms"));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+    }
+    checkCompleted(w, what);
+    checkHealth(what);
+  }
 
  private:
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+  int index_, rank_, world_;
+  std::chrono::milliseconds timeout_;
   mutable std::mutex mu_;
   std::exception_ptr first_;
+  std::atomic<bool> aborted_{false};
 };
 
-// wait(): the caller's current stream waits for the operation (ProcessGroupNCCL's wait without
-// blocking-wait mode), then `after` runs on the host (staging back to host tensors). Errors are
-// sticky: raised again by every wait() and by the channel's later operations.
+// One operation. wait(): the channel's health is checked, then the caller's current stream waits
+// for the operation (ProcessGroupNCCL's wait without blocking-wait mode orders streams only);
+// with `after` (a host tensor staged through the device) the host then blocks until the
+// operation completed (waitOnHost) and `after` copies the result back. synchronize(): wait(),
+// then the host blocks until it completed. Errors are sticky: raised again by every wait() and
+// by the channel's later operations.
 class PgWork : public Work {
  public:
-  PgWork(std::shared_ptr<FailureLatch> latch, std::string where, c10::intrusive_ptr<c10d::Work> w,
+  PgWork(std::shared_ptr<ChannelCore> core, const char* what, c10::intrusive_ptr<c10d::Work> w,
          std::function<void()> after)
-      : latch_(std::move(latch)), where_(std::move(where)), w_(std::move(w)), after_(std::move(after)) {}
+      : core_(std::move(core)), what_(what), w_(std::move(w)), after_(std::move(after)), t0_(Clock::now()) {}
 
   void wait() override {
     if (error_) std::rethrow_exception(error_);
     try {
-      latch_->throwIfFailed();
-      if (w_) w_->wait();
-    } catch (const CommError&) {
+      core_->checkHealth(what_);
+      if (w_ && !ordered_) {
+        try {
+          w_->wait();
+        } catch (const CommError&) {
+          throw;
+        } catch (const std::exception& e) {
+          core_->fail(strCat(core_->where(what_), " failed: ", firstLine(e.what())));
+        }
+        ordered_ = true;
+      }
+      if (w_ && after_) core_->waitOnHost(w_, t0_, what_);
+    } catch (...) {
       error_ = std::current_exception();
       throw;
-    } catch (const std::exception& e) {
-      error_ = std::make_exception_ptr(CommError(strCat(where_, " failed: ", firstLine(e.what()))));
-      latch_->fail(error_);
-      std::rethrow_exception(error_);
     }
     if (after_) {
       auto f = std::move(after_);
@@ -79,11 +170,24 @@ class PgWork : public Work {
     }
   }
 
+  void synchronize() override {
+    wait();
+    if (!w_) return;
+    try {
+      core_->waitOnHost(w_, t0_, what_);
+    } catch (...) {
+      error_ = std::current_exception();
+      throw;
+    }
+  }
+
  private:
-  std::shared_ptr<FailureLatch> latch_;
-  std::string where_;
+  std::shared_ptr<ChannelCore> core_;
+  const char* what_;
   c10::intrusive_ptr<c10d::Work> w_;
   std::function<void()> after_;
+  Clock::time_point t0_;
+  bool ordered_ = false;
   std::exception_ptr error_;
 };
 
@@ -92,37 +196,38 @@ class PgWork : public Work {
 class NcclTransport::Channel {
  public:
   Channel(const c10::intrusive_ptr<c10d::Store>& store, const NcclOptions& o, int index)
-      : index_(index), rank_(o.rank), world_(o.world), device_(static_cast<c10::DeviceIndex>(o.device)) {
+      : device_(static_cast<c10::DeviceIndex>(o.device)) {
     c10::cuda::CUDAGuard guard(device_);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(strCat(o.name, "/pg", index), store);
     auto options = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/true);
     options->timeout = o.timeout;
+    c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg;
     try {
-      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, o.rank, o.world, options);
-      pg_->eagerConnectSingleDevice(at::Device(at::kCUDA, device_));
+      pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, o.rank, o.world, options);
+      pg->eagerConnectSingleDevice(at::Device(at::kCUDA, device_));
     } catch (const std::exception& e) {
       AIACC_THROW(CommError, "NCCL set-up of channel ", index, " (rank ", o.rank, " of ", o.world, ", cuda:", o.device,
                   ") failed within ", o.timeout.count(), " ms: ", firstLine(e.what()));
     }
+    core_ = std::make_shared<ChannelCore>(std::move(pg), index, o.rank, o.world, o.timeout);
   }
 
   ~Channel() {
     try {
-      if (latch_->failed()) {
-        pg_->abort();
+      if (core_->failed()) {
+        core_->abortCommunicators();
       } else {
-        pg_->shutdown();
+        core_->pg().shutdown();
       }
     } catch (const std::exception&) {  // nothing to report at teardown; the first error already was
     }
   }
 
-  c10d::ProcessGroupNCCL& pg() { return *pg_; }
+  c10d::ProcessGroupNCCL& pg() { return core_->pg(); }
   void abort(const std::string& why) {
-    latch_->fail(std::make_exception_ptr(CommError(why)));
     try {
-      pg_->abort();
-    } catch (const std::exception&) {  // aborting is the last word; its own failure is not news
+      core_->fail(why);
+    } catch (const CommError&) {  // latched: every later operation and wait() raises it
     }
   }
   c10::DeviceIndex device() const { return device_; }
@@ -133,67 +238,97 @@ class NcclTransport::Channel {
                             std::function<void()> after = nullptr);
 
   // An operation that was already complete (nothing left on the device).
-  std::shared_ptr<Work> done(const char* what) {
-    return std::make_shared<PgWork>(latch_, where(what), nullptr, nullptr);
-  }
+  std::shared_ptr<Work> done(const char* what) { return std::make_shared<PgWork>(core_, what, nullptr, nullptr); }
 
-  std::string where(const char* what) const {
-    return strCat("NCCL ", what, " (channel ", index_, ", rank ", rank_, " of ", world_, ")");
-  }
-
-  ChannelStats stats() {
-    std::lock_guard<std::mutex> lock(mu_);
-    while (!timed_.empty() && timed_.front()->isCompleted()) {  // completed, in order
-      try {
-        stats_.busy_s += timed_.front()->getDuration() / 1e3;
-      } catch (const std::exception&) {  // timing off (TORCH_NCCL_ENABLE_TIMING=0 by the user)
-      }
-      timed_.pop_front();
+  // Blocks the host until the last operation submitted (and so every earlier one: one stream)
+  // completed; raises the channel's error.
+  void synchronize() {
+    c10::intrusive_ptr<c10d::Work> last;
+    Clock::time_point t0;
+    const char* what = "operation";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last = last_;
+      t0 = last_t0_;
+      what = last_what_;
     }
-    return stats_;
+    if (!last) {
+      core_->checkHealth(what);
+      return;
+    }
+    core_->waitOnHost(last, t0, what);
   }
+
+  ChannelStats stats() { return timing_.stats(); }
 
  private:
-  int index_, rank_, world_;
   c10::DeviceIndex device_;
-  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
-  std::shared_ptr<FailureLatch> latch_ = std::make_shared<FailureLatch>();
-  std::mutex mu_;  // stats_, timed_
-  ChannelStats stats_;
-  std::deque<c10::intrusive_ptr<c10d::Work>> timed_;
+  std::shared_ptr<ChannelCore> core_;
+  OpTiming timing_;  // bytes and busy time of completed operations; bounded
+  std::mutex mu_;    // last_*
+  c10::intrusive_ptr<c10d::Work> last_;
+  Clock::time_point last_t0_;
+  const char* last_what_ = "operation";
 };
 
 std::shared_ptr<Work> NcclTransport::Channel::run(const char* what, size_t bytes,
                                                   const std::function<c10::intrusive_ptr<c10d::Work>()>& launch,
                                                   std::function<void()> after) {
-  latch_->throwIfFailed();
+  core_->checkHealth(what);
   c10::cuda::CUDAGuard guard(device_);
   c10::intrusive_ptr<c10d::Work> w;
   try {
     w = launch();
   } catch (const std::exception& e) {
-    auto err = std::make_exception_ptr(CommError(strCat(where(what), " failed: ", firstLine(e.what()))));
-    latch_->fail(err);
-    std::rethrow_exception(err);
+    core_->fail(strCat(core_->where(what), " failed: ", firstLine(e.what())));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.bytes += static_cast<double>(bytes);
-    timed_.push_back(w);
+    last_ = w;
+    last_t0_ = Clock::now();
+    last_what_ = what;
   }
-  return std::make_shared<PgWork>(latch_, where(what), std::move(w), std::move(after));
+  // Retired when complete (at a later submission or stats()), with its CUDA-timed duration;
+  // without TORCH_NCCL_ENABLE_TIMING=1 getDuration() throws, and the time counts as 0. A
+  // completed operation's own error is latched here, to be raised by the next call.
+  std::shared_ptr<ChannelCore> core = core_;
+  timing_.submitted({static_cast<double>(bytes),
+                     [w, core, what] {
+    if (!w->isCompleted()) return false;
+    try {
+      core->checkCompleted(w, what);
+    } catch (const CommError&) {  // latched
+    }
+    return true;
+                     },
+                     [w]() -> double {
+                       try {
+                         return w->getDuration() / 1e3;
+                       } catch (const std::exception&) {
+                         return 0.0;
+                       }
+                     }});
+  return std::make_shared<PgWork>(core_, what, std::move(w), std::move(after));
 }
 
 NcclTransport::NcclTransport(c10::intrusive_ptr<c10d::Store> store, const NcclOptions& options) : opt_(options) {
   AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank, " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
-  configureProcessGroupNccl();
+  // ProcessGroupNCCL reads its error handling from the environment (the program's to set:
+  // comm/nccl_env.h); what differs from what this transport is built for is said once.
+  if (opt_.log && opt_.rank == 0) {
+    for (const std::string& note : ncclEnvironmentNotes()) opt_.log("NCCL: " + note);
+  }
   store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), std::vector<uint8_t>{1});
   waitForRanks(*store, opt_.name + "/joined", opt_.world, opt_.timeout);
   for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(store, opt_, c));
 }
 
 NcclTransport::~NcclTransport() = default;
+
+void NcclTransport::synchronize() {
+  for (auto& ch : channels_) ch->synchronize();
+}
 
 void NcclTransport::abort(const std::string& why) {
   for (auto& ch : channels_) ch->abort(why);
@@ -243,7 +378,12 @@ std::shared_ptr<Work> NcclTransport::allreduce(at::Tensor t, ReduceOp op, int c)
   if (op == ReduceOp::kBitwiseOr) {  // no NCCL op: gather every rank's, fold locally
     at::Tensor flat = d.view(-1);
     at::Tensor all = at::empty({size() * flat.numel()}, d.options());
-    ch.run("allgather (bitwise or)", all.nbytes(), [&] { return ch.pg()._allgather_base(all, flat); })->wait();
+    auto w = ch.run("allgather (bitwise or)", all.nbytes(), [&] { return ch.pg()._allgather_base(all, flat); });
+    if (s.back) {
+      w->synchronize();  // the host reads the result: a failed operation raises here
+    } else {
+      w->wait();
+    }
     at::Tensor rows = all.view({size(), flat.numel()});
     at::Tensor folded = rows[0].clone();
     for (int r = 1; r < size(); ++r) folded.bitwise_or_(rows[r]);

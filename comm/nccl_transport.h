@@ -9,16 +9,33 @@
 // CUDA events. aiacc keeps what is its own: the channels, the staging of host tensors, the
 // shard layout, sticky errors that name the operation.
 //
-// Failures end fast: every operation and the communicator set-up are bounded by `timeout`
-// (--comm-timeout). The constructor sets ProcessGroupNCCL's error handling through its
-// environment variables when the user has not set them (they are read when a process group is
-// made; there is no option field for them): TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (abort the
-// communicators and raise the error at wait(), instead of killing the process from the watchdog),
-// TORCH_NCCL_PROPAGATE_ERROR=1 (a rank's failure reaches the others through the store),
-// TORCH_NCCL_USE_COMM_NONBLOCKING=1 (communicator set-up times out too),
-// TORCH_NCCL_ENABLE_TIMING=1 (busy time per channel, for --streams balancing).
-// After a failure on a channel every later operation on it fails at once with the first error,
-// and wait() rethrows it every time.
+// Errors. Every operation and the communicator set-up are bounded by `timeout`.
+// ProcessGroupNCCL's watchdog thread checks every operation for NCCL errors and for the timeout;
+// when one fails it marks the process group failed (ProcessGroupNCCL::getError(); with
+// TORCH_NCCL_PROPAGATE_ERROR=1 the other ranks' groups too, through the store), and later, after
+// a pause for its flight recorder, acts as TORCH_NCCL_ASYNC_ERROR_HANDLING says: 2 aborts the
+// communicators and leaves the process running, 3 (the default) ends the process from the
+// watchdog. PyTorch reads these variables when a process group is made. NcclTransport sets no
+// environment (a library must not: setenv races getenv in threads already running): a program
+// sets kNcclEnvironment (comm/nccl_env.h: ASYNC_ERROR_HANDLING=2, PROPAGATE_ERROR=1,
+// USE_COMM_NONBLOCKING=1 so that set-up times out too, ENABLE_TIMING=1 for busy time per
+// channel) at start-up, as aiacc_train does, and NcclTransport logs the ones that differ.
+// Without TORCH_NCCL_BLOCKING_WAIT, ProcessGroupNCCL's own
+// Work::wait() only makes the caller's stream wait, so nothing the watchdog finds later reaches
+// the host through it. NcclTransport raises a CommError naming the operation, channel and rank:
+//   - at every submission and every wait() on a channel, from the channel's first error
+//     (sticky), the process group's failure state, and the errors of the operations that
+//     completed since the last call;
+//   - where the host blocks: a host (CPU) tensor (control traffic: fingerprints, arrival order,
+//     unused-parameter flags, step times, metrics) travels through the device, and its wait()
+//     blocks the host, polling the operation, the group's state and the timeout, so it raises
+//     before a result is copied back; Work::synchronize() and synchronize() do the same for
+//     device tensors (DataParallel calls them where the host reads reduced values next).
+// On the first error it finds, NcclTransport aborts the channel's communicators itself instead
+// of waiting for the watchdog's abort. For device tensors wait() returns at once: what the device
+// computes from a failed operation is unspecified, and the failure is raised by the channel's
+// next operation, wait() or synchronize(). After a failure every later operation on the channel
+// fails at once with the first error, and wait() rethrows it every time.
 //
 // Ordering without host synchronization: an operation is ordered after the caller's current
 // stream (ProcessGroupNCCL makes its stream wait for it) and Work::wait() makes the caller's
@@ -34,6 +51,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,9 +64,12 @@ struct NcclOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
-  int device = 0;                            // CUDA device of this rank
-  std::chrono::milliseconds timeout{60000};  // every operation, and the set-up
-  std::string name = "nccl";                 // key prefix in the store
+  int device = 0;                                       // CUDA device of this rank
+  std::chrono::milliseconds timeout = kDefaultTimeout;  // every operation, and the set-up
+  std::string name = "nccl";                            // key prefix in the store
+  // Notices, one line each (rank 0: the NCCL environment settings that differ from
+  // kNcclEnvironment); default: none.
+  std::function<void(const std::string&)> log;
 };
 
 class NcclTransport : public Transport {
@@ -62,7 +83,9 @@ class NcclTransport : public Transport {
   int size() const override { return opt_.world; }
   int channels() const override { return static_cast<int>(channels_.size()); }
   bool waitsOnDevice() const override { return true; }
-  // Bytes submitted; busy time from ProcessGroupNCCL's CUDA timing of completed operations.
+  // Bytes and CUDA-timed busy time of the same completed operations (comm/op_timing.h: the
+  // bookkeeping retires completed operations at every submission and keeps a bounded number in
+  // flight, whether or not anyone asks for the statistics).
   ChannelStats channelStats(int channel) const override;
   std::string describe() const override;
 
@@ -73,6 +96,8 @@ class NcclTransport : public Transport {
   std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
   // Fails every later operation with `why` and aborts the communicators (ProcessGroupNCCL::abort).
   void abort(const std::string& why) override;
+  // Blocks the host until every channel's last operation completed (see Errors above).
+  void synchronize() override;
 
  private:
   class Channel;

@@ -40,6 +40,7 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Tran
     info.dtype = static_cast<int>(p.value().scalar_type());
     info.numel = p.value().numel();
     info.element_size = static_cast<int64_t>(p.value().element_size());
+    info.device = p.value().device().str();
     infos_.push_back(info);
   }
   AIACC_CHECK_INPUT(!params_.empty(), "DataParallel: the module has no trainable parameters");
@@ -58,11 +59,41 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Tran
 
 Reducer::~Reducer() {
   for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  // A step left unfinished (backward threw): its buckets may still be on the wire. After a
+  // communication failure the transports are aborted already, and these end at once.
   for (auto& w : works_) {
     try {
       w->wait();
     } catch (...) {
     }
+  }
+}
+
+void Reducer::abortTransports(const std::exception& first) {
+  const std::string why = abortReason(first);
+  data_->abort(why);
+  if (control_ != data_) control_->abort(why);
+}
+
+void Reducer::waitAll(bool host) {
+  std::exception_ptr first;
+  for (auto& w : works_) {
+    try {
+      if (host) {
+        w->synchronize();
+      } else {
+        w->wait();
+      }
+    } catch (const std::exception& e) {
+      if (first) continue;
+      first = std::current_exception();
+      abortTransports(e);  // before waiting for the rest: they end at once instead of timing out
+    }
+  }
+  works_.clear();
+  if (first) {
+    resetStep();
+    std::rethrow_exception(first);
   }
 }
 
@@ -74,8 +105,9 @@ void Reducer::verifyFingerprints() {
   control_->allgather(count, counts, 0)->wait();
   for (int r = 0; r < W; ++r) {
     if (counts[r].item<int64_t>() != static_cast<int64_t>(infos_.size())) {
-      AIACC_THROW(CommError, "model mismatch: rank ", r, " has ", counts[r].item<int64_t>(),
-                  " trainable parameters, rank ", world_.rank, " has ", infos_.size());
+      throw CommError(strCat("model mismatch: rank ", r, " has ", counts[r].item<int64_t>(),
+                             " trainable parameters, rank ", world_.rank, " has ", infos_.size()),
+                      CommError::Remedy::kModel);
     }
   }
   // 2. Per-parameter fingerprints plus the plan's: the first difference is named.
@@ -89,13 +121,16 @@ void Reducer::verifyFingerprints() {
     for (size_t i = 0; i <= n; ++i) {
       if (all[r][static_cast<int64_t>(i)].item<int64_t>() == mine[static_cast<int64_t>(i)].item<int64_t>()) continue;
       if (i == n) {
-        AIACC_THROW(CommError, "bucket plan mismatch between rank ", world_.rank, " and rank ", r,
-                    " (different --bucket-mb?)");
+        throw CommError(strCat("bucket plan mismatch between rank ", world_.rank, " and rank ", r,
+                               " (a different bucket size on some rank?)"),
+                        CommError::Remedy::kBucketSize);
       }
       std::string shape;
       for (int64_t d : infos_[i].shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-      AIACC_THROW(CommError, "model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape, " on rank ",
-                  world_.rank, ") differs on rank ", r, " (same --arch and number of classes on every rank?)");
+      throw CommError(strCat("model mismatch: parameter #", i, " ('", infos_[i].name, "', ", shape, " on rank ",
+                             world_.rank, ") differs on rank ", r,
+                             " (the same model, with the same outputs, on every rank?)"),
+                      CommError::Remedy::kModel);
     }
   }
 }
@@ -127,7 +162,9 @@ void Reducer::buildBuckets() {
       numel += static_cast<int64_t>(params_.size());
     }
     const at::TensorOptions options = params_[plan_.buckets[b].front()].options();
-    AIACC_CHECK(!cast || options.dtype() == at::kFloat, "fp16/bf16 transfer needs fp32 parameters");
+    AIACC_CHECK_INPUT(!cast || options.dtype() == at::kFloat,
+                      "DataParallel: fp16/bf16 transfer needs fp32 parameters; '",
+                      infos_[plan_.buckets[b].front()].name, "' is ", options.dtype());
     bucket_numel_.push_back(numel);
     buffers_.push_back(direct_ ? at::Tensor() : at::zeros({numel}, options));
     wire_.push_back(cast ? at::empty({numel}, options.dtype(codec_->wireType())) : buffers_.back());
@@ -171,7 +208,21 @@ void Reducer::launch(size_t b) {
     const at::Tensor flags = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte);
     wire_[b].narrow(0, flags_at_, flags.numel()).copy_(flags);
   }
-  works_.push_back(data_->allreduce(wire_[b], ReduceOp::kSum, 0));
+  try {
+    works_.push_back(data_->allreduce(wire_[b], ReduceOp::kSum, 0));
+  } catch (const std::exception& e) {  // a transport that fails at submission (NCCL, after an error)
+    abortTransports(e);
+    throw;
+  }
+}
+
+// A gradient a bucket can hold: dense (strided). A sparse one (e.g. an Embedding with
+// sparse=true) is refused by name instead of failing inside reshape().
+void Reducer::checkDense(size_t i, const at::Tensor& g) const {
+  AIACC_CHECK_INPUT(g.layout() == at::kStrided, "DataParallel: the gradient of '", infos_[i].name, "' is ",
+                    g.is_sparse() ? "sparse" : "not a dense tensor", " (layout ", g.layout(),
+                    "); DataParallel reduces dense gradients only: make the module produce dense gradients "
+                    "(e.g. an Embedding without sparse=true)");
 }
 
 // The bucket's gradients into its fp32 buffer (zeros where a parameter has none).
@@ -180,6 +231,7 @@ void Reducer::fill(size_t b) {
   for (size_t i : plan_.buckets[b]) {
     at::Tensor slot = buf.narrow(0, offset_of_[i], params_[i].numel());
     const at::Tensor& g = params_[i].grad();
+    if (g.defined()) checkDense(i, g);
     had_grad_[i] = g.defined();
     if (g.defined()) {
       slot.copy_(g.reshape(-1));
@@ -200,6 +252,7 @@ void Reducer::fillDirect(size_t b) {
       std::memset(slot.data_ptr(), 0, static_cast<size_t>(slot.nbytes()));  // +0.0 in fp16 and bf16
       continue;
     }
+    checkDense(i, g);
     const at::Tensor c = g.is_contiguous() ? g : g.contiguous();  // e.g. a channels-last weight
     codec_->encodeInto(c, slot, world_.world);
   }
@@ -213,20 +266,29 @@ at::Tensor Reducer::localGradientFlags() const {
 }
 
 bool Reducer::finish(const at::Tensor& agreed) {
-  {
+  try {
     std::lock_guard<std::mutex> lock(mu_);
     // Buckets with parameters that got no gradient this step are launched now, still in order.
     while (next_launch_ < pending_.size()) launch(next_launch_++);
+  } catch (...) {
+    try {
+      waitAll(false);  // launch() aborted the transports: the buckets already launched end at once
+    } catch (...) {    // the launch failure is the one to report
+    }
+    throw;
   }
   const auto now = [this] {
     return opt_.clock ? opt_.clock()
                       : std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
   const double t0 = now();
-  for (auto& w : works_) w->wait();
+  // Over a device-ordered transport (NCCL) wait() only orders the streams. Where the host reads
+  // the reduced buckets next (a reduced-precision wire's finiteness check, the unused-parameter
+  // flags), the host blocks for them here instead, so that a failed reduction raises before its
+  // values are read (elsewhere the next operation, or synchronize(), raises it).
+  waitAll(/*host=*/codec_->wireType() != at::kFloat || flags_at_ >= 0);
   last_exposed_s_ = now() - t0;
   exposed_s_ += last_exposed_s_;
-  works_.clear();
   at::NoGradGuard no_grad;
   bool finite = true;
   if (!direct_) {

@@ -8,6 +8,10 @@
 //     needs), while backward goes on: overlap.
 //   - finish() launches whatever is left (parameters without a gradient contribute zeros),
 //     waits, and writes the averaged gradients back into .grad, so any optimizer works unchanged.
+//   - A communication failure (a bucket's launch or wait throws) aborts both transports before
+//     anything else is waited for: the buckets still queued or running on other channels then
+//     fail at once instead of each waiting out its timeout, and finish() throws the first error
+//     with nothing left in flight.
 //   - The plan is a pure function of the parameter list (comm/bucket_plan.h); after the first
 //     step it is rebuilt once from the order gradients arrived on rank 0, broadcast so that every
 //     rank rebuilds identically. setBucketCap() replans with another fusion cap (the tuner).
@@ -44,9 +48,13 @@ struct Node;
 
 namespace aiacc::comm {
 
+// The default cap of a fused bucket, MiB (ReducerOptions, DataParallelOptions; --bucket-mb):
+// PyTorch DDP's bucket_cap_mb.
+inline constexpr double kDefaultBucketMb = 25;
+
 struct ReducerOptions {
-  double bucket_mb = 25;       // cap of a fused bucket
-  double first_bucket_mb = 1;  // small first bucket: communication starts early in backward
+  double bucket_mb = kDefaultBucketMb;  // cap of a fused bucket
+  double first_bucket_mb = 1;           // small first bucket: communication starts early in backward
   bool detect_unused = false;
   // Launch buckets as they fill during backward (overlap). Off: nothing launches before finish(),
   // which is then given the agreed set of parameters with a gradient (a central coordinator's).
@@ -95,7 +103,12 @@ class Reducer {
   void verifyFingerprints();
   void onGradReady(size_t param);  // autograd thread
   void launch(size_t bucket);
+  // Waits for every launched bucket (host: Work::synchronize()), and clears them. On a failure
+  // the transports are aborted before the rest is waited for, then the first error is rethrown.
+  void waitAll(bool host);
+  void abortTransports(const std::exception& first);
   void fill(size_t bucket);
+  void checkDense(size_t param, const at::Tensor& grad) const;
   void fillDirect(size_t bucket);
   bool decodeInto(size_t param);
   void rebuildFromArrivalOrder();

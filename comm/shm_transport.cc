@@ -74,14 +74,16 @@ class ShmTransport::Channel {
     const std::string mine = name(rank_);
     const int fd = ::shm_open(mine.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0)
-      AIACC_THROW(CommError, "shm: cannot create ", mine, ": ", std::strerror(errno),
-                  " (run with --noshm to use Gloo over loopback)");
+      throw CommError(strCat("shm: cannot create ", mine, ": ", std::strerror(errno),
+                             " (turn shared memory off to use Gloo over loopback)"),
+                      CommError::Remedy::kSharedMemory);
     const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(size_));
     if (rc != 0) {
       ::close(fd);
       ::shm_unlink(mine.c_str());
-      AIACC_THROW(CommError, "shm: cannot reserve ", size_ >> 20, " MiB in /dev/shm: ", std::strerror(rc),
-                  " (enlarge /dev/shm, or run with --noshm to use Gloo over loopback)");
+      throw CommError(strCat("shm: cannot reserve ", size_ >> 20, " MiB in /dev/shm: ", std::strerror(rc),
+                             " (enlarge /dev/shm, or turn shared memory off to use Gloo over loopback)"),
+                      CommError::Remedy::kSharedMemory);
     }
     base_.assign(static_cast<size_t>(world_), nullptr);
     try {

@@ -36,7 +36,7 @@ struct ShmOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string name = "shm";            // key prefix in the store
   int64_t chunk_bytes = 4 << 20;       // per slot; each rank maps 2 slots per channel of every rank
   std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + row_base + channel

@@ -26,12 +26,13 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
   } catch (const std::exception& e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
-    AIACC_THROW(CommError,
-                server ? "rank 0 cannot host the rendezvous store on port " : "cannot reach the rendezvous store at ",
-                server ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port), " (", what, "); ",
-                server          ? "is the port in use? pick another with --master"
-                : o.client_only ? "is the launcher's agent (torchrun) still running?"
-                                : "is rank 0 running?");
+    throw CommError(strCat(server ? "rank 0 cannot host the rendezvous store on port "
+                                  : "cannot reach the rendezvous store at ",
+                           server ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port), " (", what, "); ",
+                           server          ? "is the port in use? give the store another port"
+                           : o.client_only ? "is the launcher's agent (torchrun) still running?"
+                                           : "is rank 0 running, at the store's address?"),
+                    CommError::Remedy::kStore);
   }
   if (!o.job.empty()) claimForJob(*store, o.job, o.host + ":" + std::to_string(o.port));
   return c10::make_intrusive<c10d::PrefixStore>(o.prefix, store);
@@ -41,25 +42,30 @@ void claimForJob(c10d::Store& store, const std::string& job, const std::string& 
   const std::vector<uint8_t> mine(job.begin(), job.end());
   const std::vector<uint8_t> owner = store.compareSet(kJobKey, {}, mine);
   if (owner == mine) return;
-  AIACC_THROW(CommError, "the rendezvous store at ", where, " belongs to another job ('",
-              std::string(owner.begin(), owner.end()), "'; this process is job '", job,
-              "'): two jobs share the port; give this job its own --master port (or the same --job-id on every rank)");
+  throw CommError(strCat("the rendezvous store at ", where, " belongs to another job ('",
+                         std::string(owner.begin(), owner.end()), "'; this process is job '", job,
+                         "'): two jobs share the port; give this job a store port of its own (or every rank the "
+                         "same job id)"),
+                  CommError::Remedy::kStore);
 }
 
 c10::intrusive_ptr<c10d::Store> makeHashStore() { return c10::make_intrusive<c10d::HashStore>(); }
 
+// One check() of every key per poll: each rank polling costs the store (rank 0's) one request,
+// not one per rank. Only on a timeout are the keys looked at one by one, to name the missing.
 void waitForRanks(c10d::Store& store, const std::string& what, int world, std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(what + "/" + std::to_string(r));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    std::string missing;
-    int n_missing = 0;
-    for (int r = 0; r < world; ++r) {
-      if (!store.check({what + "/" + std::to_string(r)})) {
+  while (!store.check(keys)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string missing;
+      int n_missing = 0;
+      for (int r = 0; r < world; ++r) {
+        if (store.check({keys[static_cast<size_t>(r)]})) continue;
         if (n_missing++ < 16) missing += (missing.empty() ? "" : ",") + std::to_string(r);
       }
-    }
-    if (n_missing == 0) return;
-    if (std::chrono::steady_clock::now() > deadline) {
+      if (n_missing == 0) return;  // the last arrived just now
       AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0, " s waiting for '", what, "' from rank(s) ",
                   missing, n_missing > 16 ? ",..." : "", " (", n_missing, " of ", world, " missing)");
     }

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <string>
 
+#include "comm/timeout.h"
+
 namespace aiacc::comm {
 
 struct StoreOptions {
@@ -15,7 +17,7 @@ struct StoreOptions {
   int port = 29500;
   int rank = 0;
   int world = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultTimeout;
   std::string prefix = "aiacc";
   // The launcher's agent (torchrun with TORCHELASTIC_USE_AGENT_STORE=True) already hosts the
   // server at host:port: every rank, rank 0 included, connects as a client.
@@ -36,8 +38,9 @@ void claimForJob(c10d::Store& store, const std::string& job, const std::string& 
 // An in-memory store for ranks as threads of one process.
 c10::intrusive_ptr<c10d::Store> makeHashStore();
 
-// Waits for keys, turning a timeout into a CommError that names what was awaited and which
-// ranks have not published their "<what>/<rank>" key.
+// Waits for every rank's "<what>/<rank>" key, polling with one check() of all of them (one
+// request per poll, whatever the world size), turning a timeout into a CommError that names what
+// was awaited and which ranks have not published their key.
 void waitForRanks(c10d::Store& store, const std::string& what, int world, std::chrono::milliseconds timeout);
 
 }  // namespace aiacc::comm

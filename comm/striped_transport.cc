@@ -8,23 +8,35 @@ namespace {
 
 class AllWork : public Work {
  public:
-  explicit AllWork(std::vector<std::shared_ptr<Work>> parts) : parts_(std::move(parts)) {}
+  AllWork(std::vector<std::shared_ptr<Work>> parts, std::shared_ptr<Transport> inner)
+      : parts_(std::move(parts)), inner_(std::move(inner)) {}
   // Waits for every piece, even after one failed (the buffer must outlive them all), then
-  // rethrows the first error.
-  void wait() override {
+  // rethrows the first error. The first failure aborts the wrapped transport before the other
+  // pieces are waited for: a piece stalled on another channel then ends at once.
+  void wait() override { waitAll(false); }
+  void synchronize() override { waitAll(true); }
+
+ private:
+  void waitAll(bool host) {
     std::exception_ptr first;
     for (auto& w : parts_) {
       try {
-        w->wait();
-      } catch (...) {
-        if (!first) first = std::current_exception();
+        if (host) {
+          w->synchronize();
+        } else {
+          w->wait();
+        }
+      } catch (const std::exception& e) {
+        if (first) continue;
+        first = std::current_exception();
+        inner_->abort(abortReason(e));
       }
     }
     if (first) std::rethrow_exception(first);
   }
 
- private:
   std::vector<std::shared_ptr<Work>> parts_;
+  std::shared_ptr<Transport> inner_;
 };
 
 }  // namespace
@@ -58,7 +70,7 @@ std::shared_ptr<Work> StripedTransport::allreduce(at::Tensor t, ReduceOp op, int
     if (len > 0) parts.push_back(inner_->allreduce(t.narrow(0, off, len), op, c));
     off += len;
   }
-  return std::make_shared<AllWork>(std::move(parts));
+  return std::make_shared<AllWork>(std::move(parts), inner_);
 }
 
 void StripedTransport::rebalance() {

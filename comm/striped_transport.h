@@ -5,7 +5,8 @@
 //   - allreduce(t): a buffer of at least min_split_bytes is cut into one contiguous piece per
 //     active channel, sized by the channel weights (the last piece takes the rounding
 //     remainder); a smaller one goes whole to the next channel in round-robin order. The
-//     channel argument is ignored. The returned Work waits for every piece.
+//     channel argument is ignored. The returned Work waits for every piece; when one fails it
+//     aborts the wrapped transport before it waits for the others, then rethrows the first error.
 //   - broadcast, allgather, reduceScatter, allgatherShards go unchanged to the wrapped
 //     transport's channel.
 //   - rebalance(), a collective every rank calls at the same point (DataParallel: after each
@@ -43,6 +44,7 @@ class StripedTransport : public Transport {
   std::string describe() const override { return inner_->describe(); }
   bool waitsOnDevice() const override { return inner_->waitsOnDevice(); }
   void abort(const std::string& why) override { inner_->abort(why); }
+  void synchronize() override { inner_->synchronize(); }
 
   std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op = ReduceOp::kSum, int channel = 0) override;
   std::shared_ptr<Work> broadcast(at::Tensor t, int root, int channel = 0) override {

@@ -33,6 +33,7 @@ class ThrottledTransport : public Transport {
   std::shared_ptr<Work> reduceScatter(at::Tensor t, int channel) override;
   std::shared_ptr<Work> allgatherShards(at::Tensor t, int channel) override;
   void abort(const std::string& why) override;
+  void synchronize() override { inner_->synchronize(); }
 
  private:
   std::shared_ptr<Work> run(int channel, size_t bytes, std::function<std::shared_ptr<Work>()> op);

@@ -19,21 +19,52 @@
 #include <memory>
 #include <string>
 
+#include "comm/timeout.h"
 #include "common/error.h"
 
 namespace aiacc::comm {
 
-// Raised when communication fails: timeout, a peer gone, a mismatch between ranks.
+// Raised when communication fails: timeout, a peer gone, a mismatch between ranks. Messages say
+// what to change in the library's terms ("the store's port", "the bucket size"); remedy() names
+// that setting for a program that wants to add the name of its own option for it.
 class CommError : public Error {
  public:
-  explicit CommError(const std::string& what) : Error(what) {}
+  enum class Remedy {
+    kNone,
+    kStore,         // the rendezvous store's address or port, or the job id (StoreOptions)
+    kBucketSize,    // the bucket size (DataParallelOptions::bucket_mb)
+    kModel,         // the model (its parameters) on every rank
+    kSharedMemory,  // shared memory between the ranks of a host (TransportSpec::shm)
+  };
+  explicit CommError(const std::string& what, Remedy remedy = Remedy::kNone) : Error(what), remedy_(remedy) {}
+  Remedy remedy() const { return remedy_; }
+
+ private:
+  Remedy remedy_;
 };
+
+// What a transport is aborted with once a failure is known (`first`, in one line): a part that
+// sees an operation fail aborts its transports before it waits for anything else, so the
+// operations still queued or running (on any channel) fail at once instead of each waiting out
+// its timeout.
+inline std::string abortReason(const std::exception& first) {
+  const std::string what = first.what();
+  return "aborted after an earlier failure: " + what.substr(0, what.find('\n'));
+}
 
 class Work {
  public:
   virtual ~Work() = default;
-  // Blocks until the operation finished; rethrows its error.
+  // Waits for the operation and rethrows its error. Where the transport's waitsOnDevice() is
+  // false this blocks the host until the operation is done. Where it is true (NCCL), for device
+  // tensors it makes the caller's current stream wait for the operation and returns at once (an
+  // error found later is raised by synchronize(), or by the next operation or wait() on the
+  // channel); for host tensors it blocks until the result is in place.
   virtual void wait() = 0;
+  // wait(), then blocks the host until the operation is done on the device too, rethrowing its
+  // error: for a caller about to read the result on the host. The same as wait() where wait()
+  // already blocks.
+  virtual void synchronize() { wait(); }
 };
 
 enum class ReduceOp { kSum, kBitwiseOr };
@@ -70,6 +101,11 @@ class Transport {
   // A composite transport that chains operations on device-ordered transports submits them all
   // from the caller's thread, so every rank submits to each communicator in the same order.
   virtual bool waitsOnDevice() const { return false; }
+  // Blocks the host until every operation submitted so far is done (on the device too), and
+  // raises the first error any of them met: for a caller about to read on the host what those
+  // operations produced (a device-ordered transport's wait() returns before). Nothing to do for
+  // a transport whose wait() blocks the host (the default); a composite one forwards it.
+  virtual void synchronize() {}
   // Gives up: every queued and later operation fails at once with a CommError saying `why`
   // (an operation already running ends on its own, within its timeout). For a rank that knows
   // the job is lost (a peer died, a signal) and must not wait out each queued operation.

@@ -22,6 +22,9 @@
 #include "app/job_settings.h"
 #include "app/option_names.h"
 #include "app/report.h"
+#include "comm/gloo_transport.h"
+#include "comm/shm_transport.h"
+#include "comm/store.h"
 #include "models/resnet.h"
 #include "tests/test_util.h"
 
@@ -385,6 +388,52 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
   EXPECT_EQ(c.lr_schedule, LrSchedule::kStep);
   gflags::SetCommandLineOption("lr_schedule", "wavy");
   EXPECT_EQ(message([] { configFromFlags(Recipe{}); }), "--lr-schedule must be cosine, step or linear (got 'wavy')");
+}
+
+// One default per setting: aiacc_train's flags default to the library's constants, and so do
+// the library's option structs and the DistSpec built from the flags.
+TEST(Flags, DefaultsAreTheLibrarysDefaults) {
+  auto flagDefault = [](const char* name) {
+    gflags::CommandLineFlagInfo info;
+    EXPECT_TRUE(gflags::GetCommandLineFlagInfo(name, &info)) << name;
+    return info.default_value;
+  };
+  EXPECT_DOUBLE_EQ(std::stod(flagDefault("comm_timeout")) * 1000.0, static_cast<double>(comm::kDefaultTimeout.count()));
+  EXPECT_EQ(optionFromName<comm::BufferSync>(flagDefault("bn_sync")), comm::kDefaultBufferSync);
+  EXPECT_DOUBLE_EQ(std::stod(flagDefault("bucket_mb")), comm::kDefaultBucketMb);
+  const DistSpec d;
+  EXPECT_DOUBLE_EQ(d.timeout_s * 1000.0, static_cast<double>(comm::kDefaultTimeout.count()));
+  EXPECT_EQ(d.bn_sync, comm::kDefaultBufferSync);
+  EXPECT_DOUBLE_EQ(d.bucket_mb, comm::kDefaultBucketMb);
+  const comm::DataParallelOptions o;
+  EXPECT_EQ(o.buffers, comm::kDefaultBufferSync);
+  EXPECT_DOUBLE_EQ(o.bucket_mb, comm::kDefaultBucketMb);
+  EXPECT_EQ(comm::ReducerOptions{}.bucket_mb, comm::kDefaultBucketMb);
+  EXPECT_EQ(comm::TransportSpec{}.timeout, comm::kDefaultTimeout);
+  EXPECT_EQ(comm::StoreOptions{}.timeout, comm::kDefaultTimeout);
+  EXPECT_EQ(comm::GlooOptions{}.timeout, comm::kDefaultTimeout);
+  EXPECT_EQ(comm::ShmOptions{}.timeout, comm::kDefaultTimeout);
+}
+
+// comm's errors name what to change in the library's words; aiacc_train adds its flag for it.
+TEST(Flags, CommErrorsGetTheFlagForWhatTheyNameToChange) {
+  using R = comm::CommError::Remedy;
+  EXPECT_EQ(flagHint(R::kNone), "");
+  EXPECT_EQ(flagHint(R::kBucketSize), " (aiacc_train: --bucket-mb)");
+  EXPECT_EQ(flagHint(R::kSharedMemory), " (aiacc_train: --noshm)");
+  EXPECT_NE(flagHint(R::kStore).find("--master HOST:PORT"), std::string::npos);
+  EXPECT_NE(flagHint(R::kStore).find("--job-id"), std::string::npos);
+  EXPECT_NE(flagHint(R::kModel).find("--arch"), std::string::npos);
+  // The library's own message names no flag of ours.
+  auto store = comm::makeHashStore();
+  try {
+    comm::claimForJob(*store, "job-a", "h:1");
+    comm::claimForJob(*store, "job-b", "h:1");
+    FAIL() << "a second job was accepted";
+  } catch (const comm::CommError& e) {
+    EXPECT_EQ(std::string(e.what()).find("--"), std::string::npos) << e.what();
+    EXPECT_EQ(e.remedy(), R::kStore);
+  }
 }
 
 TEST(Flags, ShippedRecipesParse) {

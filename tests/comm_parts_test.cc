@@ -2,13 +2,22 @@
 // scale's arithmetic, the bucket codecs' wire values, and the striping of buffers over channels
 // (fed fake channel statistics through a recording transport).
 #include <gtest/gtest.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
 
+#include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
 #include "comm/bucket_codec.h"
+#include "comm/bucket_plan.h"
+#include "comm/data_parallel.h"
 #include "comm/grad_scale.h"
+#include "comm/op_timing.h"
 #include "comm/striped_transport.h"
+#include "tests/comm_test_util.h"
 
 namespace aiacc::comm {
 namespace {
@@ -31,6 +40,85 @@ TEST(GradScale, BacksOffOnOverflowAndGrowsAfterAnInterval) {
   s.setState(8, 2);
   s.update(true);
   EXPECT_EQ(s.value(), 16);
+}
+
+// Options out of range are refused with one line naming the option and its value (a zero
+// interval grew the scale every step; a non-positive scale turned every gradient into zeros or
+// flipped its sign).
+TEST(GradScale, RefusesOptionsOutOfRange) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<std::function<void(GradScaleOptions&)>, std::string>> cases = {
+      {[](GradScaleOptions& o) { o.init_scale = 0; }, "init_scale"},
+      {[](GradScaleOptions& o) { o.init_scale = -1024; }, "init_scale"},
+      {[&](GradScaleOptions& o) { o.init_scale = inf; }, "init_scale"},
+      {[](GradScaleOptions& o) { o.growth = 1; }, "growth"},
+      {[](GradScaleOptions& o) { o.backoff = 0; }, "backoff"},
+      {[](GradScaleOptions& o) { o.backoff = 1.5; }, "backoff"},
+      {[](GradScaleOptions& o) { o.growth_interval = 0; }, "growth_interval"},
+  };
+  for (const auto& [edit, option] : cases) {
+    GradScaleOptions o;
+    edit(o);
+    try {
+      GradScale s(o);
+      ADD_FAILURE() << option << ": accepted";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(option + " must"), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+  GradScale s;
+  EXPECT_THROW(s.setState(-1, 0), InputError);
+  EXPECT_THROW(s.setState(std::nan(""), 0), InputError);
+  // The fp16 codec's own scale goes through the same checks.
+  CodecOptions c;
+  c.dtype = TransferDtype::kFloat16;
+  c.scale_growth_steps = 0;
+  EXPECT_THROW(makeCodec(c), InputError);
+}
+
+// A bucket is one tensor on its first parameter's device: parameters on two devices are refused
+// at plan time, naming both.
+TEST(BucketPlan, RefusesParametersOnTwoDevices) {
+  std::vector<ParamInfo> params(3);
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].name = "p" + std::to_string(i);
+    params[i].numel = 4;
+    params[i].device = i == 1 ? "cpu" : "cuda:0";
+  }
+  try {
+    planBuckets(params, reverseOrder(params.size()), 1 << 20, 1 << 20);
+    ADD_FAILURE() << "a plan over two devices";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'p0' (cuda:0) and 'p1' (cpu) are on different devices"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  params[1].device = "cuda:0";
+  EXPECT_EQ(planBuckets(params, reverseOrder(params.size()), 1 << 20, 1 << 20).buckets.size(), 1u);
+}
+
+// A sparse gradient (Embedding with sparse=true) is refused by name when its bucket is filled,
+// on both paths (fp32 staged, bf16 direct), instead of failing inside reshape().
+TEST(DataParallelInput, SparseGradientsAreRefusedByName) {
+  for (TransferDtype transfer : {TransferDtype::kFloat32, TransferDtype::kBFloat16}) {
+    SCOPED_TRACE(transferDtypeName(transfer));
+    torch::nn::Sequential net(torch::nn::Embedding(torch::nn::EmbeddingOptions(10, 4).sparse(true)),
+                              torch::nn::Linear(4, 2));
+    DataParallelOptions o;
+    o.transfer = transfer;
+    DataParallel dp(net.ptr(), std::make_shared<test::ImmediateTransport>(1), WorldInfo{}, o);
+    dp.beforeForward();
+    try {
+      net->forward(at::tensor({1, 3, 5}, at::kLong)).sum().backward();
+      dp.finishBackward();
+      ADD_FAILURE() << "a sparse gradient was reduced";
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("the gradient of '0.weight' is sparse"), std::string::npos) << what;
+    }
+  }
 }
 
 TEST(BucketCodec, Fp32TravelsAsTheBucketDividedByWorldSize) {
@@ -209,6 +297,82 @@ TEST(StripedTransport, SmallBuffersGoWholeRoundRobinAndOneChannelTakesAll) {
   EXPECT_EQ(rec->calls[0].numel, 1000);
   st.setActiveChannels(7);  // more than there are: all of them
   EXPECT_EQ(st.activeChannels(), 3);
+}
+
+// OpTiming (NcclTransport's bookkeeping): an operation the test completes by hand.
+struct FakeOp {
+  bool done = false;
+  double seconds = 0;
+};
+OpTiming::Op opOf(const std::shared_ptr<FakeOp>& f, double bytes) {
+  return {bytes, [f] { return f->done; }, [f] { return f->seconds; }};
+}
+
+// One channel and nobody calling stats() (striping asks only with two or more channels): every
+// submission retires what completed, so a long run keeps only what may still be running.
+TEST(OpTiming, KeepsOnlyWhatMayStillRunWithoutStatsCalls) {
+  OpTiming t;
+  for (int i = 0; i < 10000; ++i) {
+    auto op = std::make_shared<FakeOp>();
+    t.submitted(opOf(op, 4));
+    ASSERT_LE(t.inFlight(), 2u) << "operation " << i;
+    op->done = true;
+    op->seconds = 0.001;
+  }
+  const ChannelStats s = t.stats();
+  EXPECT_EQ(s.bytes, 4 * 10000.0);
+  EXPECT_NEAR(s.busy_s, 10.0, 1e-9);
+  EXPECT_EQ(t.inFlight(), 0u);
+}
+
+// Bytes and busy time of the same operations: one still running counts in neither, so the rate
+// is the completed operations' (counting its bytes at submission would double it here).
+TEST(OpTiming, CountsBytesAndTimeOfTheSameCompletedOperations) {
+  OpTiming t;
+  auto a = std::make_shared<FakeOp>(), b = std::make_shared<FakeOp>();
+  t.submitted(opOf(a, 1000));
+  t.submitted(opOf(b, 1000));
+  a->done = true;
+  a->seconds = 1;
+  ChannelStats s = t.stats();
+  EXPECT_EQ(s.bytes, 1000);
+  EXPECT_EQ(s.busy_s, 1);
+  // In submission order: c still running holds back d, done, until c is done too.
+  auto c = std::make_shared<FakeOp>(), d = std::make_shared<FakeOp>();
+  t.submitted(opOf(c, 10));
+  t.submitted(opOf(d, 20));
+  d->done = true;
+  d->seconds = 2;
+  b->done = true;
+  b->seconds = 3;
+  s = t.stats();
+  EXPECT_EQ(s.bytes, 2000);
+  EXPECT_EQ(s.busy_s, 4);
+  c->done = true;
+  c->seconds = 5;
+  s = t.stats();
+  EXPECT_EQ(s.bytes, 2030);
+  EXPECT_EQ(s.busy_s, 11);
+}
+
+// Operations that never complete (a device far behind, a hung one): at most max_in_flight are
+// kept; the dropped ones count in neither bytes nor time.
+TEST(OpTiming, BoundsOperationsThatNeverComplete) {
+  OpTiming t(4);
+  std::vector<std::shared_ptr<FakeOp>> ops;
+  for (int i = 0; i < 10; ++i) {
+    ops.push_back(std::make_shared<FakeOp>());
+    t.submitted(opOf(ops.back(), 100));
+  }
+  EXPECT_EQ(t.inFlight(), 4u);
+  EXPECT_EQ(t.dropped(), 6);
+  for (auto& op : ops) {
+    op->done = true;
+    op->seconds = 1;
+  }
+  const ChannelStats s = t.stats();
+  EXPECT_EQ(s.bytes, 400);
+  EXPECT_EQ(s.busy_s, 4);
 }
 
 }  // namespace

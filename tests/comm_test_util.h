@@ -163,6 +163,49 @@ class RatedTransport : public Transport {
   std::vector<Allreduce> allreduces_;
 };
 
+// One rank, `k` channels, every operation done at once; after abort() every operation fails
+// with the reason (the sticky abort of a real transport).
+class ImmediateTransport : public Transport {
+ public:
+  explicit ImmediateTransport(int k) : k_(k) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int channels() const override { return k_; }
+  ChannelStats channelStats(int) const override { return {}; }
+  std::string describe() const override { return "immediate"; }
+  void abort(const std::string& why) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (why_.empty()) why_ = why;
+  }
+  std::shared_ptr<Work> allreduce(at::Tensor, ReduceOp, int) override { return done(); }
+  std::shared_ptr<Work> broadcast(at::Tensor, int, int) override { return done(); }
+  std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int) override {
+    out.copy_(in.reshape(out.sizes()));
+    return done();
+  }
+  std::shared_ptr<Work> reduceScatter(at::Tensor, int) override { return done(); }
+  std::shared_ptr<Work> allgatherShards(at::Tensor, int) override { return done(); }
+
+ private:
+  class Result : public Work {
+   public:
+    explicit Result(std::string why) : why_(std::move(why)) {}
+    void wait() override {
+      if (!why_.empty()) throw CommError(why_);
+    }
+
+   private:
+    std::string why_;
+  };
+  std::shared_ptr<Work> done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::make_shared<Result>(why_);
+  }
+  int k_;
+  std::mutex mu_;
+  std::string why_;
+};
+
 inline void expectNoErrors(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

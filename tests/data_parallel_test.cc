@@ -523,12 +523,15 @@ TEST(Autotune, ManySmallTensorsFusionWins) {
   };
   std::vector<TuneConfig> chosen(W);
   std::vector<std::string> summaries(W);
+  std::vector<std::string> logged;  // rank 1's notices; rank 0 has no log: it writes nothing anywhere
+  testing::internal::CaptureStderr();
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
     auto net = std::make_shared<Many>();
     DataParallelOptions o;
     o.bucket_mb = 1e-6;  // one tensor per bucket: 240 allreduces a step
     o.first_bucket_mb = 1e-6;
     o.autotune = true;
+    if (r == 1) o.log = [&logged](const std::string& line) { logged.push_back(line); };
     o.tune_space.bucket_mb = {1e-6, 25};
     double now = 0;
     o.clock = [&now] { return now; };
@@ -553,8 +556,12 @@ TEST(Autotune, ManySmallTensorsFusionWins) {
     EXPECT_EQ(tuner.stepsRecorded(), 12) << summaries[r];     // 3 steps each: 1e-6, 25, then both re-timed
     ASSERT_EQ(dp.plan().buckets.size(), 2u) << summaries[r];  // the small first bucket, then all the rest
   }));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("autotune"), std::string::npos) << "the library wrote to stderr: " << err;
   EXPECT_EQ(chosen[0], chosen[1]);
   EXPECT_EQ(chosen[0].bucket_mb, 25) << summaries[0];
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_EQ(logged[0], "autotune: " + summaries[1]);
 }
 
 }  // namespace

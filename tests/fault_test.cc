@@ -8,6 +8,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -15,6 +16,8 @@
 
 #include "comm/data_parallel.h"
 #include "comm/fault_transport.h"
+#include "comm/hierarchical.h"
+#include "comm/striped_transport.h"
 #include "tests/comm_test_util.h"
 
 namespace aiacc::comm {
@@ -131,6 +134,245 @@ TEST_P(OneFaultyRank, EveryRankFailsWithinOneTimeout) {
 
 INSTANTIATE_TEST_SUITE_P(Faults, OneFaultyRank, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<FaultCase>& i) { return std::string(i.param.name); });
+
+// ---- Abort before waiting -----------------------------------------------------------------
+// Passes everything through and logs, in order: "abort", and "wait N: ok" or "wait N: <error>"
+// for operation N (counted from 0 over every channel) when its wait() returns.
+class LoggingTransport : public Transport {
+ public:
+  explicit LoggingTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  int channels() const override { return inner_->channels(); }
+  ChannelStats channelStats(int c) const override { return inner_->channelStats(c); }
+  std::string describe() const override { return inner_->describe(); }
+  void abort(const std::string& why) override {
+    add("abort");
+    inner_->abort(why);
+  }
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int c) override {
+    return logged(inner_->allreduce(t, op, c));
+  }
+  std::shared_ptr<Work> broadcast(at::Tensor t, int root, int c) override {
+    return logged(inner_->broadcast(t, root, c));
+  }
+  std::shared_ptr<Work> allgather(at::Tensor in, at::Tensor out, int c) override {
+    return logged(inner_->allgather(in, out, c));
+  }
+  std::shared_ptr<Work> reduceScatter(at::Tensor t, int c) override { return logged(inner_->reduceScatter(t, c)); }
+  std::shared_ptr<Work> allgatherShards(at::Tensor t, int c) override { return logged(inner_->allgatherShards(t, c)); }
+
+  void add(const std::string& event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    log_.push_back(event);
+  }
+  std::vector<std::string> log() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  int64_t submitted() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return n_;
+  }
+
+ private:
+  class LoggedWork : public Work {
+   public:
+    LoggedWork(LoggingTransport* t, std::shared_ptr<Work> w, int64_t n) : t_(t), w_(std::move(w)), n_(n) {}
+    void wait() override {
+      try {
+        w_->wait();
+      } catch (const std::exception& e) {
+        t_->add(strCat("wait ", n_, ": ", e.what()));
+        throw;
+      }
+      t_->add(strCat("wait ", n_, ": ok"));
+    }
+
+   private:
+    LoggingTransport* t_;  // the tests keep the transport alive longer than every work
+    std::shared_ptr<Work> w_;
+    int64_t n_;
+  };
+  std::shared_ptr<Work> logged(std::shared_ptr<Work> w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::make_shared<LoggedWork>(this, std::move(w), n_++);
+  }
+  std::shared_ptr<Transport> inner_;
+  mutable std::mutex mu_;
+  std::vector<std::string> log_;
+  int64_t n_ = 0;
+};
+
+// Operation `fail_at` fails at once; every later one stalls (as on a channel whose peer hangs)
+// until abort() or `stall_limit`, whichever comes first.
+std::shared_ptr<LoggingTransport> failThenStall(int channels, int64_t fail_at, std::chrono::milliseconds stall_limit) {
+  FaultSpec fail{FaultSpec::Kind::kFail, fail_at, stall_limit};
+  FaultSpec stall{FaultSpec::Kind::kStall, fail_at + 1, stall_limit};
+  auto failing = std::make_shared<FaultTransport>(std::make_shared<test::ImmediateTransport>(channels), fail);
+  return std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(failing, stall));
+}
+
+// The events after the first "wait N: <error>": the transports must be aborted before any other
+// wait returns, and every wait that returns then must have been ended by the abort, not by the
+// stall limit (one timeout more, on every rank, than the failure already took).
+void expectAbortBeforeTheOtherWaits(const std::vector<std::string>& log, int64_t failed) {
+  const std::string first = strCat("wait ", failed, ": injected failure");
+  size_t i = 0;
+  while (i < log.size() && log[i].rfind(first, 0) != 0) ++i;
+  ASSERT_LT(i, log.size()) << "the failing operation was never waited for";
+  ASSERT_LT(i + 1, log.size()) << "nothing after the failure";
+  EXPECT_EQ(log[i + 1], "abort") << "the next event after the failure";
+  int waits = 0;
+  for (size_t j = i + 1; j < log.size(); ++j) {
+    if (log[j].rfind("wait ", 0) != 0) continue;
+    ++waits;
+    EXPECT_NE(log[j].find("aborted after an earlier failure: injected failure"), std::string::npos) << log[j];
+    EXPECT_EQ(log[j].find("the stall limit passed"), std::string::npos) << log[j];
+  }
+  EXPECT_GT(waits, 0) << "the stalled operations were never waited for";
+}
+
+constexpr auto kLongStall = std::chrono::seconds(3);  // what a missing abort costs each test
+
+// A failed bucket and a stalled one on the other channel: finishBackward() aborts the transport,
+// waits for the rest (ended by the abort), and throws the failure; destroying DataParallel then
+// waits for nothing.
+TEST(AbortBeforeWait, DataParallelAbortsWhenABucketFails) {
+  auto net = [] {
+    torch::nn::Sequential s(torch::nn::Linear(16, 16), torch::nn::Linear(16, 4));
+    return s.ptr();
+  };
+  DataParallelOptions o;
+  o.bucket_mb = 1.0 / (1 << 20);  // every parameter its own bucket: 4 buckets over 2 channels
+  o.first_bucket_mb = 1.0 / (1 << 20);
+  o.channels = 2;
+  // The operations of construction come first; the step's first bucket is the one after them.
+  int64_t setup_ops = 0;
+  {
+    auto clean = std::make_shared<LoggingTransport>(std::make_shared<test::ImmediateTransport>(2));
+    DataParallel dp(net(), clean, WorldInfo{}, o);
+    setup_ops = clean->submitted();
+  }
+  auto t = failThenStall(2, setup_ops, kLongStall);
+  auto model = net();
+  std::string error;
+  {
+    DataParallel dp(model, t, WorldInfo{}, o);
+    ASSERT_EQ(dp.plan().buckets.size(), 4u);
+    dp.beforeForward();
+    auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(model.get());
+    seq->forward(at::randn({2, 16})).sum().backward();
+    try {
+      dp.finishBackward();
+    } catch (const CommError& e) {
+      error = e.what();
+    }
+    t->add("finishBackward returned");
+  }
+  EXPECT_NE(error.find("injected failure"), std::string::npos) << error;
+  const std::vector<std::string> log = t->log();
+  expectAbortBeforeTheOtherWaits(log, setup_ops);
+  const auto returned = std::find(log.begin(), log.end(), "finishBackward returned");
+  ASSERT_NE(returned, log.end());
+  for (auto it = returned; it != log.end(); ++it) {
+    EXPECT_EQ(it->rfind("wait ", 0), std::string::npos) << "a wait after finishBackward() threw: " << *it;
+  }
+  for (int64_t n = setup_ops; n < setup_ops + 4; ++n) {  // each bucket waited for once, in finishBackward()
+    const std::string prefix = strCat("wait ", n, ": ");
+    EXPECT_EQ(std::count_if(log.begin(), returned, [&](const std::string& e) { return e.rfind(prefix, 0) == 0; }), 1)
+        << prefix;
+  }
+}
+
+// A bucket split across two channels: one piece fails, the other stalls. Its Work aborts the
+// transport before waiting for the stalled piece.
+TEST(AbortBeforeWait, StripedPiecesAbortWhenOneFails) {
+  auto t = failThenStall(2, 0, kLongStall);
+  StripingOptions so;
+  so.min_split_bytes = 64;
+  StripedTransport st(t, so);
+  at::Tensor buf = at::zeros({1000});
+  EXPECT_THROW(st.allreduce(buf)->wait(), CommError);
+  expectAbortBeforeTheOtherWaits(t->log(), 0);
+}
+
+// Two-level reduction: one operation's first stage fails, the next one's second stage stalls.
+// The relay that sees the failure aborts both levels, so the second operation ends at once.
+TEST(AbortBeforeWait, TwoLevelStagesAbortWhenOneFails) {
+  auto intra = std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(
+      std::make_shared<test::ImmediateTransport>(2), FaultSpec{FaultSpec::Kind::kFail, 0, kLongStall}));
+  auto inter = std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(
+      std::make_shared<test::ImmediateTransport>(1), FaultSpec{FaultSpec::Kind::kStall, 0, kLongStall}));
+  HierarchicalTransport h(intra, inter);
+  at::Tensor a = at::zeros({100}), b = at::zeros({100});
+  auto wa = h.allreduce(a, ReduceOp::kSum, 0);
+  auto wb = h.allreduce(b, ReduceOp::kSum, 0);
+  EXPECT_THROW(wa->wait(), CommError);
+  std::string error;
+  try {
+    wb->wait();
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("aborted after an earlier failure: injected failure"), std::string::npos) << error;
+  EXPECT_EQ(error.find("the stall limit passed"), std::string::npos) << error;
+  const std::vector<std::string> log = inter->log();
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.front(), "abort") << "the stalled stage was waited for before the abort";
+}
+
+// ---- Errors of a device-ordered transport reach the host where it blocks --------------------
+// Like NCCL: wait() returns at once (it would only order the streams), and a failure of the
+// operation is seen only by a host-blocking synchronize() (or the next operation).
+class DeviceOrderedTransport : public test::ImmediateTransport {
+ public:
+  DeviceOrderedTransport() : test::ImmediateTransport(1) {}
+  bool waitsOnDevice() const override { return true; }
+  // From now on every allreduce fails on the "device".
+  void failAllreduces() { fail_ = true; }
+  std::shared_ptr<Work> allreduce(at::Tensor t, ReduceOp op, int c) override {
+    if (!fail_) return test::ImmediateTransport::allreduce(t, op, c);
+    ++failed_;
+    return std::make_shared<FailsOnTheDevice>();
+  }
+  void synchronize() override {
+    if (failed_ > 0) throw CommError("an allreduce failed on the device");
+  }
+
+ private:
+  class FailsOnTheDevice : public Work {
+   public:
+    void wait() override {}  // ordered; nothing known yet
+    void synchronize() override { throw CommError("an allreduce failed on the device"); }
+  };
+  bool fail_ = false;
+  int failed_ = 0;
+};
+
+// bf16 transfer: the host reads the reduced wire (its finiteness check) in finishBackward(), so
+// finishBackward() blocks for it and raises there. fp32 on a device-ordered transport: the host
+// reads nothing in finishBackward(), and synchronize() (the trainer's, before it reads the
+// step's results) raises.
+TEST(DeviceOrderedErrors, RaiseWhereTheHostBlocks) {
+  for (TransferDtype transfer : {TransferDtype::kBFloat16, TransferDtype::kFloat32}) {
+    SCOPED_TRACE(transferDtypeName(transfer));
+    auto t = std::make_shared<DeviceOrderedTransport>();
+    torch::nn::Linear net(8, 2);
+    DataParallelOptions o;
+    o.transfer = transfer;
+    DataParallel dp(net.ptr(), t, WorldInfo{}, o);
+    t->failAllreduces();
+    dp.beforeForward();
+    net->forward(at::randn({2, 8})).sum().backward();
+    if (transfer == TransferDtype::kBFloat16) {
+      EXPECT_THROW(dp.finishBackward(), CommError);
+    } else {
+      EXPECT_TRUE(dp.finishBackward());
+      EXPECT_THROW(dp.synchronize(), CommError);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace aiacc::comm

@@ -1,9 +1,14 @@
 // GPU tests, for a machine with a GPU and a CUDA LibTorch (scripts/gpu/check.sh runs them).
 // Compiled into aiacc_tests in a CUDA build with NCCL; elsewhere CTest syntax-checks this file
-// (GpuSources.SyntaxCheck) so it cannot rot unseen. One GPU allows world size 1 only; what is
-// checked is the GPU half of each mechanism: NCCL round trips and stream ordering, the cast and
-// unscale kernels, DataParallel's event ordering against the local gradients, the device-side
-// input normalization, and the trainer with AMP and channels-last.
+// (GpuSources.SyntaxCheck) so it cannot rot unseen; without a visible GPU every test skips.
+// One GPU allows NCCL world size 1 only, where a collective that did nothing would leave
+// in-place buffers as they were: so each assertion is one a no-op fails (out-of-place outputs
+// poisoned first, exact bytes and measured busy time per channel, .grad poisoned before
+// DataParallel writes the reduced gradients back, references computed independently, on the
+// CPU by two ranks over shared memory). With two or more GPUs, two NCCL ranks (threads, one
+// GPU each) check the sums themselves. Also: stream ordering, errors reaching the host, the
+// cast and unscale kernels, the device-side input normalization, the trainer with AMP and
+// channels-last.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
@@ -21,7 +26,10 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <limits>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "app/amp.h"
 #include "app/trainer.h"
@@ -30,6 +38,7 @@
 #include "comm/transport.h"
 #include "comm/store.h"
 #include "data/device_input.h"
+#include "tests/comm_test_util.h"
 #include "tests/test_util.h"
 #include "tests/train_problem.h"
 
@@ -47,12 +56,21 @@ std::shared_ptr<comm::NcclTransport> ncclWorldOne(int channels) {
   return std::make_shared<comm::NcclTransport>(comm::makeHashStore(), o);
 }
 
+double bytesOf(const comm::Transport& t) {
+  double b = 0;
+  for (int c = 0; c < t.channels(); ++c) b += t.channelStats(c).bytes;
+  return b;
+}
+
 // Every collective, on device and host tensors, in each dtype DataParallel sends. World 1: the
-// results are the inputs, and an out-of-place result proves the data went through.
+// results are the inputs; the out-of-place output starts as NaN, and each channel's statistics
+// count exactly the bytes submitted to it, with measured busy time: what only operations that
+// ran through NCCL produce.
 TEST(Gpu, NcclTransportRoundTrip) {
   AIACC_REQUIRE_GPU();
   auto t = ncclWorldOne(2);
   EXPECT_EQ(t->channels(), 2);
+  std::vector<double> submitted(2, 0.0);
   for (at::ScalarType dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
     for (int ch = 0; ch < 2; ++ch) {
       const at::Tensor ref = at::arange(1001, cuda(at::kFloat)).to(dt);
@@ -61,18 +79,49 @@ TEST(Gpu, NcclTransportRoundTrip) {
       EXPECT_TRUE(x.equal(ref));
       t->broadcast(x, 0, ch)->wait();
       EXPECT_TRUE(x.equal(ref));
-      at::Tensor out = at::zeros_like(ref);
+      at::Tensor out = at::full_like(ref, std::numeric_limits<float>::quiet_NaN());
       t->allgather(x, out, ch)->wait();
       EXPECT_TRUE(out.equal(ref));
       t->reduceScatter(x, ch)->wait();
       t->allgatherShards(x, ch)->wait();
       EXPECT_TRUE(x.equal(ref));
+      submitted[static_cast<size_t>(ch)] += 5.0 * static_cast<double>(ref.nbytes());
     }
   }
   at::Tensor host = at::arange(10, at::kLong);  // control traffic: staged through the device
   t->allreduce(host, comm::ReduceOp::kBitwiseOr, 0)->wait();
   EXPECT_TRUE(host.equal(at::arange(10, at::kLong)));
-  EXPECT_GT(t->channelStats(0).bytes, 0);
+  submitted[0] += static_cast<double>(host.nbytes());  // world 1: the gathered copy is as large
+  t->synchronize();
+  for (int ch = 0; ch < 2; ++ch) {
+    const comm::ChannelStats s = t->channelStats(ch);
+    EXPECT_EQ(s.bytes, submitted[static_cast<size_t>(ch)]) << "channel " << ch;
+    EXPECT_GT(s.busy_s, 0) << "channel " << ch << ": TORCH_NCCL_ENABLE_TIMING=1 (tests/test_main.cc) times them";
+  }
+}
+
+// After a failure (here abort(), as the transport itself does when ProcessGroupNCCL's watchdog
+// reports one) the host hears of it where it blocks: synchronize(), a device tensor's
+// synchronize(), a host tensor's wait(), and every later submission; never a silent success.
+TEST(Gpu, NcclErrorsReachTheHost) {
+  AIACC_REQUIRE_GPU();
+  auto t = ncclWorldOne(1);
+  at::Tensor x = at::ones({1 << 20}, cuda());
+  auto w = t->allreduce(x, comm::ReduceOp::kSum, 0);
+  t->abort("test: the job is lost");
+  auto raises = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const comm::CommError& e) {
+      return std::string(e.what()).find("test: the job is lost") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(raises([&] { w->synchronize(); }));
+  EXPECT_TRUE(raises([&] { t->synchronize(); }));
+  EXPECT_TRUE(raises([&] { t->allreduce(x, comm::ReduceOp::kSum, 0); }));
+  at::Tensor host = at::ones({4});
+  EXPECT_TRUE(raises([&] { t->allreduce(host, comm::ReduceOp::kSum, 0)->wait(); }));
 }
 
 // Ordering without host synchronization: work queued on the caller's stream (a side stream,
@@ -128,17 +177,37 @@ TEST(Gpu, BytesNormalizedOnTheDeviceMatchTheCpu) {
   }
 }
 
-torch::nn::Sequential convNet() {
+torch::nn::Sequential convNet(bool batch_norm = true) {
   namespace nn = torch::nn;
-  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(3, 16, 3).padding(1).bias(false)), nn::BatchNorm2d(16), nn::ReLU(),
-                        nn::Conv2d(nn::Conv2dOptions(16, 32, 3).stride(2).padding(1)), nn::ReLU(),
-                        nn::AdaptiveAvgPool2d(1), nn::Flatten(), nn::Linear(32, 10));
+  nn::Sequential s(nn::Conv2d(nn::Conv2dOptions(3, 16, 3).padding(1).bias(!batch_norm)));
+  if (batch_norm) s->push_back(nn::BatchNorm2d(16));
+  s->push_back(nn::ReLU());
+  s->push_back(nn::Conv2d(nn::Conv2dOptions(16, 32, 3).stride(2).padding(1)));
+  s->push_back(nn::ReLU());
+  s->push_back(nn::AdaptiveAvgPool2d(1));
+  s->push_back(nn::Flatten());
+  s->push_back(nn::Linear(32, 10));
+  return s;
+}
+
+void copyParameters(torch::nn::Module& from, torch::nn::Module& to) {
+  torch::NoGradGuard no_grad;
+  auto a = from.parameters(), b = to.parameters();
+  for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+}
+
+int64_t parameterCount(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
 }
 
 // DataParallel over NCCL (world 1, several small buckets on two channels, backward on a side
-// stream): the gradients written back equal plain backward's, to rounding in fp32 (cuDNN's
-// backward may sum in another order between two runs) and within fp16 rounding with fp16
-// transfer (cast and unscale on the device). Stale or unordered reads would be far off.
+// stream): the gradients written back equal plain backward's, computed on another copy of the
+// model, to rounding in fp32 (cuDNN's backward may sum in another order between two runs) and
+// within fp16 rounding with fp16 transfer (cast and unscale on the device). After backward the
+// buckets hold the gradients, so .grad is poisoned (NaN) before finishBackward(): only the
+// reduced values written back pass; and the channels carried exactly every bucket's wire bytes.
 TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
   AIACC_REQUIRE_GPU();
   at::globalContext().setDeterministicCuDNN(true);
@@ -148,11 +217,7 @@ TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
     ref->to(at::kCUDA);
     auto net = convNet();
     net->to(at::kCUDA);
-    {
-      torch::NoGradGuard no_grad;
-      auto a = ref->parameters(), b = net->parameters();
-      for (size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
-    }
+    copyParameters(*ref, *net);
     const at::Tensor x = at::randn({8, 3, 32, 32}, cuda());
     const at::Tensor y = at::randint(0, 10, {8}, cuda(at::kLong));
     torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
@@ -163,17 +228,27 @@ TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
     o.channels = 2;
     o.transfer = transfer;
     o.autotune = false;
-    comm::DataParallel dp(net.ptr(), ncclWorldOne(2), comm::WorldInfo{}, o);
+    o.buffers = comm::BufferSync::kAverageWhenRead;  // nothing travels in beforeForward()
+    o.rebuild_after_first_step = false;              // nor after the step
+    auto transport = ncclWorldOne(2);
+    comm::DataParallel dp(net.ptr(), transport, comm::WorldInfo{}, o);
     EXPECT_GT(dp.plan().buckets.size(), 2u);
+    transport->synchronize();
+    const double bytes_before = bytesOf(*transport);
     c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, 0);
     {
       c10::cuda::CUDAStreamGuard guard(side);
       dp.beforeForward();
       torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+      for (auto& p : net->parameters()) p.mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
       ASSERT_TRUE(dp.finishBackward());
+      dp.synchronize();
     }
+    const double wire_bytes = transfer == comm::TransferDtype::kFloat32 ? 4.0 : 2.0;
+    EXPECT_EQ(bytesOf(*transport) - bytes_before, wire_bytes * static_cast<double>(parameterCount(*net)));
     auto a = ref->parameters(), b = net->parameters();
     for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(at::isfinite(b[i].grad()).all().item<bool>()) << "parameter " << i << " was not written back";
       if (transfer == comm::TransferDtype::kFloat32) {
         EXPECT_TRUE(at::allclose(b[i].grad(), a[i].grad(), 1e-5, 1e-7)) << "parameter " << i;
       } else {
@@ -182,6 +257,110 @@ TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
       }
     }
   }
+}
+
+// Beside the NCCL rank, two CPU ranks over shared memory, each with half of the batch: their
+// averaged gradients (a real reduction) equal the GPU rank's full-batch gradients, to the
+// rounding of cuDNN against the CPU kernels. (No BatchNorm: halves have other batch statistics.)
+TEST(Gpu, DataParallelOverNcclMatchesTwoCpuRanks) {
+  AIACC_REQUIRE_GPU();
+  torch::manual_seed(4);
+  auto gpu_net = convNet(false);
+  std::vector<torch::nn::Sequential> cpu_nets{convNet(false), convNet(false)};
+  for (auto& n : cpu_nets) copyParameters(*gpu_net, *n);
+  gpu_net->to(at::kCUDA);
+  const at::Tensor x = at::randn({8, 3, 16, 16});
+  const at::Tensor y = at::randint(0, 10, {8}, at::kLong);
+  comm::DataParallelOptions o;
+  o.bucket_mb = 0.005;
+  o.first_bucket_mb = 0.001;
+  o.autotune = false;
+  {
+    comm::DataParallel dp(gpu_net.ptr(), ncclWorldOne(1), comm::WorldInfo{}, o);
+    torch::nn::functional::cross_entropy(gpu_net->forward(x.to(at::kCUDA)), y.to(at::kCUDA)).backward();
+    ASSERT_TRUE(dp.finishBackward());
+    dp.synchronize();
+  }
+  comm::test::expectNoErrors(comm::test::runRanks(
+      2,
+      [&](int r, std::shared_ptr<comm::Transport> t) {
+    comm::DataParallel dp(cpu_nets[static_cast<size_t>(r)].ptr(), t, comm::WorldInfo{r, 2, r, 2}, o);
+    const at::Tensor xr = x.narrow(0, 4 * r, 4), yr = y.narrow(0, 4 * r, 4);
+    torch::nn::functional::cross_entropy(cpu_nets[static_cast<size_t>(r)]->forward(xr), yr).backward();
+    if (!dp.finishBackward()) throw std::runtime_error("step skipped");
+      },
+      /*channels=*/1, std::chrono::seconds(30), /*ranks_per_node=*/0, /*shm=*/true));
+  auto g = gpu_net->parameters();
+  for (int r = 0; r < 2; ++r) {
+    auto c = cpu_nets[static_cast<size_t>(r)]->parameters();
+    for (size_t i = 0; i < g.size(); ++i) {
+      EXPECT_TRUE(at::allclose(c[i].grad(), g[i].grad().cpu(), 1e-4, 1e-6)) << "rank " << r << ", parameter " << i;
+    }
+  }
+}
+
+// Two NCCL ranks, threads on two GPUs (skipped on a host with one): the sums themselves, for
+// every collective, uneven shards included, and DataParallel's average of different batches.
+TEST(Gpu, NcclTwoRanksReduceAcrossGpus) {
+  AIACC_REQUIRE_GPU();
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "two NCCL ranks need two GPUs; this host has one";
+  auto store = comm::makeHashStore();
+  const int64_t n = 1001;  // odd: uneven shards
+  comm::test::expectNoErrors(comm::test::runThreads(2, [&](int r) {
+    c10::cuda::CUDAGuard device(static_cast<c10::DeviceIndex>(r));
+    const at::TensorOptions on = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, r);
+    comm::NcclOptions no;
+    no.rank = r;
+    no.world = 2;
+    no.device = r;
+    no.timeout = std::chrono::seconds(30);
+    auto t = std::make_shared<comm::NcclTransport>(store, no);
+    const at::Tensor base = at::arange(n, on);
+    at::Tensor x = base * (r + 1);
+    t->allreduce(x, comm::ReduceOp::kSum, 0)->wait();
+    if (!x.equal(base * 3)) throw std::runtime_error("allreduce");
+    x = base * (r + 1);
+    t->reduceScatter(x, 0)->wait();
+    const comm::Shard mine = comm::shardOf(n, 2, r);
+    if (!x.narrow(0, mine.offset, mine.count).equal((base * 3).narrow(0, mine.offset, mine.count)))
+      throw std::runtime_error("reduce-scatter");
+    at::Tensor sharded = at::full({n}, std::numeric_limits<float>::quiet_NaN(), on);
+    sharded.narrow(0, mine.offset, mine.count).copy_(base.narrow(0, mine.offset, mine.count));
+    t->allgatherShards(sharded, 0)->wait();
+    if (!sharded.equal(base)) throw std::runtime_error("allgather of shards");
+    at::Tensor out = at::full({2 * n}, std::numeric_limits<float>::quiet_NaN(), on);
+    t->allgather(base + r, out, 0)->wait();
+    if (!out.equal(at::cat({base, base + 1}))) throw std::runtime_error("allgather");
+    at::Tensor b = base + r;
+    t->broadcast(b, 1, 0)->wait();
+    if (!b.equal(base + 1)) throw std::runtime_error("broadcast");
+    at::Tensor host = at::full({3}, int64_t{1} << r, at::kLong);
+    t->allreduce(host, comm::ReduceOp::kBitwiseOr, 0)->wait();
+    if (!host.equal(at::full({3}, int64_t{3}, at::kLong))) throw std::runtime_error("bitwise or");
+
+    // One batch of 8, the same on both ranks (their own generators: the threads share the global
+    // one); each rank takes its half. DataParallel starts both from rank 0's weights.
+    const at::Tensor xs = at::randn({8, 3, 16, 16}, at::detail::createCPUGenerator(7), at::kFloat);
+    const at::Tensor ys = at::randint(0, 10, {8}, at::detail::createCPUGenerator(8), at::kLong);
+    auto net = convNet(false);
+    net->to(at::Device(at::kCUDA, r));
+    comm::DataParallelOptions o;
+    o.autotune = false;
+    comm::DataParallel dp(net.ptr(), t, comm::WorldInfo{r, 2, r, 2}, o);
+    auto ref = convNet(false);
+    ref->to(at::Device(at::kCUDA, r));
+    copyParameters(*net, *ref);
+    torch::nn::functional::cross_entropy(net->forward(xs.narrow(0, 4 * r, 4).to(on.device())),
+                                         ys.narrow(0, 4 * r, 4).to(on.device()))
+        .backward();
+    if (!dp.finishBackward()) throw std::runtime_error("step skipped");
+    dp.synchronize();
+    torch::nn::functional::cross_entropy(ref->forward(xs.to(on.device())), ys.to(on.device())).backward();
+    auto a = ref->parameters(), g = net->parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!at::allclose(g[i].grad(), a[i].grad(), 1e-4, 1e-6)) throw std::runtime_error(strCat("parameter ", i));
+    }
+  }));
 }
 
 // The trainer on the GPU: AMP fp16 with the loss scaler, channels-last, pinned uint8 batches

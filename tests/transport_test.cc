@@ -1,6 +1,7 @@
 // comm/ transports: Gloo, shared memory, two-level, the factory, fp16/bf16 conversion and the
 // store. Ranks are threads sharing one in-memory store (real Gloo over TCP on loopback).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -8,6 +9,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/optim/sgd.h>
 
 #include <atomic>
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "comm/data_parallel.h"
@@ -23,6 +26,7 @@
 #include "comm/hierarchical.h"
 #include "comm/shm_transport.h"
 #include "comm/half.h"
+#include "comm/nccl_env.h"
 #include "comm/store.h"
 #include "comm/throttled_transport.h"
 #include "tests/comm_test_util.h"
@@ -473,6 +477,60 @@ TEST(Store, WaitNamesTheMissingRanks) {
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("rank(s) 1,3"), std::string::npos) << e.what();
   }
+}
+
+// Every rank polls with one request for all the keys, not one per rank (rank 0's store served
+// O(world^2) requests every 20 ms).
+class CountingStore : public c10d::HashStore {
+ public:
+  bool check(const std::vector<std::string>& keys) override {
+    if (++requests == 3) set("ready/7", std::vector<uint8_t>{1});  // the last rank arrives during the third poll
+    return c10d::HashStore::check(keys);
+  }
+  int requests = 0;
+};
+
+TEST(Store, WaitPollsWithOneRequestPerPoll) {
+  auto store = c10::make_intrusive<CountingStore>();
+  for (int r = 0; r < 7; ++r) store->set("ready/" + std::to_string(r), std::vector<uint8_t>{1});
+  waitForRanks(*store, "ready", 8, std::chrono::seconds(30));
+  EXPECT_EQ(store->requests, 3);
+}
+
+// A library leaves the process's signal dispositions alone: the program decides about SIGPIPE.
+#ifdef AIACC_WITH_GLOO
+void countSigpipe(int) {}
+#endif
+TEST(Gloo, LeavesSigpipeAlone) {
+  AIACC_SKIP_WITHOUT_GLOO();
+#ifdef AIACC_WITH_GLOO
+  struct sigaction mine {
+  }, before{}, after{};
+  mine.sa_handler = countSigpipe;
+  sigemptyset(&mine.sa_mask);
+  ASSERT_EQ(sigaction(SIGPIPE, &mine, &before), 0);
+  {
+    GlooTransport t(makeHashStore(), test::glooOptions(0, 1, 1));
+    ASSERT_EQ(sigaction(SIGPIPE, nullptr, &after), 0);
+  }
+  ASSERT_EQ(sigaction(SIGPIPE, &before, nullptr), 0);
+  EXPECT_EQ(after.sa_handler, &countSigpipe);
+#endif
+}
+
+// What NcclTransport logs instead of setting the environment itself: one line per setting that
+// differs from kNcclEnvironment, saying what it costs.
+TEST(NcclEnvironment, NotesWhatDiffers) {
+  const std::map<std::string, std::string> env = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
+                                                  {"TORCH_NCCL_PROPAGATE_ERROR", "1"},
+                                                  {"TORCH_NCCL_USE_COMM_NONBLOCKING", "1"}};
+  const std::vector<std::string> notes = ncclEnvironmentNotes([&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_EQ(notes[0].rfind("TORCH_NCCL_ASYNC_ERROR_HANDLING=3 (NcclTransport expects 2): ", 0), 0u) << notes[0];
+  EXPECT_EQ(notes[1].rfind("TORCH_NCCL_ENABLE_TIMING is unset (NcclTransport expects 1): ", 0), 0u) << notes[1];
 }
 
 }  // namespace

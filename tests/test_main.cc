@@ -1,0 +1,17 @@
+// main() of the test executables that use comm: first the process-wide settings a program using
+// comm makes at start-up (app/cli.h setUpProcess(): SIGPIPE ignored, so that a rank-thread whose
+// peer closed its sockets gets a CommError instead of the whole binary dying; ProcessGroupNCCL's
+// environment, comm/nccl_env.h), before any thread starts; then GoogleTest.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+
+#include "comm/nccl_env.h"
+
+int main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  for (const auto& e : aiacc::comm::kNcclEnvironment) ::setenv(e.name, e.value, /*overwrite=*/0);
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
