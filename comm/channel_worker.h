@@ -1,7 +1,8 @@
 // ChannelWorker: the thread behind one communication channel. Jobs run in submission order (so
 // every rank issues a channel's collectives in the same order); each job's completion and error
-// reach the caller through a Work; bytes and busy seconds are counted per channel, and each job
-// becomes a timeline span when a timeline is given. Used by every CPU transport.
+// reach the caller through a Work (the error as a Failure, failure.h); bytes and busy seconds are
+// counted per channel, and each job becomes a timeline span when a timeline is given. Used by
+// every CPU transport.
 //
 // Errors are sticky: after the first job that fails (a timeout, a dead peer) or abort(), every
 // queued and every later job fails at once with that first error instead of waiting out its own
@@ -12,36 +13,51 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "comm/failure.h"
 #include "comm/timeline.h"
 #include "comm/transport.h"
 
 namespace aiacc::comm {
 
-// A Work over a std::future: wait() blocks and rethrows the job's exception, every time it is
-// called (a second wait() after an error is not a success).
-class FutureWork : public Work {
- public:
-  explicit FutureWork(std::future<void> f) : f_(std::move(f)) {}
-  void wait() override {
-    if (f_.valid()) {
-      try {
-        f_.get();
-      } catch (...) {
-        error_ = std::current_exception();
-      }
+// What a job's Work and the worker share: set once by the worker when the job ended.
+struct Completion {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Failure failure;
+
+  void finish(Failure f) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      failure = std::move(f);
+      done = true;
     }
-    if (error_) std::rethrow_exception(error_);
+    cv.notify_all();
+  }
+};
+
+// wait() blocks until the job ended and raises its error, every time it is called (a second
+// wait() after an error is not a success).
+class CompletionWork : public Work {
+ public:
+  explicit CompletionWork(std::shared_ptr<Completion> c) : c_(std::move(c)) {}
+  void wait() override {
+    Failure f;
+    {
+      std::unique_lock<std::mutex> lock(c_->mu);
+      c_->cv.wait(lock, [&] { return c_->done; });
+      f = c_->failure;
+    }
+    if (f) f.raise();
   }
 
  private:
-  std::future<void> f_;
-  std::exception_ptr error_;
+  std::shared_ptr<Completion> c_;
 };
 
 class ChannelWorker {
@@ -70,43 +86,47 @@ class ChannelWorker {
 
   // Fails every queued and later job with `why` (unless an earlier error came first). The job
   // running now finishes or fails on its own (within its timeout).
-  void abort(const std::string& why) { fail(std::make_exception_ptr(CommError(why))); }
+  void abort(const std::string& why) { fail(Failure::comm(why)); }
 
-  // The first error, or null.
-  std::exception_ptr firstError() const {
+  // The first error, or none.
+  Failure firstError() const {
     std::lock_guard<std::mutex> lock(mu_);
     return first_error_;
   }
 
   std::shared_ptr<Work> submit(const char* what, size_t bytes, std::function<void()> job) {
-    auto task = std::make_shared<std::packaged_task<void()>>([this, what, bytes, job = std::move(job)] {
-      if (auto e = firstError()) std::rethrow_exception(e);
+    auto done = std::make_shared<Completion>();
+    auto run = [this, what, bytes, job = std::move(job), done] {
+      if (Failure f = firstError()) return done->finish(std::move(f));
       const auto t0 = std::chrono::steady_clock::now();
       try {
         job();
       } catch (...) {
-        fail(std::current_exception());
-        throw;
+        Failure f = Failure::current();
+        fail(f);
+        return done->finish(std::move(f));
       }
       const auto t1 = std::chrono::steady_clock::now();
       if (timeline_) timeline_->span(what, row_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.bytes += static_cast<double>(bytes);
-      stats_.busy_s += std::chrono::duration<double>(t1 - t0).count();
-    });
-    auto work = std::make_shared<FutureWork>(task->get_future());
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.bytes += static_cast<double>(bytes);
+        stats_.busy_s += std::chrono::duration<double>(t1 - t0).count();
+      }
+      done->finish(Failure());
+    };
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back([task] { (*task)(); });
+      queue_.push_back(std::move(run));
     }
     cv_.notify_one();
-    return work;
+    return std::make_shared<CompletionWork>(std::move(done));
   }
 
  private:
-  void fail(std::exception_ptr e) {
+  void fail(Failure f) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!first_error_) first_error_ = std::move(e);
+    if (!first_error_) first_error_ = std::move(f);
   }
 
   void loop() {
@@ -130,7 +150,7 @@ class ChannelWorker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
-  std::exception_ptr first_error_;
+  Failure first_error_;
   std::thread thread_;  // last: started once everything above exists
 };
 

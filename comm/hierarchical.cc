@@ -1,5 +1,6 @@
 #include "comm/hierarchical.h"
 
+#include "comm/failure.h"
 #include "comm/shm_transport.h"
 
 namespace aiacc::comm {
@@ -11,13 +12,13 @@ struct HierarchicalTransport::Op {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;  // w3 set (or null: nothing left), or error set
-  std::exception_ptr error;
+  Failure failure;  // a value, not the relay's exception object (failure.h)
 
-  void finish(std::shared_ptr<Work> last, std::exception_ptr e) {
+  void finish(std::shared_ptr<Work> last, Failure f) {
     {
       std::lock_guard<std::mutex> lock(mu);
       w3 = std::move(last);
-      error = e;
+      failure = std::move(f);
       done = true;
     }
     cv.notify_all();
@@ -139,9 +140,10 @@ std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s
   return std::make_shared<OpWork>([op] {
     std::unique_lock<std::mutex> lock(op->mu);
     op->cv.wait(lock, [&] { return op->done; });
-    if (op->error) std::rethrow_exception(op->error);
+    const Failure f = op->failure;
     auto last = op->w3;
     lock.unlock();
+    if (f) f.raise();
     if (last) last->wait();
   });
 }
@@ -168,13 +170,13 @@ void HierarchicalTransport::relay(int c, int stage) {
         }
         cv_.notify_all();
       } else {
-        op->finish(op->s3 ? op->s3() : nullptr, nullptr);
+        op->finish(op->s3 ? op->s3() : nullptr, Failure());
       }
     } catch (const std::exception& e) {
       // Both levels are aborted before this relay waits for anything else: the stages queued
       // or running behind this one, on either level, then end at once instead of timing out.
       abort(abortReason(e));
-      op->finish(nullptr, std::current_exception());
+      op->finish(nullptr, Failure::current());
     }
   }
 }

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/failure.h"
 #include "comm/nccl_env.h"
 #include "comm/op_timing.h"
 #include "comm/store.h"
@@ -54,23 +55,27 @@ class ChannelCore {
 
   // Latches `e` unless an earlier error came first, aborts the communicators (once), and throws
   // the first error.
-  [[noreturn]] void fail(std::exception_ptr e) {
+  [[noreturn]] void fail(Failure f) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!first_) first_ = std::move(e);
+      if (!first_) first_ = std::move(f);
     }
     abortCommunicators();
     throwIfFailed();
     std::abort();  // unreachable: first_ is set
   }
-  [[noreturn]] void fail(const std::string& message) { fail(std::make_exception_ptr(CommError(message))); }
+  [[noreturn]] void fail(const std::string& message) { fail(Failure::comm(message)); }
   void throwIfFailed() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (first_) std::rethrow_exception(first_);
+    Failure f;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      f = first_;
+    }
+    if (f) f.raise();
   }
   bool failed() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return first_ != nullptr;
+    return static_cast<bool>(first_);
   }
   void abortCommunicators() {
     if (aborted_.exchange(true)) return;
@@ -128,7 +133,7 @@ class ChannelCore {
   int index_, rank_, world_;
   std::chrono::milliseconds timeout_;
   mutable std::mutex mu_;
-  std::exception_ptr first_;
+  Failure first_;  // a value: works on other threads raise their own copy (failure.h)
   std::atomic<bool> aborted_{false};
 };
 
@@ -145,7 +150,7 @@ class PgWork : public Work {
       : core_(std::move(core)), what_(what), w_(std::move(w)), after_(std::move(after)), t0_(Clock::now()) {}
 
   void wait() override {
-    if (error_) std::rethrow_exception(error_);
+    if (error_) error_.raise();
     try {
       core_->checkHealth(what_);
       if (w_ && !ordered_) {
@@ -160,7 +165,7 @@ class PgWork : public Work {
       }
       if (w_ && after_) core_->waitOnHost(w_, t0_, what_);
     } catch (...) {
-      error_ = std::current_exception();
+      error_ = Failure::current();
       throw;
     }
     if (after_) {
@@ -176,7 +181,7 @@ class PgWork : public Work {
     try {
       core_->waitOnHost(w_, t0_, what_);
     } catch (...) {
-      error_ = std::current_exception();
+      error_ = Failure::current();
       throw;
     }
   }
@@ -188,7 +193,7 @@ class PgWork : public Work {
   std::function<void()> after_;
   Clock::time_point t0_;
   bool ordered_ = false;
-  std::exception_ptr error_;
+  Failure error_;
 };
 
 }  // namespace

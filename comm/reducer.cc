@@ -69,31 +69,19 @@ Reducer::~Reducer() {
   }
 }
 
-void Reducer::abortTransports(const std::exception& first) {
-  const std::string why = abortReason(first);
+void Reducer::abortTransports(const std::string& why) {
   data_->abort(why);
   if (control_ != data_) control_->abort(why);
 }
 
 void Reducer::waitAll(bool host) {
-  std::exception_ptr first;
-  for (auto& w : works_) {
-    try {
-      if (host) {
-        w->synchronize();
-      } else {
-        w->wait();
-      }
-    } catch (const std::exception& e) {
-      if (first) continue;
-      first = std::current_exception();
-      abortTransports(e);  // before waiting for the rest: they end at once instead of timing out
-    }
-  }
+  const std::vector<std::shared_ptr<Work>> works = std::move(works_);
   works_.clear();
-  if (first) {
+  try {
+    comm::waitAll(works, host, [this](const std::string& why) { abortTransports(why); });
+  } catch (...) {
     resetStep();
-    std::rethrow_exception(first);
+    throw;
   }
 }
 
@@ -211,7 +199,7 @@ void Reducer::launch(size_t b) {
   try {
     works_.push_back(data_->allreduce(wire_[b], ReduceOp::kSum, 0));
   } catch (const std::exception& e) {  // a transport that fails at submission (NCCL, after an error)
-    abortTransports(e);
+    abortTransports(abortReason(e));
     throw;
   }
 }

@@ -106,7 +106,7 @@ class Reducer {
   // Waits for every launched bucket (host: Work::synchronize()), and clears them. On a failure
   // the transports are aborted before the rest is waited for, then the first error is rethrown.
   void waitAll(bool host);
-  void abortTransports(const std::exception& first);
+  void abortTransports(const std::string& why);
   void fill(size_t bucket);
   void checkDense(size_t param, const at::Tensor& grad) const;
   void fillDirect(size_t bucket);

@@ -10,29 +10,14 @@ class AllWork : public Work {
  public:
   AllWork(std::vector<std::shared_ptr<Work>> parts, std::shared_ptr<Transport> inner)
       : parts_(std::move(parts)), inner_(std::move(inner)) {}
-  // Waits for every piece, even after one failed (the buffer must outlive them all), then
-  // rethrows the first error. The first failure aborts the wrapped transport before the other
-  // pieces are waited for: a piece stalled on another channel then ends at once.
+  // Every piece, as comm::waitAll: the first failure aborts the wrapped transport, so a piece
+  // stalled on another channel ends at once.
   void wait() override { waitAll(false); }
   void synchronize() override { waitAll(true); }
 
  private:
   void waitAll(bool host) {
-    std::exception_ptr first;
-    for (auto& w : parts_) {
-      try {
-        if (host) {
-          w->synchronize();
-        } else {
-          w->wait();
-        }
-      } catch (const std::exception& e) {
-        if (first) continue;
-        first = std::current_exception();
-        inner_->abort(abortReason(e));
-      }
-    }
-    if (first) std::rethrow_exception(first);
+    comm::waitAll(parts_, host, [this](const std::string& why) { inner_->abort(why); });
   }
 
   std::vector<std::shared_ptr<Work>> parts_;

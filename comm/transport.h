@@ -16,8 +16,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/timeout.h"
 #include "common/error.h"
@@ -66,6 +69,29 @@ class Work {
   // already blocks.
   virtual void synchronize() { wait(); }
 };
+
+// Waits for every work in order (host: synchronize() instead of wait()), even after one failed:
+// their buffers must outlive them all. The first failure calls abort(abortReason(it)) before
+// anything else is waited for, so the works behind it (queued, or stalled on another channel)
+// end at once instead of each waiting out its timeout; that first error is then rethrown.
+inline void waitAll(const std::vector<std::shared_ptr<Work>>& works, bool host,
+                    const std::function<void(const std::string&)>& abort) {
+  std::exception_ptr first;  // caught on this thread: never shared with another
+  for (const auto& w : works) {
+    try {
+      if (host) {
+        w->synchronize();
+      } else {
+        w->wait();
+      }
+    } catch (const std::exception& e) {
+      if (first) continue;
+      first = std::current_exception();
+      abort(abortReason(e));
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
 
 enum class ReduceOp { kSum, kBitwiseOr };
 

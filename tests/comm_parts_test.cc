@@ -1,6 +1,7 @@
 // DataParallel's parts on their own, with closed-form expectations and no peers: the gradient
 // scale's arithmetic, the bucket codecs' wire values, and the striping of buffers over channels
-// (fed fake channel statistics through a recording transport).
+// (fed fake channel statistics through a recording transport), and how a background thread's
+// error reaches the threads waiting for its work.
 #include <gtest/gtest.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/embedding.h>
@@ -8,12 +9,16 @@
 
 #include <cmath>
 #include <functional>
+#include <thread>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "comm/bucket_codec.h"
 #include "comm/bucket_plan.h"
+#include "comm/channel_worker.h"
 #include "comm/data_parallel.h"
+#include "comm/failure.h"
 #include "comm/grad_scale.h"
 #include "comm/op_timing.h"
 #include "comm/striped_transport.h"
@@ -21,6 +26,75 @@
 
 namespace aiacc::comm {
 namespace {
+
+// ---- Errors crossing threads travel as values ----------------------------------------------
+
+template <typename E>
+Failure caught(const E& e) {
+  try {
+    throw e;
+  } catch (...) {
+    return Failure::current();
+  }
+}
+
+TEST(Failure, RaisesTheKindAndMessageItCaught) {
+  try {
+    caught(CommError("peer gone", CommError::Remedy::kStore)).raise();
+  } catch (const CommError& e) {
+    EXPECT_STREQ(e.what(), "peer gone");
+    EXPECT_EQ(e.remedy(), CommError::Remedy::kStore);
+  }
+  EXPECT_THROW(caught(InputError("bad flag")).raise(), InputError);
+  EXPECT_THROW(caught(IoError("disk full")).raise(), IoError);
+  try {  // any other exception: an aiacc::Error with its message
+    caught(std::logic_error("something else")).raise();
+  } catch (const CommError&) {
+    ADD_FAILURE() << "a logic_error came back as a CommError";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "something else");
+  }
+  EXPECT_FALSE(Failure());
+  EXPECT_TRUE(Failure::comm("x"));
+}
+
+// Two threads waiting for one failed job each get an exception of their own, alive at the same
+// time: none is an object another thread may destroy under it (failure.h says why), and each
+// carries the job's error. The job queued behind fails at once with that first error.
+TEST(ChannelWorker, EveryWaiterRaisesItsOwnCopyOfTheFirstError) {
+  ChannelWorker worker;
+  auto failed = worker.submit("fails", 0, [] { throw CommError("injected", CommError::Remedy::kModel); });
+  auto behind = worker.submit("behind", 0, [] { ADD_FAILURE() << "a job after a failure ran"; });
+  std::exception_ptr held[2];
+  auto waiter = [&](int i) {
+    try {
+      failed->wait();
+    } catch (const CommError&) {
+      held[i] = std::current_exception();
+    }
+  };
+  std::thread other(waiter, 1);
+  waiter(0);
+  other.join();
+  const CommError* seen[2] = {nullptr, nullptr};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(held[i]) << "waiter " << i << " saw no CommError";
+    try {
+      std::rethrow_exception(held[i]);
+    } catch (const CommError& e) {
+      seen[i] = &e;  // the object held[i] keeps alive
+      EXPECT_STREQ(e.what(), "injected");
+      EXPECT_EQ(e.remedy(), CommError::Remedy::kModel);
+    }
+  }
+  EXPECT_NE(seen[0], seen[1]) << "two waiters share one exception object";
+  try {
+    behind->wait();
+    ADD_FAILURE() << "the job behind the failure succeeded";
+  } catch (const CommError& e) {
+    EXPECT_STREQ(e.what(), "injected");
+  }
+}
 
 TEST(GradScale, BacksOffOnOverflowAndGrowsAfterAnInterval) {
   GradScaleOptions o;

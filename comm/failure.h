@@ -1,0 +1,78 @@
+// Failure: an error held as a value, for handing it from the thread that caught it (a channel
+// worker, a relay) to the threads that wait for the work.
+//
+// Why not std::exception_ptr: it shares one exception object between the threads, reference-
+// counted inside libstdc++, and std::runtime_error's message is a reference-counted string there
+// too. The object then dies in whichever thread drops the last reference, ordered after a
+// waiter's what() only by counters compiled into libstdc++, which ThreadSanitizer cannot see: a
+// worker dropping the last copy while the waiter reads it is reported as a race (CI's tsan run:
+// AbortBeforeWait.TwoLevelStagesAbortWhenOneFails). A Failure holds plain strings, copied under
+// the owner's lock like any other shared state, and raise() throws a new exception every time,
+// owned by the thread that raised it.
+//
+// The kind survives (CommError with its remedy, InputError, IoError); any other exception
+// becomes an aiacc::Error with the same message.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "comm/transport.h"
+#include "common/error.h"
+
+namespace aiacc::comm {
+
+class Failure {
+ public:
+  Failure() = default;  // no failure
+
+  // The exception being handled: call inside a catch block.
+  static Failure current() {
+    try {
+      throw;
+    } catch (const CommError& e) {
+      return Failure(Kind::kComm, e.what(), e.remedy());
+    } catch (const InputError& e) {
+      return Failure(Kind::kInput, e.what());
+    } catch (const IoError& e) {
+      return Failure(Kind::kIo, e.what());
+    } catch (const std::exception& e) {
+      return Failure(Kind::kError, e.what());
+    } catch (...) {
+      return Failure(Kind::kError, "unknown exception (not a std::exception)");
+    }
+  }
+  static Failure comm(std::string what, CommError::Remedy remedy = CommError::Remedy::kNone) {
+    return Failure(Kind::kComm, std::move(what), remedy);
+  }
+
+  explicit operator bool() const { return kind_ != Kind::kNone; }
+  const std::string& what() const { return what_; }
+
+  // Throws a new exception of the kind caught, with its message.
+  [[noreturn]] void raise() const {
+    switch (kind_) {
+      case Kind::kComm:
+        throw CommError(what_, remedy_);
+      case Kind::kInput:
+        throw InputError(what_);
+      case Kind::kIo:
+        throw IoError(what_);
+      case Kind::kError:
+      case Kind::kNone:  // a caller's bug: raising no failure
+        break;
+    }
+    throw Error(kind_ == Kind::kNone ? "internal error: raised an empty comm::Failure" : what_);
+  }
+
+ private:
+  enum class Kind { kNone, kComm, kInput, kIo, kError };
+  Failure(Kind kind, std::string what, CommError::Remedy remedy = CommError::Remedy::kNone)
+      : kind_(kind), what_(std::move(what)), remedy_(remedy) {}
+
+  Kind kind_ = Kind::kNone;
+  std::string what_;
+  CommError::Remedy remedy_ = CommError::Remedy::kNone;
+};
+
+}  // namespace aiacc::comm
