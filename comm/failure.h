@@ -52,12 +52,9 @@ class Failure {
   // Throws a new exception of the kind caught, with its message.
   [[noreturn]] void raise() const {
     switch (kind_) {
-      case Kind::kComm:
-        throw CommError(what_, remedy_);
-      case Kind::kInput:
-        throw InputError(what_);
-      case Kind::kIo:
-        throw IoError(what_);
+      case Kind::kComm: throw CommError(what_, remedy_);
+      case Kind::kInput: throw InputError(what_);
+      case Kind::kIo: throw IoError(what_);
       case Kind::kError:
       case Kind::kNone:  // a caller's bug: raising no failure
         break;

@@ -12,7 +12,7 @@ struct HierarchicalTransport::Op {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;  // w3 set (or null: nothing left), or error set
-  Failure failure;  // a value, not the relay's exception object (failure.h)
+  Failure failure;    // a value, not the relay's exception object (failure.h)
 
   void finish(std::shared_ptr<Work> last, Failure f) {
     {
