@@ -24,36 +24,13 @@
 
 namespace aiacc::comm {
 
-// What a job's Work and the worker share: set once by the worker when the job ended.
-struct Completion {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Failure failure;
-
-  void finish(Failure f) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      failure = std::move(f);
-      done = true;
-    }
-    cv.notify_all();
-  }
-};
-
 // wait() blocks until the job ended and raises its error, every time it is called (a second
 // wait() after an error is not a success).
 class CompletionWork : public Work {
  public:
   explicit CompletionWork(std::shared_ptr<Completion> c) : c_(std::move(c)) {}
   void wait() override {
-    Failure f;
-    {
-      std::unique_lock<std::mutex> lock(c_->mu);
-      c_->cv.wait(lock, [&] { return c_->done; });
-      f = c_->failure;
-    }
-    if (f) f.raise();
+    if (Failure f = c_->wait()) f.raise();
   }
 
  private:

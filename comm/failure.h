@@ -14,6 +14,8 @@
 // becomes an aiacc::Error with the same message.
 #pragma once
 
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -70,6 +72,30 @@ class Failure {
   Kind kind_ = Kind::kNone;
   std::string what_;
   CommError::Remedy remedy_ = CommError::Remedy::kNone;
+};
+
+// The end of one piece of work, shared by the thread that does it and those that wait for it:
+// finish() once; wait() blocks until then and returns the failure (none on success). What the
+// worker wrote before finish() is visible to a thread after its wait().
+struct Completion {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Failure failure;
+
+  void finish(Failure f) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      failure = std::move(f);
+      done = true;
+    }
+    cv.notify_all();
+  }
+  Failure wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    return failure;
+  }
 };
 
 }  // namespace aiacc::comm

@@ -9,19 +9,13 @@ namespace aiacc::comm {
 struct HierarchicalTransport::Op {
   Stage s2, s3;
   std::shared_ptr<Work> w1, w2, w3;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;  // w3 set (or null: nothing left), or error set
-  Failure failure;    // a value, not the relay's exception object (failure.h)
+  // Ends when w3 is set (or null: nothing left) or on an error, held as a value, not as the
+  // relay's exception object (failure.h). w3 is written before it ends, read after its wait().
+  Completion end;
 
   void finish(std::shared_ptr<Work> last, Failure f) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      w3 = std::move(last);
-      failure = std::move(f);
-      done = true;
-    }
-    cv.notify_all();
+    w3 = std::move(last);
+    end.finish(std::move(f));
   }
 };
 
@@ -138,13 +132,8 @@ std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s
   }
   cv_.notify_all();
   return std::make_shared<OpWork>([op] {
-    std::unique_lock<std::mutex> lock(op->mu);
-    op->cv.wait(lock, [&] { return op->done; });
-    const Failure f = op->failure;
-    auto last = op->w3;
-    lock.unlock();
-    if (f) f.raise();
-    if (last) last->wait();
+    if (Failure f = op->end.wait()) f.raise();
+    if (op->w3) op->w3->wait();
   });
 }
 
