@@ -22,8 +22,10 @@
 // fsync, rename, directory fsync): payload, then manifest, then `latest`, then retention deletes.
 // So `latest` never names a checkpoint whose payload and manifest are not durable, and a crash at
 // any point leaves the previous `latest` and its checkpoint intact. A failed write removes what
-// it wrote of its own step (unless `latest` already names it). Retention needs room for K + 1
-// checkpoints: the old ones go only after the new one is complete.
+// it wrote of its own step, unless `latest` already names it or the step had files before (writing
+// a step again replaces it: a failure midway leaves that step invalid, and the reader falls back
+// to the one before). Retention needs room for K + 1 checkpoints: the old ones go only after the
+// new one is complete. Deletions are not fsynced: after a crash an old checkpoint may reappear.
 //
 // Threads: CheckpointDir is used by one thread at a time, and a directory has one writer (one
 // CheckpointDir or CheckpointWriter, in one process). findNewestValid may run at any time: every
