@@ -140,13 +140,13 @@ std::string manifestText(int64_t step, const std::string& bytes) {
                 "\nsize ", bytes.size(), "\ncrc32c ", hex8(crc32c(bytes.data(), bytes.size())), "\n");
 }
 
-bool parseUnsigned(const std::string& s, int base, size_t max_digits, uint64_t& out) {
-  if (s.empty() || s.size() > max_digits) return false;
+// Decimal or lowercase hexadecimal digits only (no sign, no space), at most max_digits of them.
+std::optional<uint64_t> parseUnsigned(const std::string& s, int base, size_t max_digits) {
+  if (s.empty() || s.size() > max_digits) return std::nullopt;
   for (char c : s) {
-    if (!(std::isdigit(static_cast<unsigned char>(c)) || (base == 16 && c >= 'a' && c <= 'f'))) return false;
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || (base == 16 && c >= 'a' && c <= 'f'))) return std::nullopt;
   }
-  out = std::stoull(s, nullptr, base);
-  return true;
+  return std::stoull(s, nullptr, base);
 }
 
 struct ParsedManifest {
@@ -178,18 +178,21 @@ ParsedManifest parseManifest(const std::string& text) {
     return {std::nullopt, strCat("manifest format version ", quote(*version), ", this build reads ", kManifestVersion)};
   }
   Manifest m;
-  uint64_t n = 0;
   const auto step = value(1, "step");
-  if (!step || !parseUnsigned(*step, 10, 18, n)) return bad(1, "step");
-  m.step = static_cast<int64_t>(n);
+  const auto step_n = step ? parseUnsigned(*step, 10, 18) : std::nullopt;
+  if (!step_n) return bad(1, "step");
+  m.step = static_cast<int64_t>(*step_n);
   const auto payload = value(2, "payload");
   if (!payload) return bad(2, "payload");
   m.payload = *payload;
   const auto size = value(3, "size");
-  if (!size || !parseUnsigned(*size, 10, 19, m.size)) return bad(3, "size");
+  const auto size_n = size ? parseUnsigned(*size, 10, 19) : std::nullopt;
+  if (!size_n) return bad(3, "size");
+  m.size = *size_n;
   const auto crc = value(4, "crc32c");
-  if (!crc || crc->size() != 8 || !parseUnsigned(*crc, 16, 8, n)) return bad(4, "crc32c");
-  m.crc = static_cast<uint32_t>(n);
+  const auto crc_n = crc && crc->size() == 8 ? parseUnsigned(*crc, 16, 8) : std::nullopt;
+  if (!crc_n) return bad(4, "crc32c");
+  m.crc = static_cast<uint32_t>(*crc_n);
   if (lines.size() != 5) return {std::nullopt, strCat(lines.size(), " lines, expected 5")};
   return {m, ""};
 }

@@ -233,20 +233,23 @@ TEST(CheckpointDir, BadLatestFallsBackToTheNewestByStep) {
 TEST(CheckpointDir, BadManifestsAreReportedOneLineEach) {
   test::TempDir d;
   CheckpointDir store(d.path(), CheckpointDirOptions{10, {}});
-  for (int64_t step = 1; step <= 6; ++step) store.write(step, bytesOf(100, step));
+  for (int64_t step = 1; step <= 7; ++step) store.write(step, bytesOf(100, step));
   const auto manifest = [&](int64_t step) { return d / checkpointManifestName(step); };
+  const std::string seven = test::readText(manifest(7));
+  test::writeText(manifest(7), seven.substr(0, seven.find("size ")) + "size 1x\ncrc32c 00000000\n");
   fs::remove(manifest(6));
   test::writeText(manifest(5), "garbage\n");
   test::writeText(manifest(4), "aiacc-checkpoint-manifest 2\nstep 4\n");
   test::writeText(manifest(3), test::readText(manifest(2)));  // another step's
   fs::remove(d / checkpointPayloadName(2));
-  test::writeText(d / "step-000000000007.ckpt.tmp.1.1", "partial");
-  test::writeText(d / "step-7.ckpt", "not a canonical name");
+  test::writeText(d / "step-000000000008.ckpt.tmp.1.1", "partial");
+  test::writeText(d / "step-8.ckpt", "not a canonical name");
   const Found f = find(d.path());
   ASSERT_TRUE(f.file);
   EXPECT_EQ(f.file->step, 1);
   const std::string p = d.path() + "/step-00000000000";
   EXPECT_EQ(f.lines, (std::vector<std::string>{
+                         p + "7.ckpt: manifest step-000000000007.manifest: line 4: expected 'size ...', got 'size 1x'",
                          p + "6.ckpt: manifest step-000000000006.manifest does not exist",
                          p + "5.ckpt: manifest step-000000000005.manifest: not an aiacc checkpoint manifest "
                              "(first line 'garbage')",
