@@ -1,0 +1,436 @@
+// common/checkpoint_dir.h: the newest valid checkpoint survives truncation, bit flips, a bad
+// `latest`, a writer killed mid-write and a full disk; retention keeps the newest K; the background
+// writer never blocks or throws into the submitting thread.
+#include "common/checkpoint_dir.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "tests/test_util.h"
+
+namespace aiacc {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> namesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// n deterministic bytes, every value 0..255 among them.
+std::string bytesOf(size_t n, uint32_t seed) {
+  std::string out(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (char& c : out) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return out;
+}
+
+std::string hex8(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", static_cast<unsigned>(v));
+  return buf;
+}
+
+struct Found {
+  std::optional<CheckpointFile> file;
+  std::vector<std::string> lines;
+};
+
+Found find(const std::string& dir) {
+  Found f;
+  f.file = findNewestValid(dir, [&](const std::string& line) { f.lines.push_back(line); });
+  for (const std::string& line : f.lines) EXPECT_FALSE(contains(line, "\n")) << "one line: " << line;
+  return f;
+}
+
+// The names of step s's files, and `latest`: what a directory is expected to hold.
+std::vector<std::string> filesOf(std::vector<int64_t> steps) {
+  std::vector<std::string> out{"latest"};
+  for (int64_t s : steps) {
+    out.push_back(checkpointPayloadName(s));
+    out.push_back(checkpointManifestName(s));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A door a fault hook waits at (a slow disk) until the test opens it; a hook that waits 30 s
+// gives up, and timedOut() says so (a test that deadlocked fails instead of hanging).
+class Gate {
+ public:
+  void arriveAndWait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    reached_ = true;
+    cv_.notify_all();
+    if (!cv_.wait_for(lock, std::chrono::seconds(30), [&] { return open_; })) timed_out_ = true;
+  }
+  void waitReached() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return reached_; });
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool timedOut() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return timed_out_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool reached_ = false, open_ = false, timed_out_ = false;
+};
+
+TEST(CheckpointDir, Crc32cKnownValues) {
+  EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+  const std::string zeros(32, '\0'), ones(32, '\xff');  // RFC 3720 B.4
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8a9136aau);
+  EXPECT_EQ(crc32c(ones.data(), ones.size()), 0x62a8ab43u);
+  const std::string b = bytesOf(1000, 1);
+  for (size_t k : {0, 1, 7, 8, 9, 500, 999, 1000}) {
+    EXPECT_EQ(crc32c(b.data() + k, b.size() - k, crc32c(b.data(), k)), crc32c(b.data(), b.size())) << k;
+  }
+}
+
+TEST(CheckpointDir, WriteAndReadBack) {
+  test::TempDir d;
+  const std::string dir = d / "a/b/ckpts";  // created with its parents
+  CheckpointDir store(dir);
+  const std::string bytes = bytesOf(10000, 2);
+  store.write(1234, bytes);
+  EXPECT_EQ(namesIn(dir), filesOf({1234}));
+  EXPECT_EQ(test::readText(dir + "/latest"), "step-000000001234.ckpt\n");
+  EXPECT_EQ(test::readText(dir + "/step-000000001234.ckpt"), bytes);
+  EXPECT_EQ(test::readText(dir + "/step-000000001234.manifest"),
+            "aiacc-checkpoint-manifest 1\nstep 1234\npayload step-000000001234.ckpt\nsize 10000\ncrc32c " +
+                hex8(crc32c(bytes.data(), bytes.size())) + "\n");
+  Found f = find(dir);
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->path, dir + "/step-000000001234.ckpt");
+  EXPECT_EQ(f.file->step, 1234);
+  EXPECT_EQ(f.file->bytes, bytes);
+  EXPECT_EQ(f.lines, std::vector<std::string>{});
+  // An empty payload is a checkpoint too; a later step replaces `latest`.
+  store.write(1235, "");
+  f = find(dir);
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 1235);
+  EXPECT_EQ(f.file->bytes, "");
+  // No directory, or one without checkpoints: a fresh start, nothing to report.
+  EXPECT_FALSE(find(d / "missing").file);
+  fs::create_directories(d / "empty");
+  f = find(d / "empty");
+  EXPECT_FALSE(f.file);
+  EXPECT_EQ(f.lines, std::vector<std::string>{});
+}
+
+TEST(CheckpointDir, BadArgumentsAreInputErrors) {
+  test::TempDir d;
+  EXPECT_THROW(CheckpointDir(d.path(), CheckpointDirOptions{0, {}}), InputError);
+  CheckpointDir store(d.path());
+  EXPECT_THROW(store.write(-1, "x"), InputError);
+  test::writeText(d / "file", "x");
+  try {
+    CheckpointDir bad(d / "file");
+    ADD_FAILURE() << "a file is not a checkpoint directory";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(contains(e.what(), d / "file")) << e.what();
+  }
+}
+
+TEST(CheckpointDir, RetentionKeepsTheNewestK) {
+  test::TempDir d;
+  CheckpointDir store(d.path(), CheckpointDirOptions{2, {}});
+  for (int64_t step = 1; step <= 5; ++step) store.write(step * 100, bytesOf(100, step));
+  EXPECT_EQ(namesIn(d.path()), filesOf({400, 500}));
+  const Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 500);
+}
+
+TEST(CheckpointDir, TruncatedNewestFallsBackToThePrevious) {
+  test::TempDir d;
+  CheckpointDir store(d.path());
+  store.write(1, bytesOf(4096, 1));
+  store.write(2, bytesOf(4096, 2));
+  fs::resize_file(d / "step-000000000002.ckpt", 1000);
+  const Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 1);
+  EXPECT_EQ(f.file->bytes, bytesOf(4096, 1));
+  EXPECT_EQ(f.lines, std::vector<std::string>{d / "step-000000000002.ckpt: truncated: 1000 of 4096 bytes"});
+}
+
+TEST(CheckpointDir, FlippedByteFallsBackToThePrevious) {
+  test::TempDir d;
+  CheckpointDir store(d.path());
+  store.write(1, bytesOf(4096, 1));
+  std::string bytes = bytesOf(4096, 2);
+  store.write(2, bytes);
+  bytes[2000] ^= 0x10;
+  test::writeText(d / "step-000000000002.ckpt", bytes);
+  const Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 1);
+  ASSERT_EQ(f.lines.size(), 1u);
+  EXPECT_TRUE(contains(f.lines[0], d / "step-000000000002.ckpt: checksum mismatch: crc32c ")) << f.lines[0];
+}
+
+TEST(CheckpointDir, BadLatestFallsBackToTheNewestByStep) {
+  test::TempDir d;
+  CheckpointDir store(d.path());
+  for (int64_t step : {1, 2, 3}) store.write(step, bytesOf(100, step));
+  test::writeText(d / "latest", "step-000000000009.ckpt\n");
+  Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 3);
+  EXPECT_EQ(f.lines, std::vector<std::string>{d / "latest: names step-000000000009.ckpt which does not exist"});
+  test::writeText(d / "latest", "../../etc/passwd\n");
+  f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 3);
+  EXPECT_EQ(f.lines, std::vector<std::string>{d / "latest: does not name a checkpoint: '../../etc/passwd?'"});
+  fs::remove(d / "latest");
+  f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 3);
+  EXPECT_EQ(f.lines, std::vector<std::string>{d / "latest: does not exist; choosing among 3 checkpoints by step"});
+}
+
+// Every way a manifest can be wrong is one line naming the checkpoint; temporary files are ignored.
+TEST(CheckpointDir, BadManifestsAreReportedOneLineEach) {
+  test::TempDir d;
+  CheckpointDir store(d.path(), CheckpointDirOptions{10, {}});
+  for (int64_t step = 1; step <= 7; ++step) store.write(step, bytesOf(100, step));
+  const auto manifest = [&](int64_t step) { return d / checkpointManifestName(step); };
+  const std::string seven = test::readText(manifest(7));
+  test::writeText(manifest(7), seven.substr(0, seven.find("size ")) + "size 1x\ncrc32c 00000000\n");
+  fs::remove(manifest(6));
+  test::writeText(manifest(5), "garbage\n");
+  test::writeText(manifest(4), "aiacc-checkpoint-manifest 2\nstep 4\n");
+  test::writeText(manifest(3), test::readText(manifest(2)));  // another step's
+  fs::remove(d / checkpointPayloadName(2));
+  test::writeText(d / "step-000000000008.ckpt.tmp.1.1", "partial");
+  test::writeText(d / "step-8.ckpt", "not a canonical name");
+  const Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 1);
+  const std::string p = d.path() + "/step-00000000000";
+  EXPECT_EQ(f.lines, (std::vector<std::string>{
+                         p + "7.ckpt: manifest step-000000000007.manifest: line 4: expected 'size ...', got 'size 1x'",
+                         p + "6.ckpt: manifest step-000000000006.manifest does not exist",
+                         p + "5.ckpt: manifest step-000000000005.manifest: not an aiacc checkpoint manifest "
+                             "(first line 'garbage')",
+                         p + "4.ckpt: manifest step-000000000004.manifest: manifest format version '2', this "
+                             "build reads 1",
+                         p + "3.ckpt: manifest step-000000000003.manifest is for step 2 ('step-000000000002.ckpt')",
+                         p + "2.ckpt: does not exist (its manifest says 100 bytes)",
+                     }));
+}
+
+// A real process killed (SIGKILL) at each phase of a write: the previous checkpoint stays what
+// `latest` names and is valid; without `latest`, no partial checkpoint is chosen; the dead
+// writer's temporary file is ignored, then removed by the next write.
+TEST(CheckpointDir, WriterKilledMidWriteLeavesThePrevious) {
+  for (CheckpointPhase phase :
+       {CheckpointPhase::kMidPayload, CheckpointPhase::kBeforeManifest, CheckpointPhase::kBeforeLatest}) {
+    SCOPED_TRACE(phaseName(phase));
+    test::TempDir d;
+    CheckpointDir(d.path()).write(1, bytesOf(8192, 1));
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {  // the child: only _exit from here, never back into GoogleTest
+      ::close(fds[0]);
+      try {
+        CheckpointDirOptions options;
+        options.fault_hook = [&](CheckpointPhase at, int64_t) {
+          if (at != phase) return;
+          const char c = 'k';
+          if (::write(fds[1], &c, 1) != 1) ::_exit(5);
+          for (;;) ::pause();
+        };
+        CheckpointDir(d.path(), options).write(2, bytesOf(8192, 2));
+      } catch (...) {
+        ::_exit(4);
+      }
+      ::_exit(3);
+    }
+    ::close(fds[1]);
+    pollfd p{fds[0], POLLIN, 0};
+    const bool reached = ::poll(&p, 1, 30000) == 1;
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ::close(fds[0]);
+    ASSERT_TRUE(reached) << "the child did not reach the phase (exit status " << status << ")";
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+
+    Found f = find(d.path());
+    ASSERT_TRUE(f.file);
+    EXPECT_EQ(f.file->step, 1);
+    EXPECT_EQ(f.file->bytes, bytesOf(8192, 1));
+    EXPECT_EQ(f.lines, std::vector<std::string>{});
+    const std::vector<std::string> names = namesIn(d.path());
+    const bool temp_left = std::any_of(names.begin(), names.end(),
+                                       [](const std::string& n) { return contains(n, "step-000000000002.ckpt.tmp."); });
+    EXPECT_EQ(temp_left, phase == CheckpointPhase::kMidPayload);
+
+    // Without `latest`: step 2 is chosen only if it is complete.
+    fs::remove(d / "latest");
+    f = find(d.path());
+    ASSERT_TRUE(f.file);
+    EXPECT_EQ(f.file->step, phase == CheckpointPhase::kBeforeLatest ? 2 : 1);
+    if (phase == CheckpointPhase::kBeforeManifest) {
+      ASSERT_EQ(f.lines.size(), 2u);
+      EXPECT_EQ(f.lines[1], d / "step-000000000002.ckpt: manifest step-000000000002.manifest does not exist");
+    }
+
+    CheckpointDir(d.path()).write(3, bytesOf(100, 3));
+    for (const std::string& n : namesIn(d.path())) EXPECT_FALSE(contains(n, ".tmp.")) << n;
+    f = find(d.path());
+    ASSERT_TRUE(f.file);
+    EXPECT_EQ(f.file->step, 3);
+  }
+}
+
+// A real full disk (a 256 KiB tmpfs, root only): the write that does not fit fails as one counted
+// line, leaves nothing of itself, and the checkpoint before it stays the newest valid one.
+TEST(CheckpointDir, FullDiskFailsTheWriteAndKeepsThePrevious) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  test::TempDir d;
+  const std::string mnt = d / "small";
+  fs::create_directories(mnt);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs on " << mnt << ": " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  CheckpointWriter writer(mnt, CheckpointDirOptions{1000, {}});
+  int64_t step = 1;
+  for (; step <= 40; ++step) {
+    writer.submit(step, bytesOf(40000, step));
+    writer.flush();
+    if (writer.failures() > 0) break;
+  }
+  ASSERT_EQ(writer.failures(), 1) << "256 KiB holds fewer than 40 checkpoints of 40 kB";
+  EXPECT_GT(step, 1);
+  EXPECT_EQ(writer.written(), step - 1);
+  const std::vector<std::string> errors = writer.takeErrors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(contains(errors[0], strCat("checkpoint step ", step, " not saved in '", mnt, "'"))) << errors[0];
+  EXPECT_TRUE(contains(errors[0], "No space left on device")) << errors[0];
+  EXPECT_FALSE(contains(errors[0], "\n")) << errors[0];
+  const Found f = find(mnt);
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, step - 1);
+  EXPECT_EQ(f.lines, std::vector<std::string>{});
+  for (const std::string& n : namesIn(mnt)) {
+    EXPECT_FALSE(contains(n, ".tmp.")) << n;
+    EXPECT_FALSE(contains(n, checkpointPayloadName(step).substr(0, 17))) << n;
+  }
+}
+
+// A slow disk: the training thread's trySubmit returns false at once while a write is in flight,
+// submit waits for it; an injected failure is counted and reported, never thrown; destruction
+// waits for the write in flight.
+TEST(CheckpointDir, BackgroundWriterNeverBlocksOrThrowsIntoTheCaller) {
+  test::TempDir d;
+  Gate slow, at_exit;
+  CheckpointDirOptions options;
+  options.fault_hook = [&](CheckpointPhase phase, int64_t step) {
+    if (step == 2 && phase == CheckpointPhase::kBeforePayload) slow.arriveAndWait();
+    if (step == 4 && phase == CheckpointPhase::kBeforeLatest) AIACC_THROW(IoError, "injected: No space left on device");
+    if (step == 5 && phase == CheckpointPhase::kBeforeManifest) at_exit.arriveAndWait();
+  };
+  auto writer = std::make_unique<CheckpointWriter>(d.path(), options);
+  EXPECT_TRUE(writer->trySubmit(1, bytesOf(1000, 1)));
+  writer->flush();
+  EXPECT_EQ(writer->written(), 1);
+
+  EXPECT_TRUE(writer->trySubmit(2, bytesOf(1000, 2)));
+  slow.waitReached();
+  EXPECT_FALSE(writer->idle());
+  std::string refused = bytesOf(1000, 3);
+  EXPECT_FALSE(writer->trySubmit(3, std::move(refused)));
+  EXPECT_EQ(refused, bytesOf(1000, 3)) << "refused bytes are left to the caller";
+  EXPECT_EQ(writer->refused(), 1);
+  std::atomic<bool> submitted{false};
+  std::thread waiting([&] {
+    writer->submit(3, bytesOf(1000, 3));
+    submitted = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(submitted) << "submit returned while step 2 was still being written";
+  slow.open();
+  waiting.join();
+  writer->flush();
+  EXPECT_FALSE(slow.timedOut());
+  EXPECT_EQ(writer->written(), 3);
+  EXPECT_EQ(writer->failures(), 0);
+  EXPECT_EQ(find(d.path()).file.value().step, 3);
+
+  writer->submit(4, bytesOf(1000, 4));
+  writer->flush();
+  EXPECT_EQ(writer->failures(), 1);
+  EXPECT_EQ(writer->written(), 3);
+  const std::vector<std::string> errors = writer->takeErrors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0], strCat("checkpoint step 4 not saved in '", d.path(), "': injected: No space left on device"));
+  EXPECT_EQ(writer->takeErrors(), std::vector<std::string>{});
+  const Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 3);
+  EXPECT_EQ(f.lines, std::vector<std::string>{});
+  EXPECT_EQ(namesIn(d.path()), filesOf({1, 2, 3})) << "the failed step's files are removed";
+
+  EXPECT_TRUE(writer->trySubmit(5, bytesOf(1000, 5)));
+  at_exit.waitReached();
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    at_exit.open();
+  });
+  writer.reset();  // waits for step 5
+  opener.join();
+  EXPECT_FALSE(at_exit.timedOut());
+  EXPECT_EQ(find(d.path()).file.value().step, 5);
+  EXPECT_EQ(namesIn(d.path()), filesOf({2, 3, 5}));
+}
+
+}  // namespace
+}  // namespace aiacc
