@@ -274,10 +274,12 @@ TEST(LauncherSignals, AnotherSignalKeepsTheGracePeriod) {
 
 // A worker that saved and stopped by itself (75; e.g. it got the cluster's SIGTERM directly) is
 // not a failure: the other worker is not signalled and ends in its own time; the launcher exits 75.
+// (Rank 0 exits once rank 1 has set its trap, so that a wrong SIGTERM shows as rank 1's marker.)
 TEST(LauncherSignals, WorkerExiting75ByItselfStopsNobody) {
   test::TempDir d;
   const std::string script = "trap 'echo TERM > " + d.path() + "/got-$AIACC_RANK; exit 1' TERM; " + ready(d.path()) +
-                             "[ $AIACC_RANK = 0 ] && exit 75; while [ ! -e " + d.path() +
+                             "if [ $AIACC_RANK = 0 ]; then while [ ! -e " + d.path() +
+                             "/ready-1 ]; do sleep 0.02; done; exit 75; fi; while [ ! -e " + d.path() +
                              "/go ]; do sleep 0.05; done; exit 0";
   Launched launcher(script, 2, kDefaultGraceSeconds, d / "log");
   ASSERT_TRUE(allWrote(d, "ready", 2)) << test::readText(d / "log");
