@@ -111,6 +111,12 @@ DEFINE_int32(nnodes, 1,
              "nodes in the job (run aiacc_train on each with its --node-rank); a "
              "launcher's node count wins, a different --nnodes is an error");
 DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1 (a launcher's, e.g. GROUP_RANK, wins)");
+DEFINE_int32(grace_seconds, aiacc::app::kDefaultGraceSeconds,
+             "launcher (--nproc / --gpus): seconds the workers get to save a checkpoint and exit (code 75) "
+             "after the first SIGTERM, SIGINT or SIGUSR1 the launcher forwards to them, before it SIGKILLs "
+             "them; 1..3600. Keep it below the cluster's own wait before SIGKILL (30 s by default: Kubernetes' "
+             "terminationGracePeriodSeconds, Slurm's KillWait). The same signal a second time: SIGKILL at once; "
+             "another kind (Slurm's SIGUSR1 warning, then its SIGTERM) is forwarded and the grace period kept");
 DEFINE_string(job_id, "",
               "the job's id: its ranks claim the rendezvous store under it, and a process of another "
               "job that reaches the store is refused. Default: the launcher's (torchrun run id, Slurm job.step, "
@@ -202,6 +208,8 @@ DistSpec distSpecFromFlags() {
   d.launch.master = FLAGS_master;
   d.launch.log_dir = FLAGS_log_dir;
   d.launch.job_id = FLAGS_job_id;
+  checkGraceSeconds(FLAGS_grace_seconds);
+  d.launch.grace_seconds = FLAGS_grace_seconds;
   auto given = [](const char* name) {
     gflags::CommandLineFlagInfo info;
     return gflags::GetCommandLineFlagInfo(name, &info) && !info.is_default;

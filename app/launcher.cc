@@ -33,6 +33,7 @@ std::string sigabbrev(int sig) {
   switch (sig) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
     case SIGKILL: return "SIGKILL";
     default: return strCat("signal ", sig);
   }
@@ -47,6 +48,11 @@ std::string describeStatus(int status) {
 }
 
 }  // namespace
+
+void checkGraceSeconds(int seconds) {
+  AIACC_CHECK_INPUT(seconds >= 1 && seconds <= kMaxGraceSeconds, "--grace-seconds must be 1..", kMaxGraceSeconds,
+                    " (got ", seconds, ")");
+}
 
 std::pair<std::string, int> parseHostPort(const std::string& s) {
   const auto colon = s.rfind(':');
@@ -72,8 +78,9 @@ namespace {
 // One worker as the launcher sees it.
 struct Worker {
   int rank = 0;
-  pid_t pid = -1;          // -1 once reaped
-  int out = -1, err = -1;  // read ends of its stdout / stderr pipes (-1: closed or --log-dir)
+  pid_t pid = -1;             // -1 once reaped
+  std::optional<int> status;  // its wait status, once reaped
+  int out = -1, err = -1;     // read ends of its stdout / stderr pipes (-1: closed or --log-dir)
   std::string out_buf, err_buf;
 };
 
@@ -141,15 +148,34 @@ std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int
   return env;
 }
 
+bool exitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+// The launcher's exit code once its workers have ended (launcher.h), with its line on stderr.
+// `failed`: a worker failed before any signal was forwarded; `first_signal`: the first signal
+// forwarded, 0 when none was.
+int jobExitCode(const std::vector<Worker>& workers, bool failed, int first_signal) {
+  int saved = 0;
+  bool clean = true;  // every worker ended, with 0 or kExitPreempted
+  for (const Worker& w : workers) {
+    const bool preempted = w.status && exitedWith(*w.status, kExitPreempted);
+    saved += preempted ? 1 : 0;
+    clean = clean && w.status && (preempted || exitedWith(*w.status, 0));
+  }
+  if (!failed && clean && saved > 0) {
+    std::cerr << "aiacc_train: preempted" << (first_signal != 0 ? " by " + sigabbrev(first_signal) : "") << ": "
+              << saved << " of " << workers.size() << " worker(s) saved and stopped (exit " << kExitPreempted
+              << "); run the same command with --resume auto to continue\n";
+    return kExitPreempted;
+  }
+  const int code = failed ? 1 : first_signal != 0 ? 128 + first_signal : clean ? 0 : 1;
+  if (first_signal != 0) {
+    std::cerr << "aiacc_train: stopped by " << sigabbrev(first_signal) << " (exit code " << code << ")\n";
+  }
+  return code;
+}
+
 }  // namespace
 
-// The launcher's loop. Workers run in a process group of their own (the first worker leads it),
-// so that stopping the job reaches whatever they started; each dies with the launcher
-// (PR_SET_PDEATHSIG), even when it is SIGKILLed. SIGINT and SIGTERM are not acted on by default
-// but read from a signalfd (blocked in this thread, unblocked in the children before exec):
-// forwarded to the group, then SIGKILL after a grace period. A worker that fails stops the rest
-// the same way. Workers' output comes through pipes, each line prefixed with "[rank R] ", or goes
-// to --log-dir files.
 // The id the ranks claim the store under when --job-id is not given: fresh for one node (host,
 // launcher pid, time); for several nodes the same on each (layout and master), since every
 // node's launcher makes its own.
@@ -163,13 +189,22 @@ std::string defaultJobId(const LaunchSpec& spec) {
   return strCat("aiacc-", host, "-", ::getpid(), "-", ms);
 }
 
+// The launcher's loop. Workers run in a process group of their own (the first worker leads it),
+// so that stopping the job reaches whatever they started; each dies with the launcher
+// (PR_SET_PDEATHSIG), even when it is SIGKILLed. SIGINT, SIGTERM and SIGUSR1 are not acted on by
+// default but read from a signalfd (blocked in this thread, reset and unblocked in the children
+// before exec): forwarded to the group, then SIGKILL after the grace period, or at once on the
+// same signal again. A worker that fails stops the rest the same way (SIGTERM); one that exits
+// kExitPreempted does not. Workers' output comes through pipes, each line prefixed with
+// "[rank R] ", or goes to --log-dir files.
 int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args) {
   LaunchSpec spec = given;
   if (spec.job_id.empty()) spec.job_id = defaultJobId(spec);
   AIACC_CHECK_INPUT(spec.nproc >= 1 && spec.nnodes >= 1 && spec.node_rank >= 0 && spec.node_rank < spec.nnodes,
                     "need --nproc >= 1 and 0 <= --node-rank < --nnodes");
   parseHostPort(spec.master);
-  constexpr auto kGrace = std::chrono::seconds(5);
+  checkGraceSeconds(spec.grace_seconds);
+  const auto grace = std::chrono::seconds(spec.grace_seconds);
   if (!spec.log_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(spec.log_dir, ec);
@@ -177,12 +212,13 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   }
   sigset_t handled, old_mask;
   sigemptyset(&handled);
-  for (int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&handled, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD}) sigaddset(&handled, sig);
   AIACC_CHECK(::pthread_sigmask(SIG_BLOCK, &handled, &old_mask) == 0, "cannot block signals");
   const int sfd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
   AIACC_CHECK(sfd >= 0, "signalfd failed: ", std::strerror(errno));
 
   const pid_t launcher = ::getpid();
+  const char* const executable = spec.executable.c_str();
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -218,8 +254,9 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
       // background job, for one, starts with SIGINT ignored).
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGUSR1, SIG_DFL);
       ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-      ::execve("/proc/self/exe", argv.data(), envp.data());
+      ::execve(executable, argv.data(), envp.data());
       static const char kMsg[] = "aiacc_train: cannot start worker (execve failed)\n";
       if (::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1) < 0) {
       }
@@ -243,14 +280,43 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   }
 
   using Clock = std::chrono::steady_clock;
-  std::optional<Clock::time_point> kill_at;  // set while stopping: SIGKILL the group then
-  bool killed = false;                       // SIGKILL sent
+  // kRunning until a signal or a failure stops the job; kStopping: signal forwarded, SIGKILL at
+  // kill_at (the grace period runs); kKilled: SIGKILL sent.
+  enum class Phase { kRunning, kStopping, kKilled };
+  Phase phase = Phase::kRunning;
+  Clock::time_point kill_at;
   int alive = spec.nproc;
-  int exit_code = 0;
-  int stop_signal = 0;
+  bool failed = false;         // a worker failed before any signal was forwarded
+  std::vector<int> forwarded;  // the stop signals forwarded, each kind once, in order
   auto stop = [&](int sig) {
     if (alive > 0) ::kill(-group, sig);
-    if (!kill_at && !killed) kill_at = Clock::now() + kGrace;
+    if (phase != Phase::kRunning) return;  // the grace period runs once, from the first stop
+    phase = Phase::kStopping;
+    kill_at = Clock::now() + grace;
+  };
+  auto killAll = [&]() {
+    if (alive > 0) ::kill(-group, SIGKILL);
+    phase = Phase::kKilled;
+  };
+  // ", SIGKILL in N s if they do not end" while the grace period runs.
+  auto graceLeft = [&](const char* still) -> std::string {
+    if (phase != Phase::kStopping) return "";
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count();
+    return strCat(", SIGKILL ", still, "in ", std::max<int64_t>(0, (ms + 999) / 1000), " s if they do not end");
+  };
+  auto onSignal = [&](int sig) {
+    if (std::find(forwarded.begin(), forwarded.end(), sig) != forwarded.end()) {  // the same again: no grace
+      std::cerr << "aiacc_train: received " << sigabbrev(sig) << " again; sending SIGKILL to the " << alive
+                << " worker(s)\n";
+      killAll();
+      return;
+    }
+    forwarded.push_back(sig);
+    stop(sig);  // the first signal starts the grace period; later ones keep it
+    std::cerr << "aiacc_train: received " << sigabbrev(sig)
+              << (forwarded.size() > 1 ? " after " + sigabbrev(forwarded.front()) : std::string())
+              << "; forwarding it to the " << alive << " worker(s)" << graceLeft(forwarded.size() > 1 ? "still " : "")
+              << "\n";
   };
   auto reap = [&]() {
     for (;;) {
@@ -260,10 +326,13 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
       for (Worker& w : workers) {
         if (w.pid != pid) continue;
         w.pid = -1;
+        w.status = status;
         --alive;
-        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && exit_code == 0) {
-          exit_code = 1;
+        // A worker that saved and stopped (75) is not a failure: the others agreed on the same
+        // stop and follow. After a forwarded signal no exit is one: the job is being stopped.
+        const bool clean = exitedWith(status, 0) || exitedWith(status, kExitPreempted);
+        if (!clean && !failed && forwarded.empty()) {
+          failed = true;
           std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status) << "; stopping the other "
                     << alive << " local worker(s)\n";
           stop(SIGTERM);
@@ -287,7 +356,8 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
       if (w.err >= 0) fds.push_back({w.err, POLLIN, 0});
     }
     int timeout_ms = -1;
-    const auto until = pipes_deadline ? pipes_deadline : kill_at;
+    std::optional<Clock::time_point> until = pipes_deadline;
+    if (!until && phase == Phase::kStopping) until = kill_at;
     if (until) {
       timeout_ms = static_cast<int>(
           std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(*until - Clock::now()).count()) +
@@ -297,16 +367,7 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
     signalfd_siginfo si{};
     while (::read(sfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
       const int sig = static_cast<int>(si.ssi_signo);
-      if (sig == SIGCHLD) continue;
-      if (stop_signal != 0) {  // a second SIGINT/SIGTERM: no more grace
-        if (alive > 0) ::kill(-group, SIGKILL);
-        continue;
-      }
-      stop_signal = sig;
-      if (exit_code == 0) exit_code = 128 + sig;
-      std::cerr << "aiacc_train: received " << sigabbrev(sig) << "; forwarding it to the " << alive
-                << " worker(s), SIGKILL in " << kGrace.count() << " s if they do not end\n";
-      stop(sig);
+      if (sig != SIGCHLD) onSignal(sig);
     }
     reap();
     for (Worker& w : workers) {
@@ -316,10 +377,12 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
       if (w.err >= 0 && !drain(w.err, w.err_buf)) forwardLines(w.err_buf, STDERR_FILENO, prefix, true);
       forwardLines(w.err_buf, STDERR_FILENO, prefix, false);
     }
-    if (kill_at && Clock::now() >= *kill_at) {
-      if (alive > 0) ::kill(-group, SIGKILL);
-      kill_at.reset();
-      killed = true;
+    if (phase == Phase::kStopping && Clock::now() >= kill_at) {
+      if (alive > 0) {
+        std::cerr << "aiacc_train: sending SIGKILL to the " << alive << " worker(s) still running after the "
+                  << spec.grace_seconds << " s grace period\n";
+      }
+      killAll();
     }
   }
   for (Worker& w : workers) {
@@ -331,10 +394,7 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   }
   ::close(sfd);
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  if (stop_signal != 0) {
-    std::cerr << "aiacc_train: stopped by " << sigabbrev(stop_signal) << " (exit code " << exit_code << ")\n";
-  }
-  return exit_code;
+  return jobExitCode(workers, failed, forwarded.empty() ? 0 : forwarded.front());
 }
 
 std::string localAddressToward(const std::string& host) {

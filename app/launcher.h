@@ -5,11 +5,26 @@
 // Other launchers (torchrun, Kubeflow, srun, mpirun, horovodrun): app/launch_env.h.
 //
 // The launcher owns its workers' lifetime. They run in one process group of their own and die
-// with the launcher (PR_SET_PDEATHSIG, SIGKILL), even when it is SIGKILLed. SIGINT and SIGTERM
-// are forwarded to the group (a second one, or 5 s without an end, sends SIGKILL); the launcher
-// then exits 128 + the signal with a message. A worker that dies (signal or non-zero exit) ends
-// the job the same way: the launcher says which rank died and how, and exits 1. Worker output
-// lines reach the launcher's stdout/stderr prefixed with "[rank R] ", or go to
+// with the launcher (PR_SET_PDEATHSIG, SIGKILL), even when it is SIGKILLed.
+//
+// Stopping (preemption: Kubernetes' or Slurm's SIGTERM, Slurm's --signal=USR1@T warning, Ctrl-C).
+// SIGINT, SIGTERM and SIGUSR1 are forwarded to the group. The first one starts the grace period
+// (LaunchSpec::grace_seconds, --grace-seconds); when it runs out the group gets SIGKILL. The same
+// signal a second time means SIGKILL at once; a signal of another kind is forwarded too and the
+// running grace period is kept. A worker that exits kExitPreempted (75) saved a checkpoint and
+// stopped; it is not a failure and does not stop the others.
+//
+// Exit code of the launcher (one line on stderr for each but 0):
+//   kExitPreempted  every worker exited 0 or 75, at least one 75 ("aiacc_train: preempted [by SIG]:
+//                   K of N worker(s) saved and stopped (exit 75); run the same command with
+//                   --resume auto to continue");
+//   1               a worker failed (another non-zero code, or killed) before any signal was
+//                   forwarded: the launcher names the rank and how it died and stops the others
+//                   (SIGTERM, SIGKILL after the grace period);
+//   128 + SIG       otherwise after a forwarded signal (SIG: the first one; "aiacc_train: stopped
+//                   by SIG (exit code C)");
+//   0               every worker exited 0.
+// Worker output lines reach the launcher's stdout/stderr prefixed with "[rank R] ", or go to
 // LaunchSpec::log_dir/rank-R.log.
 #pragma once
 
@@ -21,6 +36,18 @@
 
 namespace aiacc::app {
 
+// A worker's exit code for "preempted: checkpoint saved, resumable" (EX_TEMPFAIL), and the
+// launcher's when every worker stopped so.
+constexpr int kExitPreempted = 75;
+
+// --grace-seconds: below the 30 s that Kubernetes (terminationGracePeriodSeconds) and Slurm
+// (KillWait) wait between SIGTERM and SIGKILL by default, so that the launcher's SIGKILL comes first.
+constexpr int kDefaultGraceSeconds = 25;
+constexpr int kMaxGraceSeconds = 3600;
+
+// Throws InputError (one line naming --grace-seconds) unless 1 <= seconds <= kMaxGraceSeconds.
+void checkGraceSeconds(int seconds);
+
 struct LaunchSpec {
   int nproc = 1;  // workers on this node
   int nnodes = 1;
@@ -30,10 +57,18 @@ struct LaunchSpec {
   // The job's id (--job-id): its ranks claim the rendezvous store under it. Empty: a fresh id
   // for a one-node job; for several nodes one every node derives alike (node layout, master).
   std::string job_id;
+  // Seconds between the first forwarded stop signal (or a worker's failure) and SIGKILL.
+  int grace_seconds = kDefaultGraceSeconds;
+  // The worker program (execve's path; argv[0] is args[0]): this binary by default. Tests run
+  // other programs (e.g. /bin/sh) through the same supervision.
+  std::string executable = "/proc/self/exe";
 };
 
-// Runs `args` (argv of the worker command) as spec.nproc children and supervises them.
-// Returns the exit code for the launcher: 0 when every worker exited 0.
+// Runs `args` (argv of the worker command) as spec.nproc children of spec.executable and supervises
+// them until every one has ended. Returns the launcher's exit code (see the top of this file).
+// Blocks SIGINT, SIGTERM, SIGUSR1 and SIGCHLD in the calling thread while it runs (read through a
+// signalfd): call it from a process's only thread, or with those signals blocked in every other.
+// Throws InputError on a bad spec (before anything starts).
 int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args);
 
 // This process's place in the job, from AIACC_* (or MPI/Slurm) variables; nullopt when the
