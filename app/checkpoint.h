@@ -1,17 +1,21 @@
-// Checkpoints: model parameters and buffers, optimizer state, and the training position.
+// Checkpoints: model parameters and buffers, optimizer state, and the TrainingState
+// (app/training_state.h: position in the epoch, scales, history, settings, RNG).
 //
 // The optimizer state is written by parameter position (app/optim_state.h), so a checkpoint moves
-// between LibTorch versions (1.13 and 2.x, either way); format-2 files (torch::optim's own layout)
-// are still read.
+// between LibTorch versions (1.13 and 2.x, either way); format-2 and format-3 files (without the
+// mid-epoch position and history) are still read.
 //
-// Written atomically (common/atomic_file.h): to a temporary file in the same folder, fsynced, then
-// renamed over the old one, so a crash or a full disk mid-write leaves the previous checkpoint
-// intact. A file that cannot be
-// read raises IoError naming it; the trainer never falls back to a silent fresh start.
+// encodeCheckpoint serializes into memory (the snapshot, taken on the training thread: the bytes
+// can then be written anywhere, on any thread); saveCheckpoint writes them atomically
+// (common/atomic_file.h), so a crash or a full disk mid-write leaves the previous file intact. A
+// checkpoint that cannot be read raises IoError naming it; nothing falls back to a silent fresh
+// start.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "app/training_state.h"
 
 namespace torch {
 namespace nn {
@@ -24,19 +28,17 @@ class SGD;
 
 namespace aiacc::app {
 
-struct TrainPosition {
-  int64_t epochs_done = 0;            // completed epochs
-  int64_t step = 0;                   // optimizer steps taken
-  int64_t images_seen = 0;            // training images, all ranks
-  double elapsed_s = 0;               // wall seconds already spent (time to target continues from here)
-  double train_s = 0;                 // of which in training steps
-  double loss_scale = 0;              // the AMP loss scaler's scale (0: no scaler)
-  int64_t loss_scale_good_steps = 0;  // finite steps since its last change
-};
+std::string encodeCheckpoint(torch::nn::Module& model, torch::optim::SGD& optimizer, const TrainingState& state);
+
+// Restores model and optimizer from `bytes` (onto the model's device) and returns the state.
+// `name` (a path) is what errors name.
+TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name, torch::nn::Module& model,
+                               torch::optim::SGD& optimizer);
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer,
-                    const TrainPosition& pos);
+                    const TrainingState& state);
 
-TrainPosition loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer);
+// InputError when `path` does not exist; IoError when it cannot be read or decoded.
+TrainingState loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer);
 
 }  // namespace aiacc::app

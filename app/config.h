@@ -78,7 +78,8 @@ struct Config {
 
   // Outputs
   std::string checkpoint_dir;
-  std::string resume;  // checkpoint file to continue from
+  int keep_checkpoints = 3;  // in checkpoint_dir: the newest K (common/checkpoint_dir.h)
+  std::string resume;        // checkpoint file to continue from, or "auto" (the newest valid one in checkpoint_dir)
   std::string metrics_file;
   std::string save_weights;  // the final model state as a named-tensor file (rank 0)
   std::string report_file;

@@ -173,8 +173,17 @@ DEFINE_bool(find_unused, false,
 DEFINE_double(comm_timeout, static_cast<double>(aiacc::comm::kDefaultTimeout.count()) / 1000.0,
               "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
-DEFINE_string(checkpoint_dir, "", "write a checkpoint here after each epoch (atomic rename)");
-DEFINE_string(resume, "", "checkpoint file to continue from (same LR position)");
+DEFINE_string(checkpoint_dir, "",
+              "write a checkpoint here after each epoch and at a stop (SIGTERM, SIGINT, SIGUSR1: the "
+              "ranks agree on a step, save it and exit 75; atomic rename)");
+DEFINE_int32(keep_checkpoints, 3,
+             "checkpoints kept in --checkpoint-dir (the newest; each is DIR/step-N.ckpt with a manifest of "
+             "its size and CRC-32C, and DIR/latest names the newest once it is on disk)");
+DEFINE_string(resume, "",
+              "continue from a checkpoint: a file (an error if it cannot be read), or 'auto': the newest "
+              "whole one in --checkpoint-dir (a corrupt or truncated newer one is named and passed over), a "
+              "fresh start when there is none (one command line both starts and "
+              "restarts a job); the run continues at the next batch of the same epoch");
 DEFINE_string(metrics_file, "", "JSON lines: per step (loss, lr, img/s) and per eval (top1, top5)");
 DEFINE_string(report_file, "", "final report as JSON");
 DEFINE_string(save_weights, "",
@@ -420,6 +429,10 @@ Config configFromFlags(const Recipe& recipe) {
   c.progress_seconds = FLAGS_progress_seconds;
   c.checkpoint_dir = FLAGS_checkpoint_dir;
   c.resume = FLAGS_resume;
+  c.keep_checkpoints = FLAGS_keep_checkpoints;
+  AIACC_CHECK_INPUT(c.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1 (got ", c.keep_checkpoints, ")");
+  AIACC_CHECK_INPUT(c.resume != "auto" || !c.checkpoint_dir.empty(),
+                    "--resume auto needs --checkpoint-dir (the folder to resume from)");
   c.metrics_file = FLAGS_metrics_file;
   c.save_weights = FLAGS_save_weights;
   c.report_file = FLAGS_report_file;

@@ -56,7 +56,7 @@ std::string datasetFingerprint(const std::vector<std::string>& classes, size_t t
 }
 
 comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_t shard_size,
-                             const TrainPosition& resumed) {
+                             const TrainingState& resumed) {
   std::string stages, steps;
   for (const Stage& st : c.stages) {
     stages += strCat(stages.empty() ? "" : ",", st.start_epoch, ":", st.image_size, "px/", st.batch_size);

@@ -28,6 +28,6 @@ std::string datasetFingerprint(const std::vector<std::string>& classes, size_t t
 // each epoch (from this rank's training shard of `shard_size` images), and the optimizer and
 // schedule every rank applies to the averaged gradient.
 comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_t shard_size,
-                             const TrainPosition& resumed);
+                             const TrainingState& resumed);
 
 }  // namespace aiacc::app

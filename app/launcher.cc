@@ -21,23 +21,13 @@
 #include <iostream>
 
 #include "app/launch_env.h"
+#include "app/stop_signal.h"
 #include "common/error.h"
 
 extern char** environ;
 
 namespace aiacc::app {
 namespace {
-
-// "SIGTERM" for SIGTERM.
-std::string sigabbrev(int sig) {
-  switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGKILL: return "SIGKILL";
-    default: return strCat("signal ", sig);
-  }
-}
 
 std::string describeStatus(int status) {
   if (WIFSIGNALED(status)) {
@@ -162,14 +152,14 @@ int jobExitCode(const std::vector<Worker>& workers, bool failed, int first_signa
     clean = clean && w.status && (preempted || exitedWith(*w.status, 0));
   }
   if (!failed && clean && saved > 0) {
-    std::cerr << "aiacc_train: preempted" << (first_signal != 0 ? " by " + sigabbrev(first_signal) : "") << ": "
+    std::cerr << "aiacc_train: preempted" << (first_signal != 0 ? " by " + signalName(first_signal) : "") << ": "
               << saved << " of " << workers.size() << " worker(s) saved and stopped (exit " << kExitPreempted
               << "); run the same command with --resume auto to continue\n";
     return kExitPreempted;
   }
   const int code = failed ? 1 : first_signal != 0 ? 128 + first_signal : clean ? 0 : 1;
   if (first_signal != 0) {
-    std::cerr << "aiacc_train: stopped by " << sigabbrev(first_signal) << " (exit code " << code << ")\n";
+    std::cerr << "aiacc_train: stopped by " << signalName(first_signal) << " (exit code " << code << ")\n";
   }
   return code;
 }
@@ -306,15 +296,15 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   };
   auto onSignal = [&](int sig) {
     if (std::find(forwarded.begin(), forwarded.end(), sig) != forwarded.end()) {  // the same again: no grace
-      std::cerr << "aiacc_train: received " << sigabbrev(sig) << " again; sending SIGKILL to the " << alive
+      std::cerr << "aiacc_train: received " << signalName(sig) << " again; sending SIGKILL to the " << alive
                 << " worker(s)\n";
       killAll();
       return;
     }
     forwarded.push_back(sig);
     stop(sig);  // the first signal starts the grace period; later ones keep it
-    std::cerr << "aiacc_train: received " << sigabbrev(sig)
-              << (forwarded.size() > 1 ? " after " + sigabbrev(forwarded.front()) : std::string())
+    std::cerr << "aiacc_train: received " << signalName(sig)
+              << (forwarded.size() > 1 ? " after " + signalName(forwarded.front()) : std::string())
               << "; forwarding it to the " << alive << " worker(s)" << graceLeft(forwarded.size() > 1 ? "still " : "")
               << "\n";
   };

@@ -3,6 +3,7 @@
 // communication set-up -> trainer -> report.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <torch/cuda.h>
@@ -20,6 +21,7 @@
 #include "app/launcher.h"
 #include "app/option_names.h"
 #include "app/report.h"
+#include "app/stop_signal.h"
 #include "app/trainer.h"
 #include "comm/data_parallel.h"
 #include "comm/factory.h"
@@ -101,6 +103,22 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
   };
 }
 
+// After a stop request: one line (rank 0) naming the saved step and how to go on; exit 75 when
+// the checkpoint was written ("preempted, resumable": rank 0 knows, the other ranks count on
+// --checkpoint-dir), else 128 + the signal, as if it had killed the process.
+int preemptedExit(const aiacc::app::Report& r, const aiacc::app::Config& c, int rank) {
+  const std::string by = r.stop_signal != 0 ? aiacc::app::signalName(r.stop_signal) : "a stop request on another rank";
+  const bool saved = rank == 0 ? !r.checkpoint.empty() : !c.checkpoint_dir.empty();
+  if (rank == 0 && saved) {
+    std::cerr << "aiacc_train: stopped by " << by << " after step " << r.steps << "; saved " << r.checkpoint
+              << "; run the same command with --resume auto to continue\n";
+  } else if (rank == 0) {
+    std::cerr << "aiacc_train: stopped by " << by << " after step " << r.steps << "; nothing saved ("
+              << (c.checkpoint_dir.empty() ? "no --checkpoint-dir" : "the checkpoint write failed") << ")\n";
+  }
+  return saved ? aiacc::app::kExitPreempted : 128 + (r.stop_signal != 0 ? r.stop_signal : SIGTERM);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,6 +167,8 @@ int main(int argc, char** argv) {
                 << (plan.store.agent_hosted ? " (hosted by the launcher's agent)" : " (hosted by rank 0)");
     }
     aiacc::app::Config config = aiacc::app::configFromFlags(recipe);
+    // From here a stop signal only sets a flag: the ranks agree on a step and stop there.
+    aiacc::app::installStopSignalHandlers();
     std::shared_ptr<aiacc::comm::Timeline> timeline;
     if (!dist.timeline.empty() && world.rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
     auto store = std::make_shared<c10::intrusive_ptr<c10d::Store>>();
@@ -156,6 +176,7 @@ int main(int argc, char** argv) {
     trainer.setTimeline(timeline);
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();
+    if (report.preempted) return preemptedExit(report, config, world.rank);
     if (world.rank == 0) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {

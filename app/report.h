@@ -55,6 +55,11 @@ struct Report {
   double max_peak_rss_mb = 0;      // the largest over all ranks
   std::vector<EvalPoint> evals;
   MachineInfo machine;
+  // Stopped on a stop request (a signal on some rank) at the step the ranks agreed on.
+  bool preempted = false;
+  int stop_signal = 0;     // the signal this rank received (0: another rank's request)
+  std::string checkpoint;  // the checkpoint written at that step (rank 0; "" if none)
+  int64_t saved_step = -1;
 };
 
 std::string reportJson(const Report& r, const Config& c);

@@ -21,6 +21,7 @@
 #include "app/json.h"
 #include "app/launch_env.h"
 #include "app/option_names.h"
+#include "app/trainer_state.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "data/device_input.h"
@@ -31,103 +32,9 @@
 
 namespace aiacc::app {
 
-using Clock = Trainer::Clock;
-
 SyncFactory localSync() {
   return [](std::shared_ptr<torch::nn::Module>, const comm::Settings&) { return std::make_unique<comm::LocalSync>(); };
 }
-
-namespace {
-
-// What one optimizer step did.
-struct StepResult {
-  double loss = 0;       // the batch's mean loss per decoded image; 0 when it decoded to nothing
-  bool applied = false;  // the optimizer stepped (not skipped on a non-finite gradient)
-};
-
-// This run's progress (a resumed run counts from where it resumed).
-struct RunTotals {
-  int64_t planned = 0;  // steps of the whole schedule (--max-steps included)
-  int64_t steps = 0;
-  double train_s = 0;
-  int64_t images = 0;
-  // Steady state: after 3 warm-up steps and once the communication tuner has frozen.
-  double steady_s = 0;
-  int64_t steady_images = 0;
-  bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
-  bool stop = false;
-  Clock::time_point last_progress;
-  double epoch_pos = 0;                // fractional epoch of the training position
-  int64_t skipped_steps = 0;           // steps every rank skipped for a non-finite gradient
-  bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
-};
-
-}  // namespace
-
-struct Trainer::State {
-  Config cfg;
-  comm::WorldInfo world_info;
-  SyncFactory make_sync;
-  std::unique_ptr<comm::GradientSync> sync_ptr;
-  Clock::time_point start;
-  int rank = 0, world = 1;
-
-  std::shared_ptr<data::SkipLog> skips = std::make_shared<data::SkipLog>();
-  std::unique_ptr<data::BatchSource> train, val;
-  int64_t ignored_files = 0;
-  std::string data_name;
-  std::string dataset;  // datasetFingerprint(), for the agreement across ranks
-
-  at::Device device = at::kCPU;
-  models::ResNet model{nullptr};
-  std::unique_ptr<FusedSgd> optimizer;
-  std::vector<torch::Tensor> params;
-  std::unique_ptr<GradScaler> scaler;
-  // The gradient sync took the loss scale (fp16 transfer under AMP fp16): it unscales, checks
-  // and moves the one scale itself, and the trainer must not unscale again.
-  bool sync_unscales = false;
-
-  TrainPosition pos;
-  std::shared_ptr<comm::Timeline> timeline;
-  std::ofstream metrics;
-  Report report;
-  RunTotals run;
-  torch::nn::functional::CrossEntropyFuncOptions loss_opts;
-
-  State(Config c, comm::WorldInfo w, SyncFactory f, Clock::time_point t)
-      : cfg(std::move(c)), world_info(w), make_sync(std::move(f)), start(t) {}
-  comm::GradientSync& sync() { return *sync_ptr; }
-
-  double now() const { return pos.elapsed_s + std::chrono::duration<double>(Clock::now() - start).count(); }
-  bool isRank0() const { return rank == 0; }
-
-  // Threads, device, data, model (and the resumed position), metrics file, report header.
-  void setUp();
-  void setupDevice();
-  void setupData();
-  void setupModel();
-  // One epoch's steps, each followed by its metrics line, progress and --eval-every evaluation;
-  // true when every batch of the epoch was trained (no target or --max-steps stop within it).
-  bool trainEpoch(int epoch);
-  // One optimizer step (below, with the loss scaler's handling in one place).
-  StepResult trainStep(const data::Batch& batch, const Stage& st, Clock::time_point t0);
-  // Rank 0, every --progress-seconds: where the run is, the mean speed and the time left.
-  void printProgress(int epoch, int64_t step_in_epoch, int64_t batches, const Stage& st, double loss, double lr,
-                     Clock::time_point t);
-  // After a complete epoch: the position at its end, the JPEG index summary once.
-  void finishEpoch(int epoch);
-  // Evaluates at run.epoch_pos, records it (report, metrics, log) and stops at the target.
-  void evaluateAndRecord();
-  // The report's totals, the peak memory over ranks, and --save-weights.
-  Report finishReport();
-  at::ScalarType ampDtype() const { return cfg.amp_dtype == AmpDtype::kBf16 ? at::kBFloat16 : at::kHalf; }
-  void setLearningRate(double lr);
-  int64_t plannedSteps() const;
-  EvalPoint evaluate(double epoch_pos);
-  bool targetReached(const EvalPoint& e) const;
-  void writeMetric(const std::string& json);
-  void checkpoint();
-};
 
 Trainer::Trainer(Config config, comm::WorldInfo world, SyncFactory make_sync, Clock::time_point start)
     : s_(std::make_unique<State>(std::move(config), world, std::move(make_sync), start)) {}
@@ -256,13 +163,7 @@ void Trainer::State::setupModel() {
   GradScalerOptions so;
   so.enabled = cfg.amp && cfg.amp_dtype == AmpDtype::kFp16;  // bf16 has fp32's range: nothing to scale
   scaler = std::make_unique<GradScaler>(so);
-  if (!cfg.resume.empty()) {
-    pos = loadCheckpoint(cfg.resume, *model, *optimizer);
-    if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
-    if (isRank0()) {
-      LOG(INFO) << "resumed from " << cfg.resume << " after epoch " << pos.epochs_done << " (step " << pos.step << ")";
-    }
-  }
+  resume();  // --resume: model, optimizer and pos from the checkpoint, before rank 0's weights spread
   // Data parallelism wraps the model here: the ranks' settings are compared first, then
   // DataParallel broadcasts rank 0's weights.
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), pos));
@@ -287,84 +188,6 @@ int64_t Trainer::State::plannedSteps() const {
   for (int e = 0; e < cfg.epochs; ++e) steps += train->shardSize() / stageAt(cfg, e).batch_size;
   if (cfg.max_steps > 0) steps = std::min(steps, cfg.max_steps);
   return steps;
-}
-
-EvalPoint Trainer::State::evaluate(double epoch_pos) {
-  sync().syncBuffers();  // every rank evaluates its shard with the same BN statistics
-  torch::NoGradGuard no_grad;
-  model->eval();
-  const Stage& st = stageAt(cfg, static_cast<int>(epoch_pos));
-  data::EpochSpec spec;
-  spec.epoch = 0;
-  spec.image_size = st.image_size;
-  spec.batch_size = cfg.eval_batch_size > 0 ? cfg.eval_batch_size : st.batch_size;
-  val->startEpoch(spec);
-  // correct@1, correct@5, loss sum, count
-  double c1 = 0, c5 = 0, loss_sum = 0, count = 0;
-  while (auto b = val->next()) {
-    if (b->labels.numel() == 0) continue;
-    const torch::Tensor images = data::imagesOnDevice(b->images, device, cfg.channels_last);
-    const torch::Tensor labels = data::labelsOnDevice(b->labels, device);
-    torch::Tensor logits;
-    {
-      AutocastGuard autocast(cfg.amp, device.type(), ampDtype());
-      logits = model->forward(images);
-    }
-    logits = logits.to(at::kFloat);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
-    const int64_t k = std::min<int64_t>(5, logits.size(1));
-    const torch::Tensor top = std::get<1>(logits.topk(k, 1));
-    const torch::Tensor hit = top.eq(labels.unsqueeze(1));
-    c1 += hit.select(1, 0).sum().item<double>();
-    c5 += hit.any(1).sum().item<double>();
-    count += static_cast<double>(b->labels.numel());
-  }
-  at::Tensor sums = at::tensor({c1, c5, loss_sum, count}, at::kDouble);
-  sync().allreduceSum(sums);
-  model->train();
-  EvalPoint e;
-  e.step = pos.step;
-  e.epoch = epoch_pos;
-  e.seconds = now();
-  const double n = std::max(1.0, sums[3].item<double>());
-  e.top1 = 100.0 * sums[0].item<double>() / n;
-  e.top5 = 100.0 * sums[1].item<double>() / n;
-  e.loss = sums[2].item<double>() / n;
-  e.images = static_cast<int64_t>(sums[3].item<double>());
-  return e;
-}
-
-bool Trainer::State::targetReached(const EvalPoint& e) const {
-  if (cfg.target_top1 <= 0 && cfg.target_top5 <= 0) return false;
-  return (cfg.target_top1 <= 0 || e.top1 >= cfg.target_top1) && (cfg.target_top5 <= 0 || e.top5 >= cfg.target_top5);
-}
-
-void Trainer::State::writeMetric(const std::string& json) {
-  if (metrics.is_open()) metrics << json << std::endl;  // whole lines, as they happen (tail -f)
-}
-
-void Trainer::State::checkpoint() {
-  if (cfg.checkpoint_dir.empty()) return;
-  sync().syncBuffers();  // on every rank (a collective); rank 0 writes
-  if (!isRank0()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.checkpoint_dir, ec);
-  const std::string path = cfg.checkpoint_dir + "/last.ckpt";
-  TrainPosition p = pos;
-  p.elapsed_s = now();
-  if (scaler->enabled()) {
-    p.loss_scale = scaler->scale();
-    p.loss_scale_good_steps = scaler->goodSteps();
-  }
-  try {
-    saveCheckpoint(path, *model, *optimizer, p);
-  } catch (const IoError& e) {
-    // Keep training: the previous checkpoint is intact, and stopping would lose more work.
-    ++report.checkpoint_failures;
-    LOG(ERROR) << e.what() << "; previous checkpoint kept, training continues";
-  }
 }
 
 void Trainer::State::setUp() {
@@ -392,26 +215,33 @@ void Trainer::State::setUp() {
   run.epoch_pos = static_cast<double>(pos.epochs_done);
 }
 
+void Trainer::setStopRequest(StopRequest request) { s_->stop_request = std::move(request); }
+
 Report Trainer::run() {
   State& s = *s_;
   s.setUp();
+  // Resumed after a stop that interrupted an evaluation: that evaluation first.
+  if (s.evaluationPending()) s.evaluateAndRecord();
   for (int epoch = static_cast<int>(s.pos.epochs_done); epoch < s.cfg.epochs && !s.run.stop; ++epoch) {
     const bool epoch_complete = s.trainEpoch(epoch);
+    if (s.run.preempted) break;
     if (epoch_complete) s.finishEpoch(epoch);
-    if (s.cfg.eval_every == 0 && !s.report.target_reached) s.evaluateAndRecord();
-    if (epoch_complete) s.checkpoint();  // resume restarts at an epoch boundary
+    if (s.cfg.eval_every == 0 && !s.pos.target_reached) s.evaluateAndRecord();
+    if (s.run.preempted) break;
+    if (epoch_complete) s.checkpoint();
   }
   // Make sure the final state was evaluated.
-  if (s.report.evals.empty() || s.report.evals.back().step != s.pos.step) s.evaluateAndRecord();
-  return s.finishReport();
+  if (!s.run.preempted && (s.pos.evals.empty() || s.pos.evals.back().step != s.pos.step)) s.evaluateAndRecord();
+  return s.run.preempted ? s.finishPreempted() : s.finishReport();
 }
 
 bool Trainer::State::trainEpoch(int epoch) {
   const Stage& st = stageAt(cfg, epoch);
   data::EpochSpec spec{epoch, st.image_size, st.batch_size, st.scale_min};
+  spec.first_batch = pos.batches_in_epoch;  // > 0 only in the epoch a run resumed in
   const int64_t nb = train->startEpoch(spec);
   const int64_t global_batch = static_cast<int64_t>(st.batch_size) * world;
-  int64_t step_in_epoch = 0;
+  int64_t& step_in_epoch = pos.batches_in_epoch;
   auto t_last = Clock::now();
   while (auto batch = train->next()) {
     run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
@@ -449,12 +279,21 @@ bool Trainer::State::trainEpoch(int epoch) {
                     .add("type", "step")
                     .add("step", pos.step)
                     .add("epoch", run.epoch_pos)
+                    .add("batch", batch->index)
                     .add("loss", step.loss)
                     .add("lr", lr)
                     .add("images_per_s", ips)
                     .add("compute_s", step_s)
                     .str());
     printProgress(epoch, step_in_epoch, nb, st, step.loss, lr, t1);
+    // The stop agreement, once per step on every rank: true on all ranks at the same step, at
+    // most 2 steps after the first stop request on any rank (comm::GradientSync::voteStop).
+    const int wanted = stopWanted();
+    if (sync().voteStop(wanted != 0)) {
+      run.preempted = run.stop = true;
+      run.stop_signal = wanted;
+      break;
+    }
     if (cfg.eval_every > 0 && pos.step % cfg.eval_every == 0) evaluateAndRecord();
     if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || run.stop) {
       run.stop = true;
@@ -501,7 +340,7 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
     optimizer->step();
   });
   if (!step_ok) t_sync = Clock::now();
-  if (!step_ok) ++run.skipped_steps;
+  if (!step_ok) ++pos.skipped_steps;
   result.applied = step_ok;
   // Also the point where this step's input copy has certainly finished (it reads the
   // stream that copied it): only after it may the loader reuse the pinned batch buffer.
@@ -535,6 +374,7 @@ void Trainer::State::printProgress(int epoch, int64_t step_in_epoch, int64_t bat
 
 void Trainer::State::finishEpoch(int epoch) {
   pos.epochs_done = epoch + 1;
+  pos.batches_in_epoch = 0;
   run.epoch_pos = epoch + 1;
   const data::JpegIndexCache* ix = train->jpegIndex();
   if (isRank0() && ix && !run.index_logged) {
@@ -544,65 +384,6 @@ void Trainer::State::finishEpoch(int epoch) {
               << "not baseline JPEG); later epochs decode only each crop's MCUs";
     run.index_logged = true;
   }
-}
-
-void Trainer::State::evaluateAndRecord() {
-  EvalPoint e = evaluate(run.epoch_pos);
-  Report& r = report;
-  r.evals.push_back(e);
-  writeMetric(evalPointJson(e, "eval"));
-  if (isRank0()) {
-    LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 " << e.top1 << "% top-5 "
-              << e.top5 << "% loss " << std::setprecision(4) << e.loss << " (" << e.images << " images, "
-              << formatDuration(e.seconds) << " elapsed)";
-  }
-  if (!r.target_reached && targetReached(e)) {
-    r.target_reached = true;
-    r.time_to_target_s = e.seconds;
-    run.stop = true;
-    if (isRank0()) LOG(INFO) << "target reached after " << formatDuration(e.seconds);
-  }
-}
-
-Report Trainer::State::finishReport() {
-  Report& r = report;
-  const EvalPoint& last = r.evals.back();
-  r.final_top1 = last.top1;
-  r.final_top5 = last.top5;
-  r.steps = pos.step;
-  r.images_seen = pos.images_seen;
-  r.epochs = run.epoch_pos;
-  r.train_s = pos.train_s;
-  r.mean_images_per_s = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
-  r.steady_images_per_s = run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s
-                                                : r.mean_images_per_s;
-  r.total_s = now();
-  {  // peak resident memory: this rank's, and the largest over ranks (summing one-hot slots)
-    rusage ru{};
-    ::getrusage(RUSAGE_SELF, &ru);
-    r.peak_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
-    at::Tensor all = at::zeros({world}, at::kDouble);
-    all[rank] = r.peak_rss_mb;
-    sync().allreduceSum(all);
-    r.max_peak_rss_mb = all.max().item<double>();
-  }
-  r.skipped_files = skips->count();
-  r.ignored_files = ignored_files;
-  r.exposed_comm_s = sync().exposedCommSeconds();
-  r.device = device.str();
-  r.precision = cfg.amp ? std::string("amp ") + optionName(cfg.amp_dtype) : "fp32";
-  r.loss_scale = scaler->enabled() ? scaler->scale() : 0;
-  r.overflow_skips = run.skipped_steps;  // the loss scaler's and the fp16/bf16 transfer's
-  r.comm = sync().describe();
-  if (!cfg.save_weights.empty() && isRank0()) {  // the final evaluation averaged the BN statistics
-    try {
-      writeFileAtomicByPath(cfg.save_weights,
-                            [&](const std::string& tmp) { models::writeNamedTensors(tmp, models::stateOf(*model)); });
-    } catch (const IoError& e) {
-      AIACC_THROW(IoError, "--save-weights: ", e.what());
-    }
-  }
-  return r;
 }
 
 }  // namespace aiacc::app

@@ -12,6 +12,7 @@
 
 #include "app/config.h"
 #include "app/report.h"
+#include "app/stop_signal.h"
 #include "comm/agreement.h"
 #include "comm/gradient_sync.h"
 #include "comm/timeline.h"
@@ -50,6 +51,10 @@ class Trainer {
   // Trains on these sources instead of the folder (or synthetic data) Config::data names; both
   // already sharded for this rank (e.g. data::TensorBatches). Call before run().
   void setData(std::unique_ptr<data::BatchSource> train, std::unique_ptr<data::BatchSource> val);
+  // Where stop requests come from (default: the stop signals, app/stop_signal.h). When one
+  // arrives on any rank, the ranks agree on a step, stop there, write its checkpoint (with
+  // Config::checkpoint_dir) and run() returns a Report with preempted set.
+  void setStopRequest(StopRequest request);
   Report run();
 
  private:

@@ -64,9 +64,21 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
     apply(tuner_->current());
   }
   last_finish_ = now();
+  const auto params = module_->parameters();
+  vote_ = at::zeros({1}, at::TensorOptions().dtype(at::kByte).device(params.empty() ? at::Device(at::kCPU)
+                                                                                    : params.front().device()));
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  // The last stop vote may still be in flight (a run that ended without stopping): its buffer
+  // must outlive it. Its error, if any, was or will be met by the caller's other collectives.
+  if (pending_vote_) {
+    try {
+      pending_vote_->synchronize();
+    } catch (const std::exception&) {
+    }
+  }
+}
 
 double DataParallel::now() const { return opt_.clock(); }
 
@@ -152,6 +164,19 @@ std::string DataParallel::describe() const {
   const int k = striped_->activeChannels();
   return strCat(striped_->describe(), "; ", transferDtypeName(codec_->dtype()), " transfer; ", plan().buckets.size(),
                 " buckets (cap ", reducer_->bucketCap(), " MiB) over ", k, k == 1 ? " channel" : " channels", tuned);
+}
+
+bool DataParallel::voteStop(bool mine) {
+  return abortOnFailure([&] {
+    if (pending_vote_) {
+      pending_vote_->synchronize();  // submitted a step ago, behind that step's buckets: done by now
+      pending_vote_.reset();
+      if (vote_.item<uint8_t>() != 0) return true;
+    }
+    vote_.fill_(mine ? 1 : 0);
+    pending_vote_ = control().allreduce(vote_, ReduceOp::kBitwiseOr, 0);
+    return false;
+  });
 }
 
 void DataParallel::allreduceSum(at::Tensor& t) {

@@ -55,6 +55,19 @@ class GradientSync {
   // checks them and moves the scale (skipping the step on overflow), so the caller must not;
   // false (the default) when the caller unscales after finishBackward() as usual.
   virtual bool shareLossScale(std::shared_ptr<GradScale>) { return false; }
+  // The stop agreement (preemption: a signal reached some ranks, maybe seconds apart). `mine`:
+  // this rank wants to stop. Returns true on every rank at the same call once some rank has
+  // passed true; the caller stops there (every rank at the same step). A collective: every rank
+  // calls it the same number of times, at the same points (once per training step).
+  // This default answers this call's votes with one blocking sum through allreduceSum (alone:
+  // `mine` itself). DataParallel answers with the previous call's votes instead: one byte sent
+  // behind the step's gradients and read at the next call, so no collective blocks a step, and
+  // the ranks stop together at most 2 calls after the first true.
+  virtual bool voteStop(bool mine) {
+    at::Tensor votes = at::full({1}, mine ? 1.0 : 0.0, at::kDouble);
+    allreduceSum(votes);
+    return votes.item<double>() > 0;
+  }
 };
 
 // World size 1: gradients are already the average over the (one) rank's batch.

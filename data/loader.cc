@@ -2,6 +2,8 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "data/decode.h"
 #include "data/sampler.h"
 
@@ -64,10 +66,11 @@ int64_t ImageLoader::startEpoch(const EpochSpec& spec) {
   shard.seed = opt_.seed;
   indices_ = shardIndices(static_cast<int64_t>(folder_.samples.size()), spec.epoch, shard);
   num_batches_ = batchCount(static_cast<int64_t>(indices_.size()), spec.batch_size, opt_.train);
+  const int64_t first = std::clamp<int64_t>(spec.first_batch, 0, num_batches_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    next_claim_ = 0;
-    consumed_ = 0;
+    next_claim_ = first;
+    consumed_ = first;
     cancel_ = false;
     error_ = nullptr;
     ready_.clear();
@@ -82,7 +85,7 @@ int64_t ImageLoader::startEpoch(const EpochSpec& spec) {
       held.back().zero_();
     }
   }
-  const int n = static_cast<int>(std::min<int64_t>(opt_.workers, std::max<int64_t>(num_batches_, 1)));
+  const int n = static_cast<int>(std::min<int64_t>(opt_.workers, std::max<int64_t>(num_batches_ - first, 1)));
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { workerLoop(); });
   return num_batches_;
 }
@@ -244,7 +247,7 @@ int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
   }
   num_batches_ = batchCount(shardSize(), B, drop_last_);
   batch_size_ = B;
-  served_ = 0;
+  served_ = std::clamp<int64_t>(spec.first_batch, 0, num_batches_);
   return num_batches_;
 }
 

@@ -45,6 +45,11 @@ struct EpochSpec {
   int image_size = 224;
   int batch_size = 32;
   double scale_min = 0.08;  // random-resized-crop minimum area fraction (train only)
+  // Batches of this epoch already consumed (a run resumed in the middle of an epoch): next()
+  // starts at batch first_batch, which is the batch an uninterrupted epoch would deliver there
+  // (the same samples, the same augmentation: both are functions of seed, epoch and sample
+  // index). Clamped to the epoch's batch count; startEpoch still returns the whole count.
+  int64_t first_batch = 0;
 };
 
 // Thread-safe record of skipped files: warns once per file, counts unique files.
@@ -62,7 +67,8 @@ class SkipLog {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
-  // Starts an epoch; returns the number of batches it will deliver.
+  // Starts an epoch at batch spec.first_batch; returns the number of batches the whole epoch has
+  // (the first next() returns batch first_batch, with Batch::index first_batch).
   virtual int64_t startEpoch(const EpochSpec& spec) = 0;
   // The next batch of the current epoch, or nullopt when the epoch is done. Rethrows errors
   // raised on worker threads.

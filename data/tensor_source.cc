@@ -1,5 +1,7 @@
 #include "data/tensor_source.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace aiacc::data {
@@ -35,7 +37,7 @@ int64_t TensorBatches::startEpoch(const EpochSpec& spec) {
   batch_ = spec.batch_size;
   const int64_t global = batch_ * world_, n = images_.size(0);
   num_batches_ = train_ ? n / global : (n + global - 1) / global;
-  served_ = 0;
+  served_ = std::clamp<int64_t>(spec.first_batch, 0, num_batches_);
   return num_batches_;
 }
 

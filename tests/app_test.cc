@@ -482,12 +482,19 @@ TEST(Checkpoint, RoundTripContinuesIdentically) {
   const torch::Tensor x = torch::randn({4, 3, 32, 32}), y = torch::tensor({0, 1, 2, 3});
   trainStep(a, oa, x, y);
   trainStep(a, oa, x, y);
-  TrainPosition pos{2, 17, 1234, 56.5, 40.25, 32768.0, 11};
+  TrainingState pos;
+  pos.epochs_done = 2;
+  pos.step = 17;
+  pos.images_seen = 1234;
+  pos.elapsed_s = 56.5;
+  pos.train_s = 40.25;
+  pos.loss_scale = 32768.0;
+  pos.loss_scale_good_steps = 11;
   saveCheckpoint(d / "c.ckpt", *a, oa, pos);
   int others = 0;
   for (auto& e : std::filesystem::directory_iterator(d.path())) others += e.path().filename() != "c.ckpt";
   EXPECT_EQ(others, 0) << "no temporary file left";
-  const TrainPosition got = loadCheckpoint(d / "c.ckpt", *b, ob);
+  const TrainingState got = loadCheckpoint(d / "c.ckpt", *b, ob);
   EXPECT_EQ(got.epochs_done, 2);
   EXPECT_EQ(got.step, 17);
   EXPECT_EQ(got.images_seen, 1234);
@@ -522,7 +529,7 @@ TEST(Checkpoint, UnreadableIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("cannot read checkpoint"), std::string::npos);
   }
   // A checkpoint of another model is an error too, not a silent partial load.
-  saveCheckpoint(d / "m.ckpt", *m, opt, TrainPosition{});
+  saveCheckpoint(d / "m.ckpt", *m, opt, TrainingState{});
   o.num_classes = 6;
   models::ResNet other(o);
   torch::optim::SGD other_opt(other->parameters(), torch::optim::SGDOptions(0.1));
@@ -546,7 +553,7 @@ TEST(Checkpoint, FullDiskKeepsThePreviousCheckpoint) {
   models::ResNet m(o);  // ~45 MB of parameters: cannot fit in 2 MB
   torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(0.1));
   test::writeText(mnt + "/last.ckpt", "previous checkpoint");
-  EXPECT_THROW(saveCheckpoint(mnt + "/last.ckpt", *m, opt, TrainPosition{}), IoError);
+  EXPECT_THROW(saveCheckpoint(mnt + "/last.ckpt", *m, opt, TrainingState{}), IoError);
   EXPECT_EQ(test::readText(mnt + "/last.ckpt"), "previous checkpoint");
   int leftovers = 0;
   for (auto& e : std::filesystem::directory_iterator(mnt)) leftovers += e.path().filename() != "last.ckpt";

@@ -9,6 +9,7 @@
 // the rest without), momentum buffers cos(1000 i + k) on every second parameter only (a
 // parameter without a buffer must stay without one), and a fixed training position.
 #include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/version.h>
 
@@ -25,9 +26,49 @@
 
 namespace {
 
-using aiacc::app::TrainPosition;
+using aiacc::app::TrainingState;
 
-const TrainPosition kPosition{3, 123, 4567, 89.5, 70.25, 16384.0, 7};
+// Every field, with values that survive the trip exactly.
+TrainingState position() {
+  TrainingState p;
+  p.epochs_done = 3;
+  p.step = 123;
+  p.images_seen = 4567;
+  p.elapsed_s = 89.5;
+  p.train_s = 70.25;
+  p.loss_scale = 16384.0;
+  p.loss_scale_good_steps = 7;
+  p.batches_in_epoch = 9;
+  p.skipped_steps = 2;
+  p.checkpoint_failures = 1;
+  aiacc::app::EvalPoint e;
+  e.step = 100;
+  e.epoch = 2.5;
+  e.seconds = 80.25;
+  e.top1 = 51.5;
+  e.top5 = 80.75;
+  e.loss = 1.625;
+  e.images = 500;
+  p.evals = {e, e};
+  p.evals[1].step = 120;
+  p.target_reached = true;
+  p.time_to_target_s = 80.25;
+  p.settings = {{"--seed", "5"}, {"dataset", "4 classes (names 1a2b), 10 train and 2 val files"}};
+  p.rng_cpu = at::arange(64, at::kByte);
+  p.rank_local_buffers = true;
+  return p;
+}
+const TrainingState kPosition = position();
+
+bool sameEvals(const std::vector<aiacc::app::EvalPoint>& a, const std::vector<aiacc::app::EvalPoint>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].step != b[i].step || a[i].epoch != b[i].epoch || a[i].seconds != b[i].seconds || a[i].top1 != b[i].top1 ||
+        a[i].top5 != b[i].top5 || a[i].loss != b[i].loss || a[i].images != b[i].images)
+      return false;
+  }
+  return true;
+}
 
 at::Tensor closedForm(int64_t i, const at::Tensor& like, bool cosine) {
   const int64_t n = like.numel();
@@ -100,7 +141,7 @@ void writeFormat2(const std::string& path, Fixture& f) {
   root.write("format_version", c10::IValue(int64_t{2}));
   root.write("state_count",
              c10::IValue(static_cast<int64_t>(f.model->named_parameters().size() + f.model->named_buffers().size())));
-  const TrainPosition& p = kPosition;
+  const TrainingState& p = kPosition;
   root.write("epochs_done", c10::IValue(p.epochs_done));
   root.write("step", c10::IValue(p.step));
   root.write("images_seen", c10::IValue(p.images_seen));
@@ -119,12 +160,25 @@ int fail(const std::string& what) {
 int verify(const std::string& path) {
   Fixture want = expected();
   Fixture got = blank();
-  const TrainPosition pos = aiacc::app::loadCheckpoint(path, *got.model, *got.sgd);
-  const TrainPosition& k = kPosition;
+  const TrainingState pos = aiacc::app::loadCheckpoint(path, *got.model, *got.sgd);
+  const TrainingState& k = kPosition;
   if (pos.epochs_done != k.epochs_done || pos.step != k.step || pos.images_seen != k.images_seen ||
       pos.elapsed_s != k.elapsed_s || pos.train_s != k.train_s || pos.loss_scale != k.loss_scale ||
       pos.loss_scale_good_steps != k.loss_scale_good_steps) {
     return fail("the training position differs");
+  }
+  // Format 4 (the default writer) carries the rest of the training state; format 2 has none of it.
+  torch::serialize::InputArchive archive;
+  archive.load_from(path);
+  c10::IValue format;
+  archive.read("format_version", format);
+  const bool full = format.toInt() >= 4;
+  if (full && (pos.batches_in_epoch != k.batches_in_epoch || pos.skipped_steps != k.skipped_steps ||
+               pos.checkpoint_failures != k.checkpoint_failures || !sameEvals(pos.evals, k.evals) ||
+               pos.target_reached != k.target_reached || pos.time_to_target_s != k.time_to_target_s ||
+               pos.settings != k.settings || !pos.rng_cpu.defined() || !pos.rng_cpu.equal(k.rng_cpu) ||
+               pos.rank_local_buffers != k.rank_local_buffers)) {
+    return fail("the training state (mid-epoch position, history, settings, RNG) differs");
   }
   const auto wp = want.model->named_parameters(), gp = got.model->named_parameters();
   for (size_t i = 0; i < wp.size(); ++i) {
@@ -157,23 +211,25 @@ int verify(const std::string& path) {
   }
   if (with_buffer == 0) return fail("no momentum buffer was checked");
   std::printf("aiacc_checkpoint_tool (LibTorch %s): %s resumes exactly: %zu parameters, %zu buffers, "
-              "%zu momentum buffers, options of %zu groups, the position\n",
-              TORCH_VERSION, path.c_str(), wp.size(), wb.size(), with_buffer, wg.size());
+              "%zu momentum buffers, options of %zu groups, the position%s\n",
+              TORCH_VERSION, path.c_str(), wp.size(), wb.size(), with_buffer, wg.size(),
+              full ? " and the whole training state" : "");
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string usage = "usage: aiacc_checkpoint_tool write PATH [--format 2|3] | verify PATH";
+  // --format 4 (or 3, its name before the training state joined it): what saveCheckpoint writes.
+  const std::string usage = "usage: aiacc_checkpoint_tool write PATH [--format 2|4] | verify PATH";
   if (argc < 3) return fail(usage);
   const std::string cmd = argv[1], path = argv[2];
   try {
     if (cmd == "verify" && argc == 3) return verify(path);
     if (cmd == "write") {
-      int format = 3;
+      int format = 4;
       if (argc == 5 && std::strcmp(argv[3], "--format") == 0) format = std::atoi(argv[4]);
-      if (!(argc == 3 || argc == 5) || (format != 2 && format != 3)) return fail(usage);
+      if (!(argc == 3 || argc == 5) || (format < 2 || format > 4)) return fail(usage);
       Fixture f = expected();
       if (format == 2) {
         writeFormat2(path, f);

@@ -126,11 +126,12 @@ TEST_F(TrainE2E, ResumeContinuesExactlyWhereItStopped) {
   Report half = Trainer(first, {}, localSync(), Trainer::Clock::now()).run();
   ASSERT_EQ(half.steps, 20);
   Config second = straight;
-  second.resume = ck / "last.ckpt";
+  second.resume = ck / "step-000000000020.ckpt";  // --resume PATH: that file, strictly
   Report rest = Trainer(second, {}, localSync(), Trainer::Clock::now()).run();
   EXPECT_EQ(rest.steps, 40);
   EXPECT_EQ(rest.images_seen, full.images_seen);
-  ASSERT_EQ(rest.evals.size(), 1u);
+  ASSERT_EQ(rest.evals.size(), 2u) << "epoch 1's evaluation (the checkpoint carries the history), and epoch 2's";
+  EXPECT_EQ(rest.evals.front().loss, half.evals.back().loss);
   EXPECT_NEAR(rest.evals.back().loss, full.evals.back().loss, 1e-4);
   EXPECT_DOUBLE_EQ(rest.final_top1, full.final_top1);
 }

@@ -89,6 +89,50 @@ TEST_F(LoaderTest, BatchesHaveShapesLabelsAndAreThreadCountInvariant) {
   EXPECT_FALSE(a[0].labels.equal(c[0].labels) && a[1].labels.equal(c[1].labels) && a[0].images.equal(c[0].images));
 }
 
+// An epoch started at batch k (a run resumed in the middle of it) delivers exactly the batches
+// k.. of the uninterrupted epoch: the same samples, the same augmentation, the same indexes;
+// every source, a start past the end delivers nothing.
+TEST_F(LoaderTest, EpochStartedMidwayDeliversTheRestOfTheSameEpoch) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.seed = 11;
+  o.workers = 2;
+  o.prefetch = 2;
+  ImageLoader loader(l.train, o, nullptr);
+  const EpochSpec whole{3, 32, 5, 0.3};
+  const std::vector<Batch> full = epochOf(loader, whole);
+  ASSERT_EQ(full.size(), 4u);
+  for (int64_t k : {1, 3, 4, 9}) {
+    EpochSpec rest = whole;
+    rest.first_batch = k;
+    EXPECT_EQ(loader.startEpoch(rest), 4) << "the whole epoch's count";
+    std::vector<Batch> tail;
+    while (auto b = loader.next()) tail.push_back(*b);
+    ASSERT_EQ(tail.size(), static_cast<size_t>(std::max<int64_t>(0, 4 - k))) << "from batch " << k;
+    for (size_t i = 0; i < tail.size(); ++i) {
+      const Batch& want = full[static_cast<size_t>(k) + i];
+      EXPECT_EQ(tail[i].index, want.index);
+      EXPECT_TRUE(tail[i].images.equal(want.images)) << "batch " << want.index;
+      EXPECT_TRUE(tail[i].labels.equal(want.labels)) << "batch " << want.index;
+    }
+  }
+  SyntheticSource syn(100, 10, false, 1, 0, 2);
+  EpochSpec s{0, 16, 8, 0.08};
+  s.first_batch = 4;
+  EXPECT_EQ(syn.startEpoch(s), 6);
+  int64_t n = 0;
+  while (auto b = syn.next()) EXPECT_EQ(b->index, 4 + n++);
+  EXPECT_EQ(n, 2);
+  TensorBatches tb(at::zeros({12, 3, 8, 8}), at::arange(12, at::kLong), 0, 1, true);
+  EpochSpec t{0, 8, 4, 0.08};
+  t.first_batch = 2;
+  EXPECT_EQ(tb.startEpoch(t), 3);
+  auto b = tb.next();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->labels[0].item<int64_t>(), 8);
+  EXPECT_FALSE(tb.next().has_value());
+}
+
 // LoaderOptions::huffman picks the Huffman decoder for this loader alone (no process-wide
 // switch): libjpeg-turbo's takes no decode over, aiacc's (where the gate allows) does, and the
 // batches are the same.

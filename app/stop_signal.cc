@@ -1,0 +1,47 @@
+#include "app/stop_signal.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace aiacc::app {
+namespace {
+
+// Written by the handler, read by the training thread (lock-free: async-signal-safe).
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void onStopSignal(int sig) {
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);  // the first one is what the log names
+}
+
+}  // namespace
+
+void installStopSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) {
+    AIACC_CHECK(::sigaction(sig, &sa, nullptr) == 0, "cannot install the handler for ", signalName(sig), ": ",
+                std::strerror(errno));
+  }
+}
+
+int stopSignalReceived() { return g_stop_signal.load(std::memory_order_relaxed); }
+
+std::string signalName(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGKILL: return "SIGKILL";
+    default: return strCat("signal ", sig);
+  }
+}
+
+}  // namespace aiacc::app

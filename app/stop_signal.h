@@ -1,0 +1,34 @@
+// Stop requests from outside: the signals a cluster sends before it takes a node away
+// (Kubernetes and Slurm: SIGTERM, then SIGKILL after a grace period; Slurm's --signal=USR1@T: a
+// warning T seconds earlier; a user's Ctrl-C: SIGINT).
+//
+// The handler only records the first such signal's number (an atomic store: async-signal-safe);
+// the training loop polls it at step boundaries and the ranks agree on one stop step
+// (comm::GradientSync::voteStop), then save a checkpoint and exit with kExitPreempted (75, app/launcher.h). Nothing
+// else happens in the handler, so a signal during a collective, an evaluation or a checkpoint
+// write is never lost and never interrupts them.
+//
+// The recorded number is the one piece of process-wide state here: a signal handler has nowhere
+// else to put it.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace aiacc::app {
+
+// Installs the handler for SIGTERM, SIGINT and SIGUSR1 (SA_RESTART: interrupted system calls
+// resume). Call once, in the worker process, before training starts.
+void installStopSignalHandlers();
+
+// The first stop signal received since installStopSignalHandlers (0: none).
+int stopSignalReceived();
+
+// What the trainer polls: the signal number of a stop request, 0 while there is none. Tests
+// inject their own (a request at a chosen step); aiacc_train passes stopSignalReceived.
+using StopRequest = std::function<int()>;
+
+// "SIGTERM", "SIGINT", "SIGUSR1", else "signal N".
+std::string signalName(int sig);
+
+}  // namespace aiacc::app

@@ -1,0 +1,126 @@
+// The trainer's checkpoints (Trainer::State, app/trainer_state.h): written at epoch ends and at
+// the step the ranks agreed to stop at; read back by --resume, which continues the same epoch
+// at its next batch.
+#include <glog/logging.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "app/checkpoint.h"
+#include "app/job_settings.h"
+#include "app/trainer_state.h"
+#include "common/checkpoint_dir.h"
+#include "common/error.h"
+
+namespace aiacc::app {
+std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSettings() const {
+  // What decides the steps that follow: the data and its order, the model, the update. Not the
+  // run's extent (--epochs, --max-steps, targets, evaluation): a resumed run may change those.
+  static const std::vector<std::string> kRunExtent = {"--epochs",
+                                                      "--max-steps",
+                                                      "--eval-every",
+                                                      "--target-top1",
+                                                      "--target-top5",
+                                                      "checkpoints (--checkpoint-dir)",
+                                                      "resumed at (epochs done/step)"};
+  std::vector<std::pair<std::string, std::string>> out = {{"world size", std::to_string(world)}};
+  for (auto& kv : trainSettings(cfg, dataset, train->shardSize(), TrainingState{})) {
+    if (std::find(kRunExtent.begin(), kRunExtent.end(), kv.name) == kRunExtent.end())
+      out.emplace_back(kv.name, kv.value);
+  }
+  return out;
+}
+
+bool Trainer::State::evaluationPending() const {
+  if (pos.step == 0 || (!pos.evals.empty() && pos.evals.back().step == pos.step)) return false;
+  return cfg.eval_every > 0 ? pos.step % cfg.eval_every == 0 : pos.batches_in_epoch == 0;
+}
+
+void Trainer::State::resume() {
+  if (cfg.resume.empty()) return;
+  std::string path = cfg.resume;
+  if (cfg.resume == "auto") {
+    // The newest checkpoint that is whole (manifest, size, CRC-32C); each one passed over is said.
+    const std::optional<CheckpointFile> found = findNewestValid(cfg.checkpoint_dir, [&](const std::string& line) {
+      if (isRank0()) LOG(WARNING) << "--resume auto: passing over " << line;
+    });
+    if (!found) {
+      if (isRank0()) LOG(INFO) << "--resume auto: no valid checkpoint in " << cfg.checkpoint_dir << "; starting afresh";
+      return;
+    }
+    path = found->path;
+    pos = decodeCheckpoint(found->bytes, path, *model, *optimizer);
+  } else {
+    pos = loadCheckpoint(path, *model, *optimizer);
+  }
+  if (!pos.settings.empty()) {  // format 4 on: the settings it was written with
+    for (const auto& [name, value] : continuationSettings()) {
+      const auto it = std::find_if(pos.settings.begin(), pos.settings.end(),
+                                   [&](const auto& kv) { return kv.first == name; });
+      AIACC_CHECK_INPUT(it == pos.settings.end() || it->second == value, "cannot resume from '", path,
+                        "': it was written with ", name, " ", it->second, ", this run has ", value,
+                        " (resume with the same settings, or start afresh with another --checkpoint-dir)");
+    }
+  }
+  if (pos.rng_cpu.defined()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(pos.rng_cpu);
+  }
+  if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
+  if (isRank0()) {
+    LOG(INFO) << "resumed from " << path << " at step " << pos.step << " (epoch " << pos.epochs_done + 1 << ", batch "
+              << pos.batches_in_epoch << ")";
+  }
+}
+
+std::string Trainer::State::writeCheckpoint(bool wait) {
+  sync().syncBuffers();
+  if (!isRank0()) return "";
+  // The snapshot, on the training thread; the writer thread puts it on disk.
+  TrainingState p = pos;
+  p.elapsed_s = now();
+  if (scaler->enabled()) {
+    p.loss_scale = scaler->scale();
+    p.loss_scale_good_steps = scaler->goodSteps();
+  }
+  p.settings = continuationSettings();
+  p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
+  std::string bytes = encodeCheckpoint(*model, *optimizer, p);
+  if (!checkpoints) {
+    CheckpointDirOptions o;
+    o.keep = cfg.keep_checkpoints;
+    checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
+  }
+  const int64_t failed_before = checkpoints->failures();
+  checkpoints->submit(pos.step, std::move(bytes));  // waits for the write before it, if any
+  if (!wait) return "";
+  checkpoints->flush();
+  const bool ok = checkpoints->failures() == failed_before;
+  takeCheckpointErrors();
+  return ok ? cfg.checkpoint_dir + "/" + checkpointPayloadName(pos.step) : "";
+}
+
+void Trainer::State::takeCheckpointErrors() {
+  if (!checkpoints) return;
+  for (const std::string& e : checkpoints->takeErrors()) {
+    ++pos.checkpoint_failures;
+    LOG(ERROR) << e << "; the previous checkpoint stays the newest";
+  }
+}
+
+void Trainer::State::checkpoint() {
+  if (!cfg.checkpoint_dir.empty()) writeCheckpoint(/*wait=*/false);
+}
+
+Report Trainer::State::finishPreempted() {
+  report.preempted = true;
+  report.stop_signal = run.stop_signal;
+  if (!cfg.checkpoint_dir.empty()) {
+    report.checkpoint = writeCheckpoint(/*wait=*/true);
+    if (!report.checkpoint.empty()) report.saved_step = pos.step;
+  }
+  return finishReport();
+}
+
+}  // namespace aiacc::app

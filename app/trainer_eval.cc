@@ -1,0 +1,155 @@
+// The trainer's evaluation and its report (Trainer::State, app/trainer_state.h).
+#include <glog/logging.h>
+#include <sys/resource.h>
+#include <torch/nn/functional/loss.h>
+
+#include <iomanip>
+
+#include "app/json.h"
+#include "app/option_names.h"
+#include "app/trainer_state.h"
+#include "common/atomic_file.h"
+#include "common/error.h"
+#include "data/device_input.h"
+#include "models/weights.h"
+
+namespace aiacc::app {
+
+std::optional<EvalPoint> Trainer::State::evaluate(double epoch_pos) {
+  sync().syncBuffers();  // every rank evaluates its shard with the same BN statistics
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const Stage& st = stageAt(cfg, static_cast<int>(epoch_pos));
+  data::EpochSpec spec;
+  spec.epoch = 0;
+  spec.image_size = st.image_size;
+  spec.batch_size = cfg.eval_batch_size > 0 ? cfg.eval_batch_size : st.batch_size;
+  val->startEpoch(spec);
+  // correct@1, correct@5, loss sum, count; a stop request ends this rank's part at its next
+  // batch, and the flag rides on the sums: every rank learns of it at the same point.
+  double c1 = 0, c5 = 0, loss_sum = 0, count = 0, stop = 0;
+  while (auto b = val->next()) {
+    if (stopWanted() != 0) {
+      stop = 1;
+      break;
+    }
+    if (b->labels.numel() == 0) continue;
+    const torch::Tensor images = data::imagesOnDevice(b->images, device, cfg.channels_last);
+    const torch::Tensor labels = data::labelsOnDevice(b->labels, device);
+    torch::Tensor logits;
+    {
+      AutocastGuard autocast(cfg.amp, device.type(), ampDtype());
+      logits = model->forward(images);
+    }
+    logits = logits.to(at::kFloat);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    const int64_t k = std::min<int64_t>(5, logits.size(1));
+    const torch::Tensor top = std::get<1>(logits.topk(k, 1));
+    const torch::Tensor hit = top.eq(labels.unsqueeze(1));
+    c1 += hit.select(1, 0).sum().item<double>();
+    c5 += hit.any(1).sum().item<double>();
+    count += static_cast<double>(b->labels.numel());
+  }
+  at::Tensor sums = at::tensor({c1, c5, loss_sum, count, stop}, at::kDouble);
+  sync().allreduceSum(sums);
+  model->train();
+  if (sums[4].item<double>() > 0) return std::nullopt;
+  EvalPoint e;
+  e.step = pos.step;
+  e.epoch = epoch_pos;
+  e.seconds = now();
+  const double n = std::max(1.0, sums[3].item<double>());
+  e.top1 = 100.0 * sums[0].item<double>() / n;
+  e.top5 = 100.0 * sums[1].item<double>() / n;
+  e.loss = sums[2].item<double>() / n;
+  e.images = static_cast<int64_t>(sums[3].item<double>());
+  return e;
+}
+
+bool Trainer::State::targetReached(const EvalPoint& e) const {
+  if (cfg.target_top1 <= 0 && cfg.target_top5 <= 0) return false;
+  return (cfg.target_top1 <= 0 || e.top1 >= cfg.target_top1) && (cfg.target_top5 <= 0 || e.top5 >= cfg.target_top5);
+}
+
+void Trainer::State::writeMetric(const std::string& json) {
+  if (metrics.is_open()) metrics << json << std::endl;  // whole lines, as they happen (tail -f)
+}
+
+void Trainer::State::evaluateAndRecord() {
+  const std::optional<EvalPoint> got = evaluate(run.epoch_pos);
+  if (!got) {
+    run.preempted = run.stop = true;
+    run.stop_signal = stopWanted();
+    if (isRank0()) LOG(INFO) << "evaluation at step " << pos.step << " interrupted by a stop request; not recorded";
+    return;
+  }
+  const EvalPoint& e = *got;
+  TrainingState& r = pos;  // the history lives in the training state (checkpoints carry it)
+  r.evals.push_back(e);
+  writeMetric(evalPointJson(e, "eval"));
+  if (isRank0()) {
+    LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 " << e.top1 << "% top-5 "
+              << e.top5 << "% loss " << std::setprecision(4) << e.loss << " (" << e.images << " images, "
+              << formatDuration(e.seconds) << " elapsed)";
+  }
+  if (!r.target_reached && targetReached(e)) {
+    r.target_reached = true;
+    r.time_to_target_s = e.seconds;
+    run.stop = true;
+    if (isRank0()) LOG(INFO) << "target reached after " << formatDuration(e.seconds);
+  }
+}
+
+Report Trainer::State::finishReport() {
+  Report& r = report;
+  if (checkpoints) {  // the last background write's outcome belongs in this report
+    checkpoints->flush();
+    takeCheckpointErrors();
+  }
+  r.evals = pos.evals;
+  r.target_reached = pos.target_reached;
+  r.time_to_target_s = pos.time_to_target_s;
+  r.checkpoint_failures = pos.checkpoint_failures;
+  r.overflow_skips = pos.skipped_steps;  // the loss scaler's and the fp16/bf16 transfer's
+  if (!r.evals.empty()) {                // (a run stopped before its first evaluation has none)
+    r.final_top1 = r.evals.back().top1;
+    r.final_top5 = r.evals.back().top5;
+  }
+  r.steps = pos.step;
+  r.images_seen = pos.images_seen;
+  r.epochs = run.epoch_pos;
+  r.train_s = pos.train_s;
+  r.mean_images_per_s = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
+  r.steady_images_per_s = run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s
+                                                : r.mean_images_per_s;
+  r.total_s = now();
+  {  // peak resident memory: this rank's, and the largest over ranks (summing one-hot slots)
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    r.peak_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
+    at::Tensor all = at::zeros({world}, at::kDouble);
+    all[rank] = r.peak_rss_mb;
+    sync().allreduceSum(all);
+    r.max_peak_rss_mb = all.max().item<double>();
+  }
+  r.skipped_files = skips->count();
+  r.ignored_files = ignored_files;
+  r.exposed_comm_s = sync().exposedCommSeconds();
+  r.device = device.str();
+  r.precision = cfg.amp ? std::string("amp ") + optionName(cfg.amp_dtype) : "fp32";
+  r.loss_scale = scaler->enabled() ? scaler->scale() : 0;
+  r.comm = sync().describe();
+  if (!cfg.save_weights.empty() && isRank0() && !r.preempted) {  // the final evaluation averaged the BN statistics
+    try {
+      writeFileAtomicByPath(cfg.save_weights,
+                            [&](const std::string& tmp) { models::writeNamedTensors(tmp, models::stateOf(*model)); });
+    } catch (const IoError& e) {
+      AIACC_THROW(IoError, "--save-weights: ", e.what());
+    }
+  }
+  return r;
+}
+
+}  // namespace aiacc::app

@@ -1,0 +1,144 @@
+// Trainer::State, the trainer's working set, shared by its parts: trainer.cc (set-up, the
+// epoch loop, one step), trainer_eval.cc (evaluation and the report), trainer_checkpoint.cc
+// (checkpoints, the preemption stop, resume). Private to app/: nothing outside includes it.
+#pragma once
+
+#include <torch/nn/functional/loss.h>
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/amp.h"
+#include "app/fused_sgd.h"
+#include "app/stop_signal.h"
+#include "app/trainer.h"
+#include "app/training_state.h"
+#include "common/checkpoint_dir.h"
+#include "data/loader.h"
+#include "models/resnet.h"
+
+namespace aiacc::app {
+
+using Clock = Trainer::Clock;
+
+// What one optimizer step did.
+struct StepResult {
+  double loss = 0;       // the batch's mean loss per decoded image; 0 when it decoded to nothing
+  bool applied = false;  // the optimizer stepped (not skipped on a non-finite gradient)
+};
+
+// This run's progress (a resumed run counts from where it resumed); what outlives the run is in
+// TrainingState.
+struct RunTotals {
+  int64_t planned = 0;  // steps of the whole schedule (--max-steps included)
+  int64_t steps = 0;
+  double train_s = 0;
+  int64_t images = 0;
+  // Steady state: after 3 warm-up steps and once the communication tuner has frozen.
+  double steady_s = 0;
+  int64_t steady_images = 0;
+  bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
+  bool stop = false;          // the run ends (target, --max-steps, or a stop request)
+  // The ranks agreed to stop on a stop request (a signal); the signal this rank received (0:
+  // the request came from another rank).
+  bool preempted = false;
+  int stop_signal = 0;
+  Clock::time_point last_progress;
+  double epoch_pos = 0;                // fractional epoch of the training position
+  bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
+};
+
+struct Trainer::State {
+  Config cfg;
+  comm::WorldInfo world_info;
+  SyncFactory make_sync;
+  std::unique_ptr<comm::GradientSync> sync_ptr;
+  Clock::time_point start;
+  int rank = 0, world = 1;
+
+  std::shared_ptr<data::SkipLog> skips = std::make_shared<data::SkipLog>();
+  std::unique_ptr<data::BatchSource> train, val;
+  int64_t ignored_files = 0;
+  std::string data_name;
+  std::string dataset;  // datasetFingerprint(), for the agreement across ranks
+
+  at::Device device = at::kCPU;
+  models::ResNet model{nullptr};
+  std::unique_ptr<FusedSgd> optimizer;
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<GradScaler> scaler;
+  // The gradient sync took the loss scale (fp16 transfer under AMP fp16): it unscales, checks
+  // and moves the one scale itself, and the trainer must not unscale again.
+  bool sync_unscales = false;
+
+  TrainingState pos;                              // what a checkpoint holds besides the tensors
+  std::unique_ptr<CheckpointWriter> checkpoints;  // rank 0, from the first checkpoint on
+  std::shared_ptr<comm::Timeline> timeline;
+  std::ofstream metrics;
+  Report report;
+  RunTotals run;
+  torch::nn::functional::CrossEntropyFuncOptions loss_opts;
+
+  StopRequest stop_request = [] { return stopSignalReceived(); };
+
+  State(Config c, comm::WorldInfo w, SyncFactory f, Clock::time_point t)
+      : cfg(std::move(c)), world_info(w), make_sync(std::move(f)), start(t) {}
+  comm::GradientSync& sync() { return *sync_ptr; }
+
+  double now() const { return pos.elapsed_s + std::chrono::duration<double>(Clock::now() - start).count(); }
+  bool isRank0() const { return rank == 0; }
+
+  // Threads, device, data, model (and the resumed position), metrics file, report header.
+  void setUp();
+  void setupDevice();
+  void setupData();
+  void setupModel();
+  // One epoch's steps, each followed by its metrics line, progress and --eval-every evaluation;
+  // true when every batch of the epoch was trained (no target or --max-steps stop within it).
+  bool trainEpoch(int epoch);
+  // One optimizer step (below, with the loss scaler's handling in one place).
+  StepResult trainStep(const data::Batch& batch, const Stage& st, Clock::time_point t0);
+  // Rank 0, every --progress-seconds: where the run is, the mean speed and the time left.
+  void printProgress(int epoch, int64_t step_in_epoch, int64_t batches, const Stage& st, double loss, double lr,
+                     Clock::time_point t);
+  // After a complete epoch: the position at its end, the JPEG index summary once.
+  void finishEpoch(int epoch);
+  // Evaluates at run.epoch_pos, records it (report, metrics, log) and stops at the target; a
+  // stop request during it ends it unrecorded (run.preempted).
+  void evaluateAndRecord();
+  // The report's totals, the peak memory over ranks, and --save-weights.
+  Report finishReport();
+  at::ScalarType ampDtype() const { return cfg.amp_dtype == AmpDtype::kBf16 ? at::kBFloat16 : at::kHalf; }
+  void setLearningRate(double lr);
+  int64_t plannedSteps() const;
+  // Every rank's evaluation summed; nullopt when a stop request came on some rank meanwhile.
+  std::optional<EvalPoint> evaluate(double epoch_pos);
+  bool targetReached(const EvalPoint& e) const;
+  void writeMetric(const std::string& json);
+  // At an epoch end (with --checkpoint-dir): writeCheckpoint in the background.
+  void checkpoint();
+  // Every rank calls it (the buffers are averaged first: a collective); rank 0 takes the snapshot
+  // and hands it to the checkpoint writer (waiting only for a write still in flight). With
+  // `wait`, it waits for this write too and returns the file written ("" on failure: counted,
+  // logged; the previous checkpoint stays the newest). "" on other ranks and without `wait`.
+  std::string writeCheckpoint(bool wait);
+  // Counts and logs the checkpoint writer's failures since the last call.
+  void takeCheckpointErrors();
+  // Resume (--resume PATH or auto) into model, optimizer and pos; called before the sync wraps
+  // the model.
+  void resume();
+  // The settings a resumed run must share with the run that wrote the checkpoint.
+  std::vector<std::pair<std::string, std::string>> continuationSettings() const;
+  // After the ranks agreed to stop: the checkpoint of this step, then the report.
+  Report finishPreempted();
+  // An evaluation is due at the current position (an epoch end, or --eval-every) and not in
+  // the history: a run resumed after a stop that interrupted it.
+  bool evaluationPending() const;
+  // This rank's stop wish now (its signal, or 0).
+  int stopWanted() const { return stop_request ? stop_request() : 0; }
+};
+
+}  // namespace aiacc::app

@@ -1,0 +1,54 @@
+// TrainingState: everything the rest of a run depends on besides the model's and the
+// optimizer's tensors. A checkpoint holds it beside them (app/checkpoint.h); the trainer's loop
+// reads and advances it (app/trainer.cc); an elastic survivor would hand it to a joiner.
+//
+// What is not here, and why the continuation is still exact:
+//   - the sample order and every augmentation are pure functions of (--seed, epoch, sample
+//     index) (data/loader.h), so (epochs_done, batches_in_epoch) is the whole data position;
+//   - the learning rate is a function of the position;
+//   - the global CPU generator only draws the initial weights, which the checkpoint replaces (its
+//     state is kept anyway, in rng_cpu, for anything a later version draws from it);
+//   - the communication set-up (tuner decision, striping weights, bucket order) changes how the
+//     gradients travel, not their fp32 sum's value over the ranks.
+// Fields are appended at the end (aggregate initialisation in tests and tools keeps its order).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "app/report.h"
+
+namespace aiacc::app {
+
+struct TrainingState {
+  int64_t epochs_done = 0;            // completed epochs: the epoch the run is in
+  int64_t step = 0;                   // optimizer steps taken (skipped ones included)
+  int64_t images_seen = 0;            // training images, all ranks
+  double elapsed_s = 0;               // wall seconds already spent (time to target continues from here)
+  double train_s = 0;                 // of which in training steps
+  double loss_scale = 0;              // the AMP loss scaler's scale (0: no scaler)
+  int64_t loss_scale_good_steps = 0;  // finite steps since its last change
+  // Batches of epoch `epochs_done` already trained: a run stopped in the middle of an epoch
+  // resumes at the next batch of that same epoch (0 at an epoch boundary).
+  int64_t batches_in_epoch = 0;
+  int64_t skipped_steps = 0;  // steps every rank skipped for a non-finite gradient
+  int checkpoint_failures = 0;
+  // The evaluations so far and the target, as the report shows them: a resumed run's report
+  // covers the whole run.
+  std::vector<EvalPoint> evals;
+  bool target_reached = false;
+  double time_to_target_s = -1;
+  // The settings the continuation depends on (name, value), as the run that wrote the
+  // checkpoint had them: a resume with another value is refused, naming the setting.
+  std::vector<std::pair<std::string, std::string>> settings;
+  at::Tensor rng_cpu;  // the global CPU generator's state (uint8); undefined: not recorded
+  // Written by one rank from its own memory, without a collective (the others were gone): the
+  // BatchNorm running statistics are that rank's, not averaged over the ranks.
+  bool rank_local_buffers = false;
+};
+
+}  // namespace aiacc::app

@@ -1,0 +1,317 @@
+// Preemption: a stop request (a signal) ends the run at a step every rank agrees on, with that
+// step's checkpoint; --resume auto continues the same epoch at its next batch, and the
+// interrupted run and its continuation together are the uninterrupted run, bit for bit.
+// In one process (an injected stop request at a chosen step) and as real aiacc_train processes
+// under the --nproc launcher (real signals).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <torch/serialize/input-archive.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "app/trainer.h"
+#include "models/resnet.h"
+#include "models/weights.h"
+#include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
+#include "tests/test_util.h"
+#include "tests/train_problem.h"
+
+namespace aiacc::app {
+namespace {
+
+// Every tensor a checkpoint holds (model state by name, then the momentum buffers by position),
+// for exact comparison; the rest of the file (clocks) may differ.
+std::vector<std::pair<std::string, at::Tensor>> checkpointTensors(const std::string& path, int64_t classes) {
+  models::ResNetOptions o;
+  o.arch = "resnet18";
+  o.num_classes = classes;
+  models::ResNet m(o);
+  torch::serialize::InputArchive root, state, optim;
+  root.load_from(path);
+  root.read("state", state);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, t] : models::stateOf(*m)) {
+    at::Tensor v;
+    state.read(name, v, /*is_buffer=*/true);
+    out.emplace_back(name, v);
+  }
+  root.read("optimizer", optim);
+  c10::IValue groups;
+  optim.read("groups", groups);
+  for (int64_t g = 0; g < groups.toInt(); ++g) {
+    c10::IValue size;
+    optim.read("group/" + std::to_string(g) + "/size", size);
+    for (int64_t j = 0; j < size.toInt(); ++j) {
+      const std::string key = "momentum/" + std::to_string(g) + "/" + std::to_string(j);
+      at::Tensor v;
+      if (optim.try_read(key, v, /*is_buffer=*/true)) out.emplace_back(key, v);
+    }
+  }
+  return out;
+}
+
+// The checkpoint DIR/latest names.
+std::string newest(const std::string& dir) {
+  std::string name = test::readText(dir + "/latest");
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return dir + "/" + name;
+}
+
+void expectSameTensors(const std::string& a, const std::string& b, int64_t classes) {
+  const auto ta = checkpointTensors(a, classes), tb = checkpointTensors(b, classes);
+  ASSERT_EQ(ta.size(), tb.size());
+  ASSERT_GT(ta.size(), 100u) << "parameters, buffers and momentum";
+  for (size_t i = 0; i < ta.size(); ++i) {
+    ASSERT_EQ(ta[i].first, tb[i].first);
+    EXPECT_TRUE(ta[i].second.equal(tb[i].second)) << ta[i].first << " differs";
+  }
+}
+
+class Preemption : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir();
+    test::makeLearnableSample(*dir_ / "ds");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static Config config() {
+    Config c = test::learnableConfig(*dir_ / "ds");
+    c.epochs = 2;  // 20 steps each
+    return c;
+  }
+  static test::TempDir* dir_;
+};
+test::TempDir* Preemption::dir_ = nullptr;
+
+// A stop request at step 27 (epoch 2, batch 7): the run stops there with that step's checkpoint;
+// resumed with --resume auto it continues at batch 8 of epoch 2. Losses, parameters, BN
+// statistics and momentum equal the uninterrupted run's exactly; every batch of every epoch is
+// trained once; the report continues (steps, evaluations).
+TEST_F(Preemption, StopMidEpochAndResumeIsTheUninterruptedRun) {
+  test::TempDir d;
+  Config whole = config();
+  whole.checkpoint_dir = d / "whole";
+  whole.metrics_file = d / "whole.jsonl";
+  const Report full = Trainer(whole, {}, localSync(), Trainer::Clock::now()).run();
+  ASSERT_FALSE(full.preempted);
+  ASSERT_EQ(full.steps, 40);
+
+  Config first = config();
+  first.checkpoint_dir = d / "ck";
+  first.metrics_file = d / "parts.jsonl";
+  Trainer interrupted(first, {}, localSync(), Trainer::Clock::now());
+  int polls = 0;  // once a step, and once per batch of epoch 1's evaluation (5 of 16 images)
+  interrupted.setStopRequest([&] { return ++polls >= 20 + 5 + 7 ? SIGTERM : 0; });
+  const Report part = interrupted.run();
+  EXPECT_TRUE(part.preempted);
+  EXPECT_EQ(part.stop_signal, SIGTERM);
+  EXPECT_EQ(part.steps, 27) << "alone, the vote answers at once: the stop is at the requested step";
+  EXPECT_EQ(part.saved_step, 27);
+  EXPECT_EQ(part.checkpoint, first.checkpoint_dir + "/step-000000000027.ckpt");
+  EXPECT_EQ(part.evals.size(), 1u) << "epoch 1's evaluation";
+
+  Config second = first;
+  second.resume = "auto";
+  const Report rest = Trainer(second, {}, localSync(), Trainer::Clock::now()).run();
+  EXPECT_FALSE(rest.preempted);
+  EXPECT_EQ(rest.steps, 40);
+  EXPECT_EQ(rest.images_seen, full.images_seen);
+  ASSERT_EQ(rest.evals.size(), 2u) << "the report covers the whole run";
+  EXPECT_EQ(rest.evals[0].top1, full.evals[0].top1);
+  EXPECT_EQ(rest.evals[1].top1, full.evals[1].top1);
+  EXPECT_EQ(rest.evals[1].loss, full.evals[1].loss);
+
+  const auto want = test::metricValues(whole.metrics_file, "step", "loss");
+  const auto got = test::metricValues(first.metrics_file, "step", "loss");  // both parts, appended
+  ASSERT_EQ(want.size(), 40u);
+  EXPECT_EQ(got, want) << "per-step losses of the two parts equal the uninterrupted run's";
+  const auto steps = test::metricValues(first.metrics_file, "step", "step");
+  const auto epochs = test::metricValues(first.metrics_file, "step", "epoch");
+  const auto batches = test::metricValues(first.metrics_file, "step", "batch");
+  ASSERT_EQ(batches.size(), 40u);
+  std::set<std::pair<int, int>> seen;  // (epoch, batch): every batch of each epoch once
+  for (size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(steps[i], static_cast<double>(i + 1));
+    const int epoch = static_cast<int>(std::ceil(epochs[i]) - 1);
+    EXPECT_TRUE(seen.insert({epoch, static_cast<int>(batches[i])}).second) << "batch trained twice at step " << i + 1;
+  }
+  EXPECT_EQ(seen.size(), 40u);
+  expectSameTensors(newest(whole.checkpoint_dir), newest(first.checkpoint_dir), 8);
+  EXPECT_EQ(newest(first.checkpoint_dir), first.checkpoint_dir + "/step-000000000040.ckpt");
+}
+
+// A stop request during an evaluation ends it unrecorded; the checkpoint is the step's, and
+// the resumed run evaluates that point first, then goes on: the same history as without stop.
+TEST_F(Preemption, StopDuringEvaluationResumesWithThatEvaluation) {
+  test::TempDir d;
+  Config whole = config();
+  whole.epochs = 1;
+  whole.eval_every = 8;
+  const Report full = Trainer(whole, {}, localSync(), Trainer::Clock::now()).run();
+  ASSERT_EQ(full.evals.size(), 3u);  // steps 8, 16, 20
+
+  Config first = whole;
+  first.checkpoint_dir = d / "ck";
+  Trainer interrupted(first, {}, localSync(), Trainer::Clock::now());
+  int polls = 0;  // 8 steps, then the evaluation's batches (5 of 16 images): stop in its 3rd
+  interrupted.setStopRequest([&] { return ++polls >= 8 + 3 ? SIGUSR1 : 0; });
+  const Report part = interrupted.run();
+  EXPECT_TRUE(part.preempted);
+  EXPECT_EQ(part.stop_signal, SIGUSR1);
+  EXPECT_EQ(part.steps, 8);
+  EXPECT_TRUE(part.evals.empty()) << "the interrupted evaluation is not recorded";
+
+  Config second = first;
+  second.resume = "auto";
+  const Report rest = Trainer(second, {}, localSync(), Trainer::Clock::now()).run();
+  ASSERT_EQ(rest.evals.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rest.evals[i].step, full.evals[i].step);
+    EXPECT_EQ(rest.evals[i].loss, full.evals[i].loss) << "evaluation " << i;
+  }
+}
+
+// --resume auto over a damaged newest checkpoint (truncated, one byte flipped): the one before
+// it, which is whole, is taken, and the run goes on from there to the same end.
+TEST_F(Preemption, ResumeAutoPassesOverADamagedNewestCheckpoint) {
+  for (const bool truncate : {true, false}) {
+    test::TempDir d;
+    Config c = config();
+    c.epochs = 2;
+    c.eval_every = 0;
+    c.checkpoint_dir = d / "ck";
+    c.metrics_file = d / "m.jsonl";
+    const Report full = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+    ASSERT_EQ(full.steps, 40);
+    const std::string last = newest(c.checkpoint_dir);
+    ASSERT_EQ(last, c.checkpoint_dir + "/step-000000000040.ckpt");
+    std::string bytes = test::readText(last);
+    if (truncate) {
+      bytes.resize(bytes.size() / 2);
+    } else {
+      bytes[bytes.size() / 3] ^= 0x10;
+    }
+    test::writeText(last, bytes);
+    Config again = c;
+    again.resume = "auto";
+    again.metrics_file = d / "again.jsonl";
+    const Report rest = Trainer(again, {}, localSync(), Trainer::Clock::now()).run();
+    EXPECT_EQ(rest.steps, 40) << (truncate ? "truncated" : "flipped");
+    const auto steps = test::metricValues(again.metrics_file, "step", "step");
+    ASSERT_EQ(steps.size(), 20u) << "epoch 2 again, from the checkpoint of step 20";
+    EXPECT_EQ(steps.front(), 21);
+    const auto losses = test::metricValues(c.metrics_file, "step", "loss");
+    EXPECT_EQ(test::metricValues(again.metrics_file, "step", "loss"),
+              std::vector<double>(losses.begin() + 20, losses.end()));
+  }
+}
+
+// --resume auto with no checkpoint yet: a fresh start, said once; a checkpoint written with
+// other settings that shape the continuation is refused, naming the setting.
+TEST_F(Preemption, ResumeAutoStartsAfreshAndRefusesOtherSettings) {
+  test::TempDir d;
+  Config c = config();
+  c.epochs = 1;
+  c.max_steps = 3;
+  c.checkpoint_dir = d / "ck";
+  c.resume = "auto";
+  Trainer t(c, {}, localSync(), Trainer::Clock::now());
+  t.setStopRequest([] { return SIGTERM; });
+  const Report r = t.run();
+  EXPECT_TRUE(r.preempted);
+  EXPECT_EQ(r.steps, 1);
+  ASSERT_EQ(newest(c.checkpoint_dir), c.checkpoint_dir + "/step-000000000001.ckpt");
+  Config other = c;
+  other.seed = 6;
+  try {
+    Trainer(other, {}, localSync(), Trainer::Clock::now()).run();
+    FAIL() << "resumed with another --seed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--seed 5, this run has 6"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::app
+
+namespace aiacc::app {
+namespace {
+
+// 2 ranks x batch 8 on 320 synthetic images: 20 steps an epoch, 2 epochs.
+std::string twoRankJob(const std::string& dir, bool shm) {
+  return std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" + std::to_string(test::freePort()) +
+         " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 320 --batch-size 8"
+         " --image-size 32 --epochs 2 --warmup-epochs 0 --threads 1 --noautotune --streams 1 --progress-seconds 1000" +
+         (shm ? "" : " --noshm") + " --checkpoint-dir " + dir + "/ck --metrics-file " + dir + "/m.jsonl";
+}
+
+// Shell: waits (up to 120 s) until FILE has at least N lines.
+std::string waitForLines(const std::string& file, int n) {
+  return "for i in $(seq 600); do [ -f " + file + " ] && [ $(wc -l < " + file + ") -ge " + std::to_string(n) +
+         " ] && break; sleep 0.2; done; ";
+}
+
+class PreemptedJob : public ::testing::TestWithParam<bool> {};
+
+// SIGTERM to the launcher in the middle of epoch 1 (real processes): every rank stops at the same
+// step, the job exits 75 with one line naming the saved step; the same command with --resume auto
+// finishes, and the two runs' per-step losses are the uninterrupted run's. Parameters and momentum
+// equal it too; the BatchNorm running statistics agree within float rounding (the stop's
+// checkpoint averaged them over the ranks where the uninterrupted run did not: --bn-sync lazy).
+TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
+  const bool shm = GetParam();
+  if (!shm) AIACC_SKIP_WITHOUT_GLOO();
+  test::TempDir d;
+  const std::string job = twoRankJob(d.path(), shm);
+  auto [rc, out] = test::runShell(twoRankJob(d / "whole", shm).replace(0, 0, "mkdir -p " + d.path() + "/whole && ") +
+                                  " 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  const std::string script = job + " > " + d.path() + "/log 2>&1 & L=$!; " + waitForLines(d / "m.jsonl", 6) +
+                             "kill -TERM $L; wait $L; echo rc=$?; cat " + d.path() + "/log";
+  test::writeText(d / "term.sh", script + "\n");
+  std::tie(rc, out) = test::runShell("bash " + d.path() + "/term.sh");
+  ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
+  EXPECT_NE(out.find("aiacc_train: received SIGTERM; forwarding it to the 2 worker(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("; saved " + d.path() + "/ck/step-0000000000"), std::string::npos) << out;
+  EXPECT_NE(out.find(".ckpt; run the same command with --resume auto to continue"), std::string::npos) << out;
+  const auto steps_before = test::metricValues(d / "m.jsonl", "step", "step");
+  ASSERT_FALSE(steps_before.empty());
+  ASSERT_LT(steps_before.back(), 20) << "stopped in epoch 1: " << out;
+  EXPECT_NE(out.find("after step " + std::to_string(static_cast<int>(steps_before.back())) + "; saved"),
+            std::string::npos)
+      << "the saved step is the last step trained\n"
+      << out;
+
+  std::tie(rc, out) = test::runShell(job + " --resume auto 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("resumed from " + d.path() + "/ck/step-"), std::string::npos) << out;
+  EXPECT_NE(out.find(".ckpt at step " + std::to_string(static_cast<int>(steps_before.back())) + " (epoch 1, batch " +
+                     std::to_string(static_cast<int>(steps_before.back())) + ")"),
+            std::string::npos)
+      << out;
+  const auto want = test::metricValues(d / "whole/m.jsonl", "step", "loss");
+  ASSERT_EQ(want.size(), 40u);
+  EXPECT_EQ(test::metricValues(d / "m.jsonl", "step", "loss"), want);
+  EXPECT_EQ(test::metricValues(d / "m.jsonl", "step", "step").size(), 40u) << "no step trained twice";
+  const auto a = checkpointTensors(newest(d / "whole/ck"), 4), b = checkpointTensors(newest(d / "ck"), 4);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool running_stat = a[i].first.find("running_") != std::string::npos;
+    if (running_stat) {
+      EXPECT_TRUE(at::allclose(a[i].second, b[i].second, 1e-5, 1e-6)) << a[i].first;
+    } else {
+      EXPECT_TRUE(a[i].second.equal(b[i].second)) << a[i].first << " differs";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PreemptedJob, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Shm" : "Gloo"; });
+
+}  // namespace
+}  // namespace aiacc::app
