@@ -78,6 +78,10 @@ struct Config {
 
   // Outputs
   std::string checkpoint_dir;
+  // Mid-epoch checkpoints too (--checkpoint-every): every N steps, or every so many seconds of
+  // rank 0's clock (agreed across ranks through GradientSync::voteFlags); 0: epoch ends only.
+  int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_s = 0;
   int keep_checkpoints = 3;  // in checkpoint_dir: the newest K (common/checkpoint_dir.h)
   std::string resume;        // checkpoint file to continue from, or "auto" (the newest valid one in checkpoint_dir)
   std::string metrics_file;

@@ -7,6 +7,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -176,6 +177,10 @@ DEFINE_double(comm_timeout, static_cast<double>(aiacc::comm::kDefaultTimeout.cou
 DEFINE_string(checkpoint_dir, "",
               "write a checkpoint here after each epoch and at a stop (SIGTERM, SIGINT, SIGUSR1: the "
               "ranks agree on a step, save it and exit 75; atomic rename)");
+DEFINE_string(checkpoint_every, "",
+              "also checkpoint in the middle of epochs: every N steps ('500') or every so much time ('10m', "
+              "'90s', '1h'; rank 0's clock, agreed across ranks); written in the background, one write in "
+              "flight (a checkpoint due while the previous one is still being written is skipped and counted)");
 DEFINE_int32(keep_checkpoints, 3,
              "checkpoints kept in --checkpoint-dir (the newest; each is DIR/step-N.ckpt with a manifest of "
              "its size and CRC-32C, and DIR/latest names the newest once it is on disk)");
@@ -430,6 +435,26 @@ Config configFromFlags(const Recipe& recipe) {
   c.checkpoint_dir = FLAGS_checkpoint_dir;
   c.resume = FLAGS_resume;
   c.keep_checkpoints = FLAGS_keep_checkpoints;
+  if (!FLAGS_checkpoint_every.empty()) {
+    const std::string& v = FLAGS_checkpoint_every;
+    size_t used = 0;
+    double n = -1;
+    try {
+      n = std::stod(v, &used);
+    } catch (const std::exception&) {
+    }
+    const std::string unit = v.substr(used);
+    const double scale = unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
+    const bool steps = unit.empty() && n >= 1 && n == std::floor(n);
+    AIACC_CHECK_INPUT(steps || (scale > 0 && n > 0), "--checkpoint-every must be a step count (500) or a time ",
+                      "(10m, 90s, 1h); got '", v, "'");
+    AIACC_CHECK_INPUT(!c.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+    if (steps) {
+      c.checkpoint_every_steps = static_cast<int64_t>(n);
+    } else {
+      c.checkpoint_every_s = n * scale;
+    }
+  }
   AIACC_CHECK_INPUT(c.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1 (got ", c.keep_checkpoints, ")");
   AIACC_CHECK_INPUT(c.resume != "auto" || !c.checkpoint_dir.empty(),
                     "--resume auto needs --checkpoint-dir (the folder to resume from)");

@@ -109,10 +109,13 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
 int preemptedExit(const aiacc::app::Report& r, const aiacc::app::Config& c, int rank) {
   const std::string by = r.stop_signal != 0 ? aiacc::app::signalName(r.stop_signal) : "a stop request on another rank";
   const bool saved = rank == 0 ? !r.checkpoint.empty() : !c.checkpoint_dir.empty();
-  if (rank == 0 && saved) {
+  if (rank != 0) {  // each rank says where it stopped: the same step on every rank
+    std::cerr << "aiacc_train: rank " << rank << " stopped by " << by << " after step " << r.steps
+              << (saved ? " (rank 0 saves the checkpoint)\n" : " (nothing saved: no --checkpoint-dir)\n");
+  } else if (saved) {
     std::cerr << "aiacc_train: stopped by " << by << " after step " << r.steps << "; saved " << r.checkpoint
               << "; run the same command with --resume auto to continue\n";
-  } else if (rank == 0) {
+  } else {
     std::cerr << "aiacc_train: stopped by " << by << " after step " << r.steps << "; nothing saved ("
               << (c.checkpoint_dir.empty() ? "no --checkpoint-dir" : "the checkpoint write failed") << ")\n";
   }

@@ -138,6 +138,7 @@ std::string reportJson(const Report& r, const Config& c) {
       .add("skipped_files", r.skipped_files)
       .add("ignored_files", r.ignored_files)
       .add("checkpoint_failures", r.checkpoint_failures)
+      .add("checkpoint_skips", r.checkpoint_skips)
       .add("exposed_comm_s", r.exposed_comm_s)
       .add("comm", r.comm)
       .add("device", r.device)
@@ -194,6 +195,7 @@ void printReport(const Report& r, std::ostream& os) {
      << "skipped files    " << r.skipped_files << " undecodable, " << r.ignored_files
      << " without an image extension\n";
   if (r.checkpoint_failures) os << "checkpoint fails " << r.checkpoint_failures << "\n";
+  if (r.checkpoint_skips) os << "checkpoints skipped (previous write in flight) " << r.checkpoint_skips << "\n";
   os << "machine          " << r.machine.cores << " cores (" << r.machine.cpu << "), GPU " << r.machine.gpu
      << "; LibTorch " << r.machine.torch_version << ", OpenCV " << r.machine.opencv_version << ", libjpeg-turbo "
      << r.machine.jpeg_turbo_version << "\n";

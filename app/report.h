@@ -45,6 +45,7 @@ struct Report {
   int64_t skipped_files = 0;  // undecodable files skipped (unique)
   int64_t ignored_files = 0;  // files without an image extension
   int checkpoint_failures = 0;
+  int64_t checkpoint_skips = 0;  // --checkpoint-every points skipped: the previous write was still going
   double exposed_comm_s = 0;
   std::string comm;                // communication set-up (GradientSync::describe)
   std::string device = "cpu";      // training device of rank 0 ("cuda:0")

@@ -4,7 +4,7 @@
 //
 // The handler only records the first such signal's number (an atomic store: async-signal-safe);
 // the training loop polls it at step boundaries and the ranks agree on one stop step
-// (comm::GradientSync::voteStop), then save a checkpoint and exit with kExitPreempted (75, app/launcher.h). Nothing
+// (comm::GradientSync::voteFlags), then save a checkpoint and exit with kExitPreempted (75, app/launcher.h). Nothing
 // else happens in the handler, so a signal during a collective, an evaluation or a checkpoint
 // write is never lost and never interrupts them.
 //

@@ -212,10 +212,18 @@ void Trainer::State::setUp() {
   loss_opts = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.label_smoothing);
   run.planned = plannedSteps();
   run.last_progress = Clock::now();
-  run.epoch_pos = static_cast<double>(pos.epochs_done);
+  // (A run resumed in the middle of an epoch is that far into it: training batches are whole.)
+  const int64_t nb = train->shardSize() / stageAt(cfg, static_cast<int>(pos.epochs_done)).batch_size;
+  run.epoch_pos = static_cast<double>(pos.epochs_done) +
+                  (nb > 0 ? static_cast<double>(pos.batches_in_epoch) / static_cast<double>(nb) : 0.0);
+  run.last_checkpoint_s = now();
 }
 
 void Trainer::setStopRequest(StopRequest request) { s_->stop_request = std::move(request); }
+
+void Trainer::setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t)> hook) {
+  s_->checkpoint_hook = std::move(hook);
+}
 
 Report Trainer::run() {
   State& s = *s_;
@@ -286,13 +294,29 @@ bool Trainer::State::trainEpoch(int epoch) {
                     .add("compute_s", step_s)
                     .str());
     printProgress(epoch, step_in_epoch, nb, st, step.loss, lr, t1);
-    // The stop agreement, once per step on every rank: true on all ranks at the same step, at
-    // most 2 steps after the first stop request on any rank (comm::GradientSync::voteStop).
+    // What every rank must act on at the same step, agreed once per step (GradientSync::voteFlags:
+    // at most 2 steps after any rank raised it): a stop request, and --checkpoint-every by time
+    // (rank 0's clock decides, once per interval).
+    uint8_t mine = 0;
     const int wanted = stopWanted();
-    if (sync().voteStop(wanted != 0)) {
+    if (wanted != 0) mine |= kFlagStop;
+    if (isRank0() && cfg.checkpoint_every_s > 0 && !run.checkpoint_asked &&
+        now() - run.last_checkpoint_s >= cfg.checkpoint_every_s) {
+      mine |= kFlagCheckpoint;
+      run.checkpoint_asked = true;
+    }
+    const uint8_t agreed = sync().voteFlags(mine);
+    if (agreed & kFlagStop) {
       run.preempted = run.stop = true;
       run.stop_signal = wanted;
       break;
+    }
+    if (agreed & kFlagCheckpoint) run.checkpoint_asked = false;
+    const bool every_steps = cfg.checkpoint_every_steps > 0 && pos.step % cfg.checkpoint_every_steps == 0;
+    // (At an epoch's last step the epoch end's checkpoint follows anyway.)
+    if (!cfg.checkpoint_dir.empty() && ((agreed & kFlagCheckpoint) || every_steps) && step_in_epoch < nb) {
+      writeCheckpoint(CheckpointWait::kSkipIfBusy);
+      run.last_checkpoint_s = now();
     }
     if (cfg.eval_every > 0 && pos.step % cfg.eval_every == 0) evaluateAndRecord();
     if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || run.stop) {

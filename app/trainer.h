@@ -14,6 +14,7 @@
 #include "app/report.h"
 #include "app/stop_signal.h"
 #include "comm/agreement.h"
+#include "common/checkpoint_dir.h"
 #include "comm/gradient_sync.h"
 #include "comm/timeline.h"
 
@@ -55,6 +56,8 @@ class Trainer {
   // arrives on any rank, the ranks agree on a step, stop there, write its checkpoint (with
   // Config::checkpoint_dir) and run() returns a Report with preempted set.
   void setStopRequest(StopRequest request);
+  // Tests: called by the checkpoint writer at each phase of every write (a slow or failing disk).
+  void setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t step)> hook);
   Report run();
 
  private:

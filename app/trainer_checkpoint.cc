@@ -74,9 +74,19 @@ void Trainer::State::resume() {
   }
 }
 
-std::string Trainer::State::writeCheckpoint(bool wait) {
+std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
   sync().syncBuffers();
   if (!isRank0()) return "";
+  if (!checkpoints) {
+    CheckpointDirOptions o;
+    o.keep = cfg.keep_checkpoints;
+    o.fault_hook = checkpoint_hook;
+    checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
+  }
+  if (wait == CheckpointWait::kSkipIfBusy && !checkpoints->idle()) {
+    ++report.checkpoint_skips;  // the previous write is still going: no second snapshot queued behind it
+    return "";
+  }
   // The snapshot, on the training thread; the writer thread puts it on disk.
   TrainingState p = pos;
   p.elapsed_s = now();
@@ -87,14 +97,9 @@ std::string Trainer::State::writeCheckpoint(bool wait) {
   p.settings = continuationSettings();
   p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
   std::string bytes = encodeCheckpoint(*model, *optimizer, p);
-  if (!checkpoints) {
-    CheckpointDirOptions o;
-    o.keep = cfg.keep_checkpoints;
-    checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
-  }
   const int64_t failed_before = checkpoints->failures();
   checkpoints->submit(pos.step, std::move(bytes));  // waits for the write before it, if any
-  if (!wait) return "";
+  if (wait != CheckpointWait::kDone) return "";
   checkpoints->flush();
   const bool ok = checkpoints->failures() == failed_before;
   takeCheckpointErrors();
@@ -110,14 +115,16 @@ void Trainer::State::takeCheckpointErrors() {
 }
 
 void Trainer::State::checkpoint() {
-  if (!cfg.checkpoint_dir.empty()) writeCheckpoint(/*wait=*/false);
+  if (cfg.checkpoint_dir.empty()) return;
+  writeCheckpoint(CheckpointWait::kQueue);
+  run.last_checkpoint_s = now();
 }
 
 Report Trainer::State::finishPreempted() {
   report.preempted = true;
   report.stop_signal = run.stop_signal;
   if (!cfg.checkpoint_dir.empty()) {
-    report.checkpoint = writeCheckpoint(/*wait=*/true);
+    report.checkpoint = writeCheckpoint(CheckpointWait::kDone);
     if (!report.checkpoint.empty()) report.saved_step = pos.step;
   }
   return finishReport();

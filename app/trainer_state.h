@@ -30,6 +30,17 @@ struct StepResult {
   bool applied = false;  // the optimizer stepped (not skipped on a non-finite gradient)
 };
 
+// The flags the ranks agree on each step (comm::GradientSync::voteFlags).
+constexpr uint8_t kFlagStop = 1;        // a stop request (signal) on some rank
+constexpr uint8_t kFlagCheckpoint = 2;  // rank 0: --checkpoint-every's time has come
+
+// How writeCheckpoint hands its snapshot to the writer thread.
+enum class CheckpointWait {
+  kSkipIfBusy,  // mid-epoch: skipped (counted) while the previous write is in flight
+  kQueue,       // epoch end: waits for the write in flight, if any, not for this one
+  kDone,        // the stop: waits until this one is on disk
+};
+
 // This run's progress (a resumed run counts from where it resumed); what outlives the run is in
 // TrainingState.
 struct RunTotals {
@@ -46,6 +57,10 @@ struct RunTotals {
   // the request came from another rank).
   bool preempted = false;
   int stop_signal = 0;
+  // --checkpoint-every by time: when the last checkpoint was taken (now()), and whether rank 0
+  // has asked for the next one (it is taken at the step the vote brings the flag back).
+  double last_checkpoint_s = 0;
+  bool checkpoint_asked = false;
   Clock::time_point last_progress;
   double epoch_pos = 0;                // fractional epoch of the training position
   bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
@@ -74,8 +89,9 @@ struct Trainer::State {
   // and moves the one scale itself, and the trainer must not unscale again.
   bool sync_unscales = false;
 
-  TrainingState pos;                              // what a checkpoint holds besides the tensors
-  std::unique_ptr<CheckpointWriter> checkpoints;  // rank 0, from the first checkpoint on
+  TrainingState pos;                                              // what a checkpoint holds besides the tensors
+  std::unique_ptr<CheckpointWriter> checkpoints;                  // rank 0, from the first checkpoint on
+  std::function<void(CheckpointPhase, int64_t)> checkpoint_hook;  // tests (Trainer::setCheckpointFaultHook)
   std::shared_ptr<comm::Timeline> timeline;
   std::ofstream metrics;
   Report report;
@@ -121,10 +137,10 @@ struct Trainer::State {
   // At an epoch end (with --checkpoint-dir): writeCheckpoint in the background.
   void checkpoint();
   // Every rank calls it (the buffers are averaged first: a collective); rank 0 takes the snapshot
-  // and hands it to the checkpoint writer (waiting only for a write still in flight). With
-  // `wait`, it waits for this write too and returns the file written ("" on failure: counted,
-  // logged; the previous checkpoint stays the newest). "" on other ranks and without `wait`.
-  std::string writeCheckpoint(bool wait);
+  // on this thread and hands it to the checkpoint writer as `wait` says. With kDone it returns
+  // the file written ("" on failure: counted, logged; the previous checkpoint stays the newest);
+  // otherwise, and on other ranks, "".
+  std::string writeCheckpoint(CheckpointWait wait);
   // Counts and logs the checkpoint writer's failures since the last call.
   void takeCheckpointErrors();
   // Resume (--resume PATH or auto) into model, optimizer and pos; called before the sync wraps

@@ -70,8 +70,8 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
 }
 
 DataParallel::~DataParallel() {
-  // The last stop vote may still be in flight (a run that ended without stopping): its buffer
-  // must outlive it. Its error, if any, was or will be met by the caller's other collectives.
+  // The last vote is still in flight: its buffer must outlive it. Its error, if any, was or will be met by the caller's
+  // other collectives.
   if (pending_vote_) {
     try {
       pending_vote_->synchronize();
@@ -166,16 +166,16 @@ std::string DataParallel::describe() const {
                 " buckets (cap ", reducer_->bucketCap(), " MiB) over ", k, k == 1 ? " channel" : " channels", tuned);
 }
 
-bool DataParallel::voteStop(bool mine) {
+uint8_t DataParallel::voteFlags(uint8_t mine) {
   return abortOnFailure([&] {
+    uint8_t agreed = 0;
     if (pending_vote_) {
       pending_vote_->synchronize();  // submitted a step ago, behind that step's buckets: done by now
-      pending_vote_.reset();
-      if (vote_.item<uint8_t>() != 0) return true;
+      agreed = vote_.item<uint8_t>();
     }
-    vote_.fill_(mine ? 1 : 0);
+    vote_.fill_(mine);
     pending_vote_ = control().allreduce(vote_, ReduceOp::kBitwiseOr, 0);
-    return false;
+    return agreed;
   });
 }
 

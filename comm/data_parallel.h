@@ -99,9 +99,10 @@ class DataParallel : public GradientSync {
   bool tuning() const override { return tuner_ && !tuner_->frozen(); }
   bool shareLossScale(std::shared_ptr<GradScale> scale) override { return codec_->shareScale(std::move(scale)); }
   // One byte OR over the ranks, submitted now on the control channel (behind this step's
-  // buckets) and read at the next call: returns the OR of the previous call's votes (false at
-  // the first call). After it returned true no vote is in flight.
-  bool voteStop(bool mine) override;
+  // buckets) and read at the next call: returns the OR of the previous call's flags (0 at the
+  // first call). The last vote stays in flight; later collectives queue behind it alike on
+  // every rank, and destruction waits for it.
+  uint8_t voteFlags(uint8_t mine) override;
   const Autotuner* tuner() const { return tuner_.get(); }
 
   // Gradient accumulation: while sync is off, backward only accumulates into .grad locally
@@ -138,7 +139,7 @@ class DataParallel : public GradientSync {
   std::unique_ptr<Autotuner> tuner_;
   double last_finish_ = 0;
   int64_t steps_ = 0;
-  // The stop vote in flight (voteStop), on the parameters' device; destruction waits for it.
+  // The vote in flight (voteFlags), on the parameters' device; destruction waits for it.
   at::Tensor vote_;
   std::shared_ptr<Work> pending_vote_;
 };

@@ -55,18 +55,22 @@ class GradientSync {
   // checks them and moves the scale (skipping the step on overflow), so the caller must not;
   // false (the default) when the caller unscales after finishBackward() as usual.
   virtual bool shareLossScale(std::shared_ptr<GradScale>) { return false; }
-  // The stop agreement (preemption: a signal reached some ranks, maybe seconds apart). `mine`:
-  // this rank wants to stop. Returns true on every rank at the same call once some rank has
-  // passed true; the caller stops there (every rank at the same step). A collective: every rank
-  // calls it the same number of times, at the same points (once per training step).
-  // This default answers this call's votes with one blocking sum through allreduceSum (alone:
-  // `mine` itself). DataParallel answers with the previous call's votes instead: one byte sent
-  // behind the step's gradients and read at the next call, so no collective blocks a step, and
-  // the ranks stop together at most 2 calls after the first true.
-  virtual bool voteStop(bool mine) {
-    at::Tensor votes = at::full({1}, mine ? 1.0 : 0.0, at::kDouble);
-    allreduceSum(votes);
-    return votes.item<double>() > 0;
+  // Flags every rank must act on at the same step (aiacc_train: bit 0 "stop: a signal came",
+  // bit 1 "checkpoint now: rank 0's clock says it is time"), agreed without a blocking
+  // collective per step. `mine`: this rank's flags. Returns the OR over the ranks of the flags
+  // of one call: the same value on every rank at the same call. A collective: every rank calls
+  // it the same number of times, at the same points (once per training step).
+  // This default answers this call's flags with one blocking sum through allreduceSum (alone:
+  // `mine` itself). DataParallel answers with the previous call's instead (0 at the first call):
+  // one byte sent behind the step's gradients and read at the next call, so no collective blocks
+  // a step, and a flag raised on any rank reaches every rank at most 2 calls later.
+  virtual uint8_t voteFlags(uint8_t mine) {
+    at::Tensor bits = at::zeros({8}, at::kDouble);
+    for (int b = 0; b < 8; ++b) bits[b] = (mine >> b) & 1;
+    allreduceSum(bits);
+    uint8_t out = 0;
+    for (int b = 0; b < 8; ++b) out |= static_cast<uint8_t>((bits[b].item<double>() > 0 ? 1 : 0) << b);
+    return out;
   }
 };
 

@@ -8,10 +8,16 @@
 
 #include <torch/serialize/input-archive.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/trainer.h"
@@ -177,19 +183,20 @@ TEST_F(Preemption, StopDuringEvaluationResumesWithThatEvaluation) {
 }
 
 // --resume auto over a damaged newest checkpoint (truncated, one byte flipped): the one before
-// it, which is whole, is taken, and the run goes on from there to the same end.
+// it (step 10, mid-epoch), which is whole, is taken, and the run goes on from there to the same
+// end.
 TEST_F(Preemption, ResumeAutoPassesOverADamagedNewestCheckpoint) {
   for (const bool truncate : {true, false}) {
     test::TempDir d;
     Config c = config();
-    c.epochs = 2;
-    c.eval_every = 0;
+    c.epochs = 1;
     c.checkpoint_dir = d / "ck";
+    c.checkpoint_every_steps = 10;
     c.metrics_file = d / "m.jsonl";
     const Report full = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
-    ASSERT_EQ(full.steps, 40);
+    ASSERT_EQ(full.steps, 20);
     const std::string last = newest(c.checkpoint_dir);
-    ASSERT_EQ(last, c.checkpoint_dir + "/step-000000000040.ckpt");
+    ASSERT_EQ(last, c.checkpoint_dir + "/step-000000000020.ckpt");
     std::string bytes = test::readText(last);
     if (truncate) {
       bytes.resize(bytes.size() / 2);
@@ -201,14 +208,93 @@ TEST_F(Preemption, ResumeAutoPassesOverADamagedNewestCheckpoint) {
     again.resume = "auto";
     again.metrics_file = d / "again.jsonl";
     const Report rest = Trainer(again, {}, localSync(), Trainer::Clock::now()).run();
-    EXPECT_EQ(rest.steps, 40) << (truncate ? "truncated" : "flipped");
+    EXPECT_EQ(rest.steps, 20) << (truncate ? "truncated" : "flipped");
     const auto steps = test::metricValues(again.metrics_file, "step", "step");
-    ASSERT_EQ(steps.size(), 20u) << "epoch 2 again, from the checkpoint of step 20";
-    EXPECT_EQ(steps.front(), 21);
+    ASSERT_EQ(steps.size(), 10u) << "from the checkpoint of step 10";
+    EXPECT_EQ(steps.front(), 11);
     const auto losses = test::metricValues(c.metrics_file, "step", "loss");
     EXPECT_EQ(test::metricValues(again.metrics_file, "step", "loss"),
-              std::vector<double>(losses.begin() + 20, losses.end()));
+              std::vector<double>(losses.begin() + 10, losses.end()));
   }
+}
+
+// --checkpoint-every 7 (steps) over 2 epochs of 20: checkpoints at steps 7 and 14, the epoch end
+// (20), then 21, 28, 35 and the end (40); --keep-checkpoints 3 leaves the newest three. A run
+// resumed from the mid-epoch one of step 35 (the newer removed) ends as the uninterrupted one.
+TEST_F(Preemption, CheckpointEveryStepsIsExactMidEpoch) {
+  test::TempDir d;
+  Config c = config();
+  c.checkpoint_dir = d / "ck";
+  c.checkpoint_every_steps = 7;
+  c.metrics_file = d / "m.jsonl";
+  const Report full = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  ASSERT_EQ(full.steps, 40);
+  std::vector<std::string> files;
+  for (const auto& f : std::filesystem::directory_iterator(c.checkpoint_dir)) {
+    if (f.path().extension() == ".ckpt") files.push_back(f.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files,
+            (std::vector<std::string>{"step-000000000028.ckpt", "step-000000000035.ckpt", "step-000000000040.ckpt"}));
+  std::filesystem::remove(c.checkpoint_dir + "/step-000000000040.ckpt");
+  std::filesystem::remove(c.checkpoint_dir + "/step-000000000040.manifest");
+  std::filesystem::remove(c.checkpoint_dir + "/latest");
+  Config again = c;
+  again.resume = "auto";
+  again.checkpoint_dir = c.checkpoint_dir;
+  again.metrics_file = d / "again.jsonl";
+  const Report rest = Trainer(again, {}, localSync(), Trainer::Clock::now()).run();
+  EXPECT_EQ(rest.steps, 40);
+  const auto losses = test::metricValues(c.metrics_file, "step", "loss");
+  EXPECT_EQ(test::metricValues(again.metrics_file, "step", "loss"),
+            std::vector<double>(losses.begin() + 35, losses.end()));
+  EXPECT_EQ(test::metricValues(again.metrics_file, "step", "batch"), (std::vector<double>{15, 16, 17, 18, 19}));
+}
+
+// A slow disk: the write of step 2 blocks until training has reached step 12. Steps go on
+// meanwhile; the checkpoints due then (every 2 steps) are skipped and counted, not queued; the
+// blocked write completes, and so do the ones after it.
+TEST_F(Preemption, StepsGoOnWhileACheckpointIsWritten) {
+  test::TempDir d;
+  Config c = config();
+  c.epochs = 1;
+  c.checkpoint_dir = d / "ck";
+  c.checkpoint_every_steps = 2;
+  c.keep_checkpoints = 20;
+  Trainer t(c, {}, localSync(), Trainer::Clock::now());
+  std::atomic<int> polls{0};  // the stop request is polled once a step: a step counter
+  t.setStopRequest([&] {
+    ++polls;
+    return 0;
+  });
+  std::atomic<int> step_when_released{0};
+  t.setCheckpointFaultHook([&](CheckpointPhase phase, int64_t step) {
+    if (step != 2 || phase != CheckpointPhase::kBeforePayload) return;
+    for (int i = 0; i < 30000 && polls < 12; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    step_when_released = polls.load();
+  });
+  const Report r = t.run();
+  EXPECT_GE(step_when_released, 12) << "training went on while the write of step 2 was held";
+  EXPECT_GE(r.checkpoint_skips, 4) << "steps 4..10 fell due while it was held";
+  EXPECT_EQ(r.checkpoint_failures, 0);
+  EXPECT_TRUE(std::filesystem::exists(c.checkpoint_dir + "/step-000000000002.ckpt"));
+  EXPECT_EQ(newest(c.checkpoint_dir), c.checkpoint_dir + "/step-000000000020.ckpt");
+}
+
+// --checkpoint-every by time (here: always due): rank 0's request comes back through the vote
+// and a checkpoint is taken at that step.
+TEST_F(Preemption, CheckpointEveryTimeTakesCheckpoints) {
+  test::TempDir d;
+  Config c = config();
+  c.epochs = 1;
+  c.max_steps = 5;
+  c.checkpoint_dir = d / "ck";
+  c.checkpoint_every_s = 1e-9;
+  c.keep_checkpoints = 10;
+  Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  int n = 0;
+  for (const auto& f : std::filesystem::directory_iterator(c.checkpoint_dir)) n += f.path().extension() == ".ckpt";
+  EXPECT_GE(n, 3) << "alone, the vote answers at once: a checkpoint at (nearly) every step";
 }
 
 // --resume auto with no checkpoint yet: a fresh start, said once; a checkpoint written with
@@ -308,6 +394,53 @@ TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
       EXPECT_TRUE(a[i].second.equal(b[i].second)) << a[i].first << " differs";
     }
   }
+}
+
+// SIGTERM to each worker directly, 0.5 s apart, as srun and Kubernetes signal each task on its
+// own (the launcher forwards nothing): both ranks stop at the same step, rank 0 saves it, each
+// exits 75, and so does the launcher.
+TEST(PreemptedJobSignals, SigtermToEachWorkerHalfASecondApart) {
+  test::TempDir d;
+  const std::string script = twoRankJob(d.path(), true) + " > " + d.path() + "/log 2>&1 & L=$!; " +
+                             waitForLines(d / "m.jsonl", 4) +
+                             "for w in $(pgrep -P $L); do kill -TERM $w; sleep 0.5; done; wait $L; echo rc=$?; cat " +
+                             d.path() + "/log";
+  test::writeText(d / "term.sh", script + "\n");
+  const std::string out = test::runShell("bash " + d.path() + "/term.sh").second;
+  ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
+  EXPECT_NE(out.find("aiacc_train: preempted: 2 of 2 worker(s) saved and stopped (exit 75)"), std::string::npos) << out;
+  const auto steps = test::metricValues(d / "m.jsonl", "step", "step");
+  ASSERT_FALSE(steps.empty());
+  const std::string last = std::to_string(static_cast<int>(steps.back()));
+  EXPECT_NE(out.find("[rank 0] aiacc_train: stopped by SIGTERM after step " + last + "; saved "), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[rank 1] aiacc_train: rank 1 stopped by "), std::string::npos) << out;
+  EXPECT_NE(out.find(" after step " + last + " (rank 0 saves the checkpoint)"), std::string::npos)
+      << "every rank stopped at the step saved\n"
+      << out;
+  EXPECT_EQ(newest(d / "ck"), d / ("ck/step-" + std::string(12 - last.size(), '0') + last + ".ckpt"));
+}
+
+// SIGUSR1 (Slurm's --signal=USR1@60 warning) to the launcher: the same stop, saved, exit 75,
+// within a step plus the checkpoint write plus a few seconds of the signal.
+TEST(PreemptedJobSignals, Sigusr1StopsAndSavesPromptly) {
+  test::TempDir d;
+  const std::string script = twoRankJob(d.path(), true) + " > " + d.path() + "/log 2>&1 & L=$!; " +
+                             waitForLines(d / "m.jsonl", 4) +
+                             "t0=$(date +%s%N); kill -USR1 $L; wait $L; echo rc=$?; "
+                             "echo ms=$(( ($(date +%s%N) - t0) / 1000000 )); cat " +
+                             d.path() + "/log";
+  test::writeText(d / "usr1.sh", script + "\n");
+  const std::string out = test::runShell("bash " + d.path() + "/usr1.sh").second;
+  ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
+  EXPECT_NE(out.find("aiacc_train: preempted by SIGUSR1: 2 of 2 worker(s) saved and stopped"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[rank 0] aiacc_train: stopped by SIGUSR1 after step"), std::string::npos) << out;
+  const auto at = out.find("ms=");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int ms = std::atoi(out.c_str() + at + 3);
+  std::cout << "SIGUSR1 to exit: " << ms << " ms\n";
+  EXPECT_LT(ms, 15000) << "a step (~0.2 s here) + the checkpoint write + 2 s, generously bounded on a loaded box";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PreemptedJob, ::testing::Values(true, false),
