@@ -92,6 +92,11 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
       {"--label-smoothing", str(c.label_smoothing)},
       {"--amp", c.amp ? optionName(c.amp_dtype) : "off"},
       {"checkpoints (--checkpoint-dir)", onOff(!c.checkpoint_dir.empty())},
+      // Each rank enters the checkpoint's buffer sync at the steps it decides (by steps; by time
+      // only rank 0 decides, and every rank acts on the agreed flag).
+      {"--checkpoint-every", c.checkpoint_every_steps > 0 ? strCat(c.checkpoint_every_steps, " steps")
+                             : c.checkpoint_every_s > 0   ? strCat(str(c.checkpoint_every_s), " s")
+                                                          : std::string("off")},
       {"resumed at (epochs done/step)", strCat(resumed.epochs_done, "/", resumed.step)},
   };
 }

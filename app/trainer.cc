@@ -199,6 +199,14 @@ void Trainer::State::setUp() {
   setupDevice();
   setupData();
   setupModel();  // and the resumed position
+  // A run resumed at its end (--max-steps reached, or the target) trains no further step.
+  if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached) run.stop = true;
+  if (!cfg.checkpoint_dir.empty() && isRank0()) {  // a folder that cannot be written is said now, not hours in
+    CheckpointDirOptions o;
+    o.keep = cfg.keep_checkpoints;
+    o.fault_hook = checkpoint_hook;
+    checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
+  }
   if (!cfg.metrics_file.empty() && isRank0()) {
     metrics.open(cfg.metrics_file, std::ios::app);
     AIACC_CHECK_INPUT(metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");

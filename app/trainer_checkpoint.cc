@@ -22,6 +22,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSet
                                                       "--eval-every",
                                                       "--target-top1",
                                                       "--target-top5",
+                                                      "--checkpoint-every",
                                                       "checkpoints (--checkpoint-dir)",
                                                       "resumed at (epochs done/step)"};
   std::vector<std::pair<std::string, std::string>> out = {{"world size", std::to_string(world)}};
@@ -33,7 +34,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSet
 }
 
 bool Trainer::State::evaluationPending() const {
-  if (pos.step == 0 || (!pos.evals.empty() && pos.evals.back().step == pos.step)) return false;
+  // (A format 2 or 3 checkpoint carries no history: nothing is known to be pending.)
+  if (pos.step == 0 || pos.settings.empty() || (!pos.evals.empty() && pos.evals.back().step == pos.step)) return false;
   return cfg.eval_every > 0 ? pos.step % cfg.eval_every == 0 : pos.batches_in_epoch == 0;
 }
 
@@ -77,12 +79,7 @@ void Trainer::State::resume() {
 std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
   sync().syncBuffers();
   if (!isRank0()) return "";
-  if (!checkpoints) {
-    CheckpointDirOptions o;
-    o.keep = cfg.keep_checkpoints;
-    o.fault_hook = checkpoint_hook;
-    checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
-  }
+  AIACC_CHECK(checkpoints != nullptr, "no checkpoint writer (made in setUp with --checkpoint-dir)");
   if (wait == CheckpointWait::kSkipIfBusy && !checkpoints->idle()) {
     ++report.checkpoint_skips;  // the previous write is still going: no second snapshot queued behind it
     return "";
@@ -97,21 +94,27 @@ std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
   p.settings = continuationSettings();
   p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
   std::string bytes = encodeCheckpoint(*model, *optimizer, p);
-  const int64_t failed_before = checkpoints->failures();
+  if (wait == CheckpointWait::kDone) {  // the write before this one answers for itself
+    checkpoints->flush();
+    takeCheckpointErrors();
+  }
   checkpoints->submit(pos.step, std::move(bytes));  // waits for the write before it, if any
   if (wait != CheckpointWait::kDone) return "";
   checkpoints->flush();
-  const bool ok = checkpoints->failures() == failed_before;
-  takeCheckpointErrors();
-  return ok ? cfg.checkpoint_dir + "/" + checkpointPayloadName(pos.step) : "";
+  return takeCheckpointErrors() ? cfg.checkpoint_dir + "/" + checkpointPayloadName(pos.step) : "";
 }
 
-void Trainer::State::takeCheckpointErrors() {
-  if (!checkpoints) return;
+bool Trainer::State::takeCheckpointErrors() {
+  bool saved = true;
+  if (!checkpoints) return saved;
   for (const std::string& e : checkpoints->takeErrors()) {
     ++pos.checkpoint_failures;
-    LOG(ERROR) << e << "; the previous checkpoint stays the newest";
+    // "saved, but ...": the checkpoint is whole and `latest` names it; only retention failed.
+    const bool written = e.find("saved, but") != std::string::npos;
+    saved = saved && written;
+    LOG(ERROR) << e << (written ? "" : "; the previous checkpoint stays the newest");
   }
+  return saved;
 }
 
 void Trainer::State::checkpoint() {

@@ -141,8 +141,9 @@ struct Trainer::State {
   // the file written ("" on failure: counted, logged; the previous checkpoint stays the newest);
   // otherwise, and on other ranks, "".
   std::string writeCheckpoint(CheckpointWait wait);
-  // Counts and logs the checkpoint writer's failures since the last call.
-  void takeCheckpointErrors();
+  // Counts and logs the checkpoint writer's failures since the last call; false when one of
+  // them left a checkpoint unsaved (not only its retention failing).
+  bool takeCheckpointErrors();
   // Resume (--resume PATH or auto) into model, optimizer and pos; called before the sync wraps
   // the model.
   void resume();

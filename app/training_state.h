@@ -9,7 +9,9 @@
 //   - the global CPU generator only draws the initial weights, which the checkpoint replaces (its
 //     state is kept anyway, in rng_cpu, for anything a later version draws from it);
 //   - the communication set-up (tuner decision, striping weights, bucket order) changes how the
-//     gradients travel, not their fp32 sum's value over the ranks.
+//     gradients travel; with fp32 transfer between 2 ranks not the sum's value. Not saved yet, so
+//     not exact: the fp16 transfer's own scale (--allreduce-dtype fp16 without AMP fp16), and
+//     the summation order a re-tuned set-up picks with 3 or more ranks or two-level reduction.
 // Fields are appended at the end (aggregate initialisation in tests and tools keeps its order).
 #pragma once
 

@@ -297,6 +297,28 @@ TEST_F(Preemption, CheckpointEveryTimeTakesCheckpoints) {
   EXPECT_GE(n, 3) << "alone, the vote answers at once: a checkpoint at (nearly) every step";
 }
 
+// Stopped at the last step --max-steps allows (the stop vote comes before that limit): the
+// resumed run trains no further step, evaluates the end and reports it.
+TEST_F(Preemption, ResumedAtMaxStepsTrainsNoFurther) {
+  test::TempDir d;
+  Config c = config();
+  c.max_steps = 5;
+  c.checkpoint_dir = d / "ck";
+  Trainer t(c, {}, localSync(), Trainer::Clock::now());
+  int polls = 0;
+  t.setStopRequest([&] { return ++polls >= 5 ? SIGTERM : 0; });
+  const Report part = t.run();
+  ASSERT_TRUE(part.preempted);
+  ASSERT_EQ(part.saved_step, 5);
+  Config again = c;
+  again.resume = "auto";
+  const Report rest = Trainer(again, {}, localSync(), Trainer::Clock::now()).run();
+  EXPECT_FALSE(rest.preempted);
+  EXPECT_EQ(rest.steps, 5);
+  ASSERT_EQ(rest.evals.size(), 1u);
+  EXPECT_EQ(rest.evals.back().step, 5);
+}
+
 // --resume auto with no checkpoint yet: a fresh start, said once; a checkpoint written with
 // other settings that shape the continuation is refused, naming the setting.
 TEST_F(Preemption, ResumeAutoStartsAfreshAndRefusesOtherSettings) {
