@@ -107,12 +107,10 @@ std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
 bool Trainer::State::takeCheckpointErrors() {
   bool saved = true;
   if (!checkpoints) return saved;
-  for (const std::string& e : checkpoints->takeErrors()) {
+  for (const CheckpointWriteError& e : checkpoints->takeErrors()) {
     ++pos.checkpoint_failures;
-    // "saved, but ...": the checkpoint is whole and `latest` names it; only retention failed.
-    const bool written = e.find("saved, but") != std::string::npos;
-    saved = saved && written;
-    LOG(ERROR) << e << (written ? "" : "; the previous checkpoint stays the newest");
+    saved = saved && e.saved;  // e.saved: whole, and `latest` names it; only retention failed
+    LOG(ERROR) << e.message << (e.saved ? "" : "; the previous checkpoint stays the newest");
   }
   return saved;
 }

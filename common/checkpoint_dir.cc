@@ -314,6 +314,7 @@ const char* phaseName(CheckpointPhase phase) {
     case CheckpointPhase::kBeforeManifest: return "before-manifest";
     case CheckpointPhase::kBeforeLatest: return "before-latest";
     case CheckpointPhase::kBeforeRetention: return "before-retention";
+    case CheckpointPhase::kWriterIdle: return "writer-idle";
   }
   return "unknown";
 }
@@ -373,7 +374,8 @@ void CheckpointDir::write(int64_t step, const std::string& bytes) {
     hook(CheckpointPhase::kBeforeRetention, step);
     retain(step);
   } catch (const std::exception& e) {
-    AIACC_THROW(IoError, "checkpoint step ", step, " saved, but old checkpoints not removed: ", firstLine(e.what()));
+    AIACC_THROW(CheckpointRetentionError, "checkpoint step ", step,
+                " saved, but old checkpoints not removed: ", firstLine(e.what()));
   }
 }
 
@@ -474,7 +476,7 @@ std::optional<CheckpointFile> findNewestValid(const std::string& dir,
 // ---- CheckpointWriter
 
 CheckpointWriter::CheckpointWriter(std::string dir, CheckpointDirOptions options)
-    : store_(std::move(dir), std::move(options)), thread_([this] { run(); }) {}
+    : store_(std::move(dir), options), hook_(std::move(options.fault_hook)), thread_([this] { run(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -495,13 +497,18 @@ void CheckpointWriter::run() {
     state_ = State::kWriting;
     lock.unlock();
     std::string error;
+    bool saved = false;
     try {
       store_.write(job.step, job.bytes);
+    } catch (const CheckpointRetentionError& e) {
+      error = firstLine(e.what());
+      saved = true;
     } catch (const std::exception& e) {
       error = firstLine(e.what());
     } catch (...) {
       error = strCat("checkpoint step ", job.step, " not saved in '", store_.dir(), "': unknown exception");
     }
+    const int64_t step = job.step;
     job = Job{};  // the bytes are freed before the next submit is let in
     lock.lock();
     if (error.empty()) {
@@ -509,10 +516,18 @@ void CheckpointWriter::run() {
     } else {
       ++failures_;
       if (errors_.size() == kMaxErrors) errors_.erase(errors_.begin());
-      errors_.push_back(std::move(error));
+      errors_.push_back(CheckpointWriteError{step, saved, std::move(error)});
     }
     state_ = State::kIdle;
     cv_.notify_all();
+    if (hook_) {
+      lock.unlock();
+      try {
+        hook_(CheckpointPhase::kWriterIdle, step);
+      } catch (...) {  // a fault hook's concern ends with the write
+      }
+      lock.lock();
+    }
   }
 }
 
@@ -564,7 +579,7 @@ int64_t CheckpointWriter::refused() const {
   return refused_;
 }
 
-std::vector<std::string> CheckpointWriter::takeErrors() {
+std::vector<CheckpointWriteError> CheckpointWriter::takeErrors() {
   std::lock_guard<std::mutex> lock(mu_);
   return std::exchange(errors_, {});
 }

@@ -44,6 +44,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
+
 namespace aiacc {
 
 // CRC-32C of n bytes, continuing from `crc` (0 to start): crc32c(b, n) == crc32c(b + k, n - k, crc32c(b, k)).
@@ -56,6 +58,9 @@ enum class CheckpointPhase {
   kBeforeManifest,   // payload durable under its name, no manifest
   kBeforeLatest,     // payload and manifest durable, `latest` still names the previous checkpoint
   kBeforeRetention,  // `latest` durable and names this step; older checkpoints not yet deleted
+  // CheckpointWriter only: this step's write has ended (saved or not) and the writer is idle again
+  // (what it throws here is ignored). Tests wait for it instead of for a time.
+  kWriterIdle,
 };
 const char* phaseName(CheckpointPhase phase);  // "before-payload", "mid-payload", ...
 
@@ -66,6 +71,13 @@ struct CheckpointDirOptions {
   // write fails as a full disk would: the exception's what() becomes the reason), block (a slow
   // disk), or never return (a process killed mid-write). Empty: no hook.
   std::function<void(CheckpointPhase phase, int64_t step)> fault_hook;
+};
+
+// What CheckpointDir::write throws when the checkpoint is whole, durable and named by `latest`, and
+// only the deletion of older checkpoints failed: the step is saved (a resume finds it).
+class CheckpointRetentionError : public IoError {
+ public:
+  using IoError::IoError;
 };
 
 struct CheckpointFile {
@@ -84,9 +96,10 @@ class CheckpointDir {
   // Saves `bytes` as checkpoint `step` (>= 0; an existing checkpoint of that step is replaced),
   // points `latest` at it, then deletes all but the newest `keep`. Throws IoError with a one-line
   // what() naming the step, the file and the reason ("checkpoint step 7 not saved in 'DIR': cannot
-  // write 'DIR/step-000000000007.ckpt': ...: No space left on device"); unless the message says
-  // "saved, but" (a retention delete failed), the previous `latest` and its checkpoint are intact.
-  // InputError for step < 0. Anything the fault hook throws becomes that IoError too.
+  // write 'DIR/step-000000000007.ckpt': ...: No space left on device"); the previous `latest` and
+  // its checkpoint are then intact. CheckpointRetentionError (an IoError, "checkpoint step 7 saved,
+  // but old checkpoints not removed: ...") when only a retention delete failed: step 7 is saved.
+  // InputError for step < 0. Anything the fault hook throws becomes one of these too.
   void write(int64_t step, const std::string& bytes);
 
   const std::string& dir() const { return dir_; }
@@ -116,10 +129,19 @@ std::string checkpointManifestName(int64_t step);
 std::optional<CheckpointFile> findNewestValid(const std::string& dir,
                                               const std::function<void(const std::string& line)>& report);
 
+// One failed write of a CheckpointWriter.
+struct CheckpointWriteError {
+  int64_t step = 0;
+  // True when only the deletion of older checkpoints failed (CheckpointRetentionError): this step
+  // is whole and `latest` names it. False: nothing of this step was saved; the checkpoint before it
+  // stays the newest valid one.
+  bool saved = false;
+  std::string message;  // one line: CheckpointDir::write's what()
+};
+
 // Writes checkpoints on its own thread, at most one in flight, so that the training thread only
 // hands bytes over. Failures never reach the submitting thread as exceptions: each is counted
-// (failures()) and its one-line message (CheckpointDir::write's) kept for takeErrors(); the
-// checkpoint before it stays the newest valid one. All methods are thread-safe.
+// (failures()) and kept for takeErrors(). All methods are thread-safe.
 class CheckpointWriter {
  public:
   // Creates the directory now (CheckpointDir's constructor, whose errors it throws), then the thread.
@@ -142,11 +164,11 @@ class CheckpointWriter {
   bool idle() const;
 
   int64_t written() const;   // writes that succeeded
-  int64_t failures() const;  // writes that failed
+  int64_t failures() const;  // writes that failed (retention-only failures included)
   int64_t refused() const;   // trySubmit calls that returned false
-  // The messages of failures since the last call (the newest kMaxErrors of them), oldest first,
-  // one line each. There is no callback: nothing of the caller's runs on the writer thread.
-  std::vector<std::string> takeErrors();
+  // The failures since the last call (the newest kMaxErrors of them), oldest first. There is no
+  // callback: nothing of the caller's runs on the writer thread.
+  std::vector<CheckpointWriteError> takeErrors();
   static constexpr size_t kMaxErrors = 64;
 
  private:
@@ -158,7 +180,8 @@ class CheckpointWriter {
   void run();
   void handOver(std::unique_lock<std::mutex>& lock, int64_t step, std::string bytes);
 
-  CheckpointDir store_;  // used by the writer thread only
+  CheckpointDir store_;                                            // used by the writer thread only
+  std::function<void(CheckpointPhase phase, int64_t step)> hook_;  // options.fault_hook, for kWriterIdle
   mutable std::mutex mu_;
   std::condition_variable cv_;
   State state_ = State::kIdle;
@@ -167,7 +190,7 @@ class CheckpointWriter {
   int64_t written_ = 0;
   int64_t failures_ = 0;
   int64_t refused_ = 0;
-  std::vector<std::string> errors_;
+  std::vector<CheckpointWriteError> errors_;
   std::thread thread_;  // last: started after every member above exists
 };
 

@@ -351,11 +351,14 @@ TEST(CheckpointDir, FullDiskFailsTheWriteAndKeepsThePrevious) {
   ASSERT_EQ(writer.failures(), 1) << "256 KiB holds fewer than 40 checkpoints of 40 kB";
   EXPECT_GT(step, 1);
   EXPECT_EQ(writer.written(), step - 1);
-  const std::vector<std::string> errors = writer.takeErrors();
+  const std::vector<CheckpointWriteError> errors = writer.takeErrors();
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_TRUE(contains(errors[0], strCat("checkpoint step ", step, " not saved in '", mnt, "'"))) << errors[0];
-  EXPECT_TRUE(contains(errors[0], "No space left on device")) << errors[0];
-  EXPECT_FALSE(contains(errors[0], "\n")) << errors[0];
+  const std::string& e = errors[0].message;
+  EXPECT_EQ(errors[0].step, step);
+  EXPECT_FALSE(errors[0].saved);
+  EXPECT_TRUE(contains(e, strCat("checkpoint step ", step, " not saved in '", mnt, "'"))) << e;
+  EXPECT_TRUE(contains(e, "No space left on device")) << e;
+  EXPECT_FALSE(contains(e, "\n")) << e;
   const Found f = find(mnt);
   ASSERT_TRUE(f.file);
   EXPECT_EQ(f.file->step, step - 1);
@@ -409,10 +412,13 @@ TEST(CheckpointDir, BackgroundWriterNeverBlocksOrThrowsIntoTheCaller) {
   writer->flush();
   EXPECT_EQ(writer->failures(), 1);
   EXPECT_EQ(writer->written(), 3);
-  const std::vector<std::string> errors = writer->takeErrors();
+  const std::vector<CheckpointWriteError> errors = writer->takeErrors();
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_EQ(errors[0], strCat("checkpoint step 4 not saved in '", d.path(), "': injected: No space left on device"));
-  EXPECT_EQ(writer->takeErrors(), std::vector<std::string>{});
+  EXPECT_EQ(errors[0].step, 4);
+  EXPECT_FALSE(errors[0].saved);
+  EXPECT_EQ(errors[0].message,
+            strCat("checkpoint step 4 not saved in '", d.path(), "': injected: No space left on device"));
+  EXPECT_TRUE(writer->takeErrors().empty());
   const Found f = find(d.path());
   ASSERT_TRUE(f.file);
   EXPECT_EQ(f.file->step, 3);
@@ -430,6 +436,32 @@ TEST(CheckpointDir, BackgroundWriterNeverBlocksOrThrowsIntoTheCaller) {
   EXPECT_FALSE(at_exit.timedOut());
   EXPECT_EQ(find(d.path()).file.value().step, 5);
   EXPECT_EQ(namesIn(d.path()), filesOf({2, 3, 5}));
+}
+
+// Only the deletion of older checkpoints fails: the step is whole, `latest` names it, and the
+// writer says so in the failure's `saved` (not in its wording).
+TEST(CheckpointDir, RetentionFailureStillSavesTheStep) {
+  test::TempDir d;
+  CheckpointDirOptions options;
+  options.keep = 1;
+  options.fault_hook = [](CheckpointPhase phase, int64_t step) {
+    if (phase == CheckpointPhase::kBeforeRetention && step == 2)
+      throw std::runtime_error("injected: Permission denied");
+  };
+  CheckpointWriter writer(d.path(), options);
+  writer.submit(1, bytesOf(1000, 1));
+  writer.submit(2, bytesOf(1000, 2));
+  writer.flush();
+  EXPECT_EQ(writer.failures(), 1);
+  const std::vector<CheckpointWriteError> errors = writer.takeErrors();
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].step, 2);
+  EXPECT_TRUE(errors[0].saved);
+  EXPECT_EQ(errors[0].message, "checkpoint step 2 saved, but old checkpoints not removed: injected: Permission denied");
+  const Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 2);
+  EXPECT_EQ(namesIn(d.path()), filesOf({1, 2})) << "step 1 outlives its retention";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -222,13 +223,37 @@ TEST_F(Preemption, ResumeAutoPassesOverADamagedNewestCheckpoint) {
 // --checkpoint-every 7 (steps) over 2 epochs of 20: checkpoints at steps 7 and 14, the epoch end
 // (20), then 21, 28, 35 and the end (40); --keep-checkpoints 3 leaves the newest three. A run
 // resumed from the mid-epoch one of step 35 (the newer removed) ends as the uninterrupted one.
+// Each step waits (in its stop poll, before that step's checkpoint is decided) until the writes
+// submitted before it have ended (the writer's kWriterIdle), as a fast disk would: none is
+// skipped, whatever this box's speed.
 TEST_F(Preemption, CheckpointEveryStepsIsExactMidEpoch) {
   test::TempDir d;
   Config c = config();
   c.checkpoint_dir = d / "ck";
   c.checkpoint_every_steps = 7;
   c.metrics_file = d / "m.jsonl";
-  const Report full = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  const std::vector<int64_t> saved_at{7, 14, 20, 21, 28, 35, 40};
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t ended = 0;
+  Trainer t(c, {}, localSync(), Trainer::Clock::now());
+  t.setCheckpointFaultHook([&](CheckpointPhase phase, int64_t) {
+    if (phase != CheckpointPhase::kWriterIdle) return;
+    std::lock_guard<std::mutex> lock(mu);
+    ++ended;
+    cv.notify_all();
+  });
+  t.setStopRequest([&] {
+    // The step just trained: its metrics line is written (and flushed) before the stop poll. An
+    // evaluation's polls see the step it evaluates.
+    const int64_t step = static_cast<int64_t>(test::metricValues(c.metrics_file, "step", "step").size());
+    const auto before = std::count_if(saved_at.begin(), saved_at.end(), [&](int64_t s) { return s < step; });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(300), [&] { return ended >= before; });
+    return 0;
+  });
+  const Report full = t.run();
+  EXPECT_EQ(full.checkpoint_skips, 0);
   ASSERT_EQ(full.steps, 40);
   std::vector<std::string> files;
   for (const auto& f : std::filesystem::directory_iterator(c.checkpoint_dir)) {
