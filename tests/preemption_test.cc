@@ -459,13 +459,15 @@ TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
 }
 
 // SIGTERM to each worker directly, 0.5 s apart, as srun and Kubernetes signal each task on its
-// own (the launcher forwards nothing): both ranks stop at the same step, rank 0 saves it, each
-// exits 75, and so does the launcher.
+// own (the launcher forwards nothing), rank 0 first: both ranks stop at the same step, rank 0
+// saves it, each exits 75, and so does the launcher.
 TEST(PreemptedJobSignals, SigtermToEachWorkerHalfASecondApart) {
   test::TempDir d;
   const std::string script = twoRankJob(d.path(), true) + " > " + d.path() + "/log 2>&1 & L=$!; " +
                              waitForLines(d / "m.jsonl", 4) +
-                             "for w in $(pgrep -P $L); do kill -TERM $w; sleep 0.5; done; wait $L; echo rc=$?; cat " +
+                             "for r in 0 1; do for w in $(pgrep -P $L); do "
+                             "tr '\\0' '\\n' < /proc/$w/environ | grep -qx AIACC_RANK=$r && kill -TERM $w; done; "
+                             "sleep 0.5; done; wait $L; echo rc=$?; cat " +
                              d.path() + "/log";
   test::writeText(d / "term.sh", script + "\n");
   const std::string out = test::runShell("bash " + d.path() + "/term.sh").second;
