@@ -68,9 +68,11 @@ DEFINE_string(resize_schedule, "", "progressive resizing, EPOCH:SIZE list, e.g. 
 DEFINE_string(arch, "resnet50", "model: resnet18 | resnet34 | resnet50 | resnet101 (v1.5)");
 DEFINE_bool(zero_init_residual, false, "zero-init the last BN gamma of each residual block");
 DEFINE_string(init_weights, "",
-              "start from this model state instead of a fresh initialization: a "
-              "named-tensor file with torchvision's parameter and buffer names (models/weights.h; "
-              "scripts/golden_resnet.py's write_named exports one from PyTorch)");
+              "start from this model state instead of a fresh initialization, with torchvision's "
+              "parameter and buffer names: a torch.save file of a plain dict of tensors (what "
+              "--save-weights X.pt writes, or torch.save(dict(model.state_dict()), 'X.pt') from "
+              "Python; DDP's 'module.' is stripped; a state_dict's OrderedDict is refused, with the "
+              "command that re-saves it), or an aiacc named-tensor file (models/weights.h)");
 // ---- Optimization --------------------------------------------------------------------------
 DEFINE_int32(batch_size, 32, "batch size per process");
 DEFINE_int32(epochs, 90, "epochs to train (the LR schedule spans them)");
@@ -192,8 +194,10 @@ DEFINE_string(resume, "",
 DEFINE_string(metrics_file, "", "JSON lines: per step (loss, lr, img/s) and per eval (top1, top5)");
 DEFINE_string(report_file, "", "final report as JSON");
 DEFINE_string(save_weights, "",
-              "write the final model state (BN statistics averaged over ranks) as a "
-              "named-tensor file with torchvision's names, readable by --init-weights and from Python");
+              "write the final model state (BN statistics averaged over ranks) with torchvision's "
+              "names: a name ending in .pt or .pth gets torch.save's format (torch.load(X, "
+              "weights_only=True) gives a dict that torchvision's load_state_dict takes), any other "
+              "name aiacc's named-tensor file; --init-weights reads both");
 DEFINE_string(timeline, "",
               "Chrome-trace JSON of rank 0's steps: compute spans and one row per "
               "communication channel (open in Perfetto or chrome://tracing)");

@@ -28,6 +28,7 @@
 #include "data/entropy_gate.h"
 #include "data/loader.h"
 #include "models/resnet.h"
+#include "models/torch_format.h"
 #include "models/weights.h"
 
 namespace aiacc::app {
@@ -138,7 +139,7 @@ void Trainer::State::setupModel() {
   mo.num_classes = train->numClasses();
   mo.zero_init_residual = cfg.zero_init_residual;
   model = models::ResNet(mo);
-  if (!cfg.init_weights.empty()) models::loadStateInto(*model, models::readNamedTensors(cfg.init_weights));
+  if (!cfg.init_weights.empty()) models::loadStateInto(*model, models::readWeightsFile(cfg.init_weights));
   model->to(device);
   if (cfg.channels_last) {
     torch::NoGradGuard no_grad;

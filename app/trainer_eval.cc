@@ -8,9 +8,9 @@
 #include "app/json.h"
 #include "app/option_names.h"
 #include "app/trainer_state.h"
-#include "common/atomic_file.h"
 #include "common/error.h"
 #include "data/device_input.h"
+#include "models/torch_format.h"
 #include "models/weights.h"
 
 namespace aiacc::app {
@@ -143,8 +143,7 @@ Report Trainer::State::finishReport() {
   r.comm = sync().describe();
   if (!cfg.save_weights.empty() && isRank0() && !r.preempted) {  // the final evaluation averaged the BN statistics
     try {
-      writeFileAtomicByPath(cfg.save_weights,
-                            [&](const std::string& tmp) { models::writeNamedTensors(tmp, models::stateOf(*model)); });
+      models::writeWeightsFile(cfg.save_weights, *model);
     } catch (const IoError& e) {
       AIACC_THROW(IoError, "--save-weights: ", e.what());
     }

@@ -1,0 +1,131 @@
+// Weights in torch.save's format (models/torch_format.h): what aiacc writes, torch.load(...,
+// weights_only=True) reads under the PyTorch of this build's configuration and torchvision's
+// load_state_dict(strict=True) takes, giving the same logits; files are told apart by their bytes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "common/error.h"
+#include "models/resnet.h"
+#include "models/torch_format.h"
+#include "models/weights.h"
+#include "tests/test_util.h"
+
+namespace aiacc::models {
+namespace {
+
+ResNet make(const std::string& arch, int64_t classes) {
+  ResNetOptions o;
+  o.arch = arch;
+  o.num_classes = classes;
+  return ResNet(o);
+}
+
+// A model whose BN statistics are not their initial values, so buffers count in its output.
+ResNet trainedLooking(const std::string& arch, int64_t classes) {
+  torch::manual_seed(3);
+  ResNet m = make(arch, classes);
+  torch::NoGradGuard no_grad;
+  for (auto& b : m->named_buffers()) {
+    if (b.key().find("running_mean") != std::string::npos) b.value().normal_(0, 0.1);
+    if (b.key().find("running_var") != std::string::npos) b.value().uniform_(0.5, 1.5);
+    if (b.key().find("num_batches_tracked") != std::string::npos) b.value().fill_(7);
+  }
+  return m;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string inputErrorOf(const std::string& path) {
+  try {
+    readWeightsFile(path);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no InputError";
+}
+
+TEST(TorchFormat, StateDictInTorchvisionOrderRoundTrips) {
+  test::TempDir d;
+  ResNet a = trainedLooking("resnet18", 10);
+  const NamedTensors sd = stateDictOf(*a);
+  ASSERT_EQ(sd.size(), 122u) << "torchvision's resnet18 state_dict has 122 entries";
+  EXPECT_EQ(sd[0].first, "conv1.weight");
+  EXPECT_EQ(sd[1].first, "bn1.weight");
+  EXPECT_EQ(sd[5].first, "bn1.num_batches_tracked");
+  EXPECT_EQ(sd[6].first, "layer1.0.conv1.weight");
+  EXPECT_EQ(sd.back().first, "fc.bias");
+  for (const std::string name : {"a.pt", "a.pth", "a.bin"}) {
+    writeWeightsFile(d / name, *a);
+    EXPECT_EQ(test::readText(d / name).substr(0, 2), name == "a.bin" ? "AI" : "PK") << name;
+    ResNet b = make("resnet18", 10);
+    loadStateInto(*b, readWeightsFile(d / name));
+    const NamedTensors back = stateDictOf(*b);
+    ASSERT_EQ(back.size(), sd.size());
+    for (size_t i = 0; i < sd.size(); ++i) {
+      EXPECT_EQ(back[i].first, sd[i].first);
+      EXPECT_TRUE(back[i].second.equal(sd[i].second)) << name << ": " << sd[i].first;
+    }
+  }
+}
+
+TEST(TorchFormat, DdpPrefixIsStrippedAndBadFilesAreOneLine) {
+  test::TempDir d;
+  writeTorchStateDict(d / "ddp.pt", {{"module.w", torch::ones({2})}, {"module.n", torch::tensor(3, torch::kLong)}});
+  const NamedTensors t = readWeightsFile(d / "ddp.pt");
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].first, "w");
+  EXPECT_EQ(t[1].first, "n");
+  EXPECT_EQ(t[1].second.scalar_type(), torch::kLong);
+
+  test::writeText(d / "legacy.pt", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19rest", 18));
+  std::string e = inputErrorOf(d / "legacy.pt");
+  EXPECT_TRUE(contains(e, "legacy (pre-1.6, non-zip) format")) << e;
+  EXPECT_TRUE(contains(e, "re-save it as a plain dict of tensors: python3 -c")) << e;
+  test::writeText(d / "junk.pt", "hello");
+  e = inputErrorOf(d / "junk.pt");
+  EXPECT_TRUE(contains(e, "neither a torch.save file")) << e;
+  EXPECT_FALSE(contains(e, "\n")) << e;
+  EXPECT_THROW(readWeightsFile(d / "missing.pt"), IoError);
+}
+
+// Python's side: scripts/torch_load_check.py loads the file with weights_only=True into
+// torchvision's model (strict, same key order), runs a seeded input and saves input and output
+// with torch.save (a plain dict, read back here); aiacc's model gives the same output.
+class TorchvisionLoads : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TorchvisionLoads, SavedWeightsGiveTheSameLogits) {
+  const std::string arch = GetParam();
+  test::TempDir d;
+  ResNet m = trainedLooking(arch, 10);
+  writeWeightsFile(d / "w.pt", *m);
+  const std::string cmd = std::string(AIACC_GOLDEN_PYTHON) + " " + test::sourceDir() + "/scripts/torch_load_check.py " +
+                          d.path() + "/w.pt " + arch + " 10 " + d.path() + "/io.pt > " + d.path() + "/out.txt 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (WEXITSTATUS(rc) == 3) GTEST_SKIP() << test::readText(d / "out.txt");
+  ASSERT_EQ(rc, 0) << test::readText(d / "out.txt");
+  const NamedTensors io = readTorchStateDict(d / "io.pt");
+  ASSERT_EQ(io.size(), 2u);
+  ASSERT_EQ(io[0].first, "input");
+  torch::NoGradGuard no_grad;
+  m->eval();
+  const torch::Tensor y = m->forward(io[0].second);
+  EXPECT_TRUE(torch::allclose(y, io[1].second, 1e-4, 1e-5)) << "max diff " << (y - io[1].second).abs().max();
+  // Python's own files for --init-weights: a plain dict is read; the OrderedDict is refused, one
+  // line saying how to re-save it.
+  const NamedTensors ours = stateDictOf(*m), plain = readWeightsFile(d / "io.plain.pt");
+  ASSERT_EQ(plain.size(), ours.size());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_EQ(plain[i].first, ours[i].first);
+    EXPECT_TRUE(plain[i].second.equal(ours[i].second)) << ours[i].first;
+  }
+  const std::string e = inputErrorOf(d / "io.ordered.pt");
+  EXPECT_TRUE(contains(e, "OrderedDict")) << e;
+  EXPECT_TRUE(contains(e, "torch.save({k.removeprefix('module.'): v")) << e;
+  EXPECT_FALSE(contains(e, "\n")) << e;
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TorchvisionLoads, ::testing::Values("resnet18", "resnet50"));
+
+}  // namespace
+}  // namespace aiacc::models
