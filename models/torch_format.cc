@@ -101,8 +101,8 @@ NamedTensors readTorchStateDict(const std::string& path) {
     value = torch::pickle_load(bytes);
   } catch (const c10::Error& e) {
     // LibTorch's unpickler turns collections.OrderedDict (what model.state_dict() is) into None.
-    AIACC_THROW(InputError, "cannot read '", path, "' (",
-                std::string(e.what_without_backtrace()).substr(0, std::string(e.what_without_backtrace()).find('\n')),
+    const std::string what = e.what_without_backtrace();
+    AIACC_THROW(InputError, "cannot read '", path, "' (", what.substr(0, what.find('\n')),
                 "): a state_dict's OrderedDict, a dict holding one, or a TorchScript archive is not read yet; ",
                 resaveHint(path));
   }
