@@ -1,5 +1,6 @@
 #include "app/amp.h"
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
 #include <map>
@@ -28,6 +29,25 @@ AutocastGuard::~AutocastGuard() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   compat::setAutocastEnabled(device_type_, prev_enabled_);
   compat::setAutocastDtype(device_type_, prev_dtype_);
+}
+
+void requireAutocastWorks(const at::Device& device, at::ScalarType dtype) {
+  try {
+    const at::Tensor x = at::ones({1, 4, 4, 4}, at::TensorOptions().device(device));
+    const at::Tensor w = at::ones({4, 4, 3, 3}, at::TensorOptions().device(device)).requires_grad_();
+    at::Tensor y;
+    {
+      AutocastGuard autocast(true, device.type(), dtype);
+      y = at::conv2d(x, w, {}, 1, 1);
+    }
+    y.to(at::kFloat).sum().backward();
+  } catch (const std::exception& e) {  // c10::Error, or oneDNN's own dnnl::error from ideep
+    const std::string what = e.what();
+    AIACC_THROW(InputError, "--amp: this machine cannot compute a convolution in ", dtype == at::kHalf ? "fp16" : "bf16",
+                " on ", device.str(),
+                device.is_cpu() ? " (oneDNN's bf16 kernels need a CPU with AVX-512)" : "", ": ",
+                what.substr(0, what.find('\n')), "; run without --amp");
+  }
 }
 
 // comm::GradScale validates the options (one line naming the option).

@@ -42,6 +42,12 @@ class AutocastGuard {
   at::ScalarType prev_dtype_ = at::kFloat;
 };
 
+// Throws InputError (one line) when this machine cannot run a convolution and its backward
+// under autocast in `dtype` on `device` (CPU bf16 needs oneDNN's bf16 kernels, which need
+// AVX-512; without them LibTorch fails later with "could not create a primitive descriptor
+// iterator"). Runs one tiny convolution.
+void requireAutocastWorks(const at::Device& device, at::ScalarType dtype);
+
 // The scale's start, growth, backoff and interval (comm::GradScaleOptions), and whether to scale.
 struct GradScalerOptions : comm::GradScaleOptions {
   bool enabled = true;

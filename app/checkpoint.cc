@@ -1,112 +1,140 @@
 #include "app/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/nn/module.h>
 #include <torch/optim/sgd.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
+#include "app/checkpoint_legacy.h"
 #include "app/optim_state.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "models/torch_format.h"
+#include "models/torch_unpickler.h"
+#include "models/torch_values.h"
 #include "models/weights.h"
 
 namespace aiacc::app {
 namespace {
-// 4: format 3 plus the TrainingState's mid-epoch position, history, settings and RNG state.
-// 3: optimizer state by parameter position (app/optim_state.h), the same in every LibTorch.
-// 2: torch::optim's own layout, keyed by tensor addresses as each version prints them; still read.
-constexpr int64_t kFormatVersion = 4;
-constexpr int64_t kLegacyFormatVersion = 2;
 
-std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+constexpr int64_t kFormatVersion = 5;
+constexpr const char* kFormatName = "aiacc checkpoint";
 
-// The evaluations as one [n, 7] double tensor: step, epoch, seconds, top1, top5, loss, images.
-at::Tensor evalsTensor(const std::vector<EvalPoint>& evals) {
-  at::Tensor t = at::zeros({static_cast<int64_t>(evals.size()), 7}, at::kDouble);
-  double* v = t.data_ptr<double>();
-  for (const EvalPoint& e : evals) {
-    for (double x :
-         {static_cast<double>(e.step), e.epoch, e.seconds, e.top1, e.top5, e.loss, static_cast<double>(e.images)})
-      *v++ = x;
-  }
-  return t;
+using models::field;
+using models::plainDict;
+using models::plainList;
+using models::real;
+
+c10::impl::GenericDict pairsDict(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  c10::impl::GenericDict d = plainDict();
+  for (const auto& [k, v] : pairs) d.insert_or_assign(k, v);
+  return d;
 }
 
-std::vector<EvalPoint> evalsFrom(const at::Tensor& t) {
-  AIACC_CHECK_INPUT(t.dim() == 2 && t.size(1) == 7, "evaluation history of shape ", t.sizes());
-  const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
-  const double* v = c.data_ptr<double>();
-  std::vector<EvalPoint> out(static_cast<size_t>(c.size(0)));
-  for (EvalPoint& e : out) {
-    e.step = static_cast<int64_t>(v[0]);
-    e.epoch = v[1];
-    e.seconds = v[2];
-    e.top1 = v[3];
-    e.top5 = v[4];
-    e.loss = v[5];
-    e.images = static_cast<int64_t>(v[6]);
-    v += 7;
-  }
-  return out;
-}
-
-// Settings as "name\tvalue\n" lines (names and values hold neither).
-std::string settingsText(const std::vector<std::pair<std::string, std::string>>& settings) {
-  std::string out;
-  for (const auto& [k, v] : settings) out += k + "\t" + v + "\n";
-  return out;
-}
-
-std::vector<std::pair<std::string, std::string>> settingsFrom(const std::string& text) {
+std::vector<std::pair<std::string, std::string>> pairsFrom(const c10::IValue& v, const std::string& what) {
   std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const auto tab = line.find('\t');
-    AIACC_CHECK_INPUT(tab != std::string::npos, "settings line without a tab: '", line, "'");
-    out.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  for (const auto& kv : models::dictOf(v, what)) {
+    AIACC_CHECK_IO(kv.key().isString() && kv.value().isString(), what, " holds a value that is not a string");
+    out.emplace_back(kv.key().toStringRef(), kv.value().toStringRef());
   }
   return out;
+}
+
+c10::impl::GenericDict stateDict(const TrainingState& p) {
+  c10::impl::GenericDict d = plainDict();
+  d.insert("epochs_done", p.epochs_done);
+  d.insert("step", p.step);
+  d.insert("images_seen", p.images_seen);
+  d.insert("elapsed_s", real(p.elapsed_s));
+  d.insert("train_s", real(p.train_s));
+  d.insert("loss_scale", real(p.loss_scale));
+  d.insert("loss_scale_good_steps", p.loss_scale_good_steps);
+  d.insert("batches_in_epoch", p.batches_in_epoch);
+  d.insert("skipped_steps", p.skipped_steps);
+  d.insert("checkpoint_failures", static_cast<int64_t>(p.checkpoint_failures));
+  d.insert("evals", evalsTensor(p.evals));
+  d.insert("target_reached", p.target_reached);
+  d.insert("time_to_target_s", real(p.time_to_target_s));
+  d.insert("settings", pairsDict(p.settings));
+  d.insert("rng_cpu", p.rng_cpu.defined() ? c10::IValue(p.rng_cpu.cpu()) : c10::IValue());
+  d.insert("rank_local_buffers", p.rank_local_buffers);
+  return d;
+}
+
+TrainingState stateFrom(const c10::impl::GenericDict& d) {
+  const std::string w = "training_state";
+  auto num = [&](const char* k) { return models::intOf(field(d, k, w), strCat(w, ".", k)); };
+  auto realField = [&](const char* k) { return models::realOf(field(d, k, w), strCat(w, ".", k)); };
+  TrainingState p;
+  p.epochs_done = num("epochs_done");
+  p.step = num("step");
+  p.images_seen = num("images_seen");
+  p.elapsed_s = realField("elapsed_s");
+  p.train_s = realField("train_s");
+  p.loss_scale = realField("loss_scale");
+  p.loss_scale_good_steps = num("loss_scale_good_steps");
+  p.batches_in_epoch = num("batches_in_epoch");
+  p.skipped_steps = num("skipped_steps");
+  p.checkpoint_failures = static_cast<int>(num("checkpoint_failures"));
+  const c10::IValue evals = field(d, "evals", w);
+  AIACC_CHECK_IO(evals.isTensor(), "training_state.evals is not a tensor");
+  p.evals = evalsFrom(evals.toTensor());
+  p.target_reached = models::boolOf(field(d, "target_reached", w), "training_state.target_reached");
+  p.time_to_target_s = realField("time_to_target_s");
+  p.settings = pairsFrom(field(d, "settings", w), "training_state.settings");
+  const c10::IValue rng = field(d, "rng_cpu", w);
+  if (rng.isTensor()) p.rng_cpu = rng.toTensor().cpu();
+  p.rank_local_buffers = models::boolOf(field(d, "rank_local_buffers", w), "training_state.rank_local_buffers");
+  return p;
+}
+
+// Format 5: torch.save's zip format holding one plain dict (see checkpoint.h).
+TrainingState decodeTorchSaveCheckpoint(const std::string& bytes, const std::string& name, torch::nn::Module& model,
+                                        torch::optim::SGD& optimizer) {
+  const models::Unpickled file = models::readTorchSaveBytes(bytes, name);
+  const c10::impl::GenericDict root = models::dictOf(file.value, "the checkpoint");
+  const c10::IValue kind = field(root, "format", "the checkpoint");
+  AIACC_CHECK_IO(kind.isString() && kind.toStringRef() == kFormatName, "not an aiacc checkpoint");
+  const int64_t format = models::intOf(field(root, "format_version", "the checkpoint"), "format_version");
+  AIACC_CHECK_IO(format == kFormatVersion, "format version ", format, ", this aiacc reads 2 to ", kFormatVersion);
+  // Model state by name, every shape checked: a checkpoint of another model is an error, not a
+  // partial load.
+  models::NamedTensors loaded;
+  for (const auto& kv : models::dictOf(field(root, "model", "the checkpoint"), "model")) {
+    AIACC_CHECK_IO(kv.key().isString() && kv.value().isTensor(), "the model state holds a value that is not a tensor");
+    loaded.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
+  }
+  models::loadStateInto(model, loaded);
+  restoreSgdState(optimizer, field(root, "optimizer", "the checkpoint"));
+  TrainingState p = stateFrom(models::dictOf(field(root, "training_state", "the checkpoint"), "training_state"));
+  for (const c10::IValue& c : models::listOf(field(root, "classes", "the checkpoint"), "classes")) {
+    AIACC_CHECK_IO(c.isString(), "a class name that is not a string");
+    p.classes.push_back(c.toStringRef());
+  }
+  p.config = pairsFrom(field(root, "config", "the checkpoint"), "config");
+  return p;
 }
 
 }  // namespace
 
 std::string encodeCheckpoint(torch::nn::Module& model, torch::optim::SGD& optimizer, const TrainingState& pos) {
-  // Into memory (LibTorch's file writer reports I/O errors from a destructor, which would abort
-  // the process on a full disk); the caller writes the bytes.
-  std::string bytes;
-  torch::serialize::OutputArchive root, state_ar, optim_ar;
-  const models::NamedTensors state = models::stateOf(model);
-  for (const auto& [name, t] : state) state_ar.write(name, t.detach().cpu(), /*is_buffer=*/true);
-  writeSgdState(optimizer, optim_ar);
-  root.write("state", state_ar);
-  root.write("optimizer", optim_ar);
-  root.write("format_version", c10::IValue(kFormatVersion));
-  root.write("state_count", c10::IValue(static_cast<int64_t>(state.size())));
-  root.write("epochs_done", c10::IValue(pos.epochs_done));
-  root.write("step", c10::IValue(pos.step));
-  root.write("images_seen", c10::IValue(pos.images_seen));
-  root.write("elapsed_s", c10::IValue(pos.elapsed_s));
-  root.write("train_s", c10::IValue(pos.train_s));
-  root.write("loss_scale", c10::IValue(pos.loss_scale));
-  root.write("loss_scale_good_steps", c10::IValue(pos.loss_scale_good_steps));
-  root.write("batches_in_epoch", c10::IValue(pos.batches_in_epoch));
-  root.write("skipped_steps", c10::IValue(pos.skipped_steps));
-  root.write("checkpoint_failures", c10::IValue(static_cast<int64_t>(pos.checkpoint_failures)));
-  root.write("evals", evalsTensor(pos.evals), /*is_buffer=*/true);
-  root.write("target_reached", c10::IValue(pos.target_reached));
-  root.write("time_to_target_s", c10::IValue(pos.time_to_target_s));
-  root.write("settings", c10::IValue(settingsText(pos.settings)));
-  if (pos.rng_cpu.defined()) root.write("rng_cpu", pos.rng_cpu.cpu(), /*is_buffer=*/true);
-  root.write("rank_local_buffers", c10::IValue(pos.rank_local_buffers));
-  root.save_to([&bytes](const void* buf, size_t n) {
-    bytes.append(static_cast<const char*>(buf), n);
-    return n;
-  });
-  return bytes;
+  c10::impl::GenericDict model_state = plainDict();
+  for (const auto& [name, t] : models::stateDictOf(model)) model_state.insert(name, t);
+  c10::impl::GenericList classes = plainList();
+  for (const std::string& c : pos.classes) classes.push_back(c);
+  c10::impl::GenericDict root = plainDict();
+  root.insert("format", kFormatName);
+  root.insert("format_version", kFormatVersion);
+  root.insert("model", model_state);
+  root.insert("optimizer", sgdStateValue(optimizer));
+  root.insert("training_state", stateDict(pos));
+  root.insert("classes", classes);
+  root.insert("config", pairsDict(pos.config));
+  return models::encodeTorchSave(c10::IValue(root));
 }
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer,
@@ -121,78 +149,14 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
 
 TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name, torch::nn::Module& model,
                                torch::optim::SGD& optimizer) {
-  TrainingState pos;
+  if (models::isTorchScriptArchive(bytes)) return decodeArchiveCheckpoint(bytes, name, model, optimizer);
   try {
-    torch::serialize::InputArchive root, state_ar, optim_ar;
-    // Onto the model's device: a GPU run's checkpoint resumes on the CPU and the other way round.
-    const auto params = model.parameters();
-    root.load_from(bytes.data(), bytes.size(),
-                   params.empty() ? c10::optional<torch::Device>() : params.front().device());
-    c10::IValue v;
-    root.read("format_version", v);
-    const int64_t format = v.toInt();
-    AIACC_CHECK_INPUT(format >= kLegacyFormatVersion && format <= kFormatVersion, "format version ", format,
-                      ", expected ", kLegacyFormatVersion, " to ", kFormatVersion);
-    // Model state by name, every shape checked: a checkpoint of another model is an error, not a
-    // partial load (LibTorch's Module::load would silently replace mismatched tensors).
-    root.read("state_count", v);
-    models::NamedTensors state = models::stateOf(model);
-    AIACC_CHECK_INPUT(v.toInt() == static_cast<int64_t>(state.size()), "it holds ", v.toInt(),
-                      " tensors, the model has ", state.size());
-    root.read("state", state_ar);
-    models::NamedTensors loaded;
-    for (auto& [key, dst] : state) {
-      at::Tensor t;
-      state_ar.read(key, t, /*is_buffer=*/true);
-      loaded.emplace_back(key, t);
-    }
-    models::loadStateInto(model, loaded);
-    root.read("optimizer", optim_ar);
-    if (format >= 3) {
-      readSgdState(optimizer, optim_ar);
-    } else {
-      readLegacySgdState(optimizer, optim_ar);
-    }
-    root.read("epochs_done", v);
-    pos.epochs_done = v.toInt();
-    root.read("step", v);
-    pos.step = v.toInt();
-    root.read("images_seen", v);
-    pos.images_seen = v.toInt();
-    root.read("elapsed_s", v);
-    pos.elapsed_s = v.toDouble();
-    root.read("train_s", v);
-    pos.train_s = v.toDouble();
-    if (root.try_read("loss_scale", v)) pos.loss_scale = v.toDouble();  // absent before AMP existed
-    if (root.try_read("loss_scale_good_steps", v)) pos.loss_scale_good_steps = v.toInt();
-    if (format >= 4) {
-      root.read("batches_in_epoch", v);
-      pos.batches_in_epoch = v.toInt();
-      root.read("skipped_steps", v);
-      pos.skipped_steps = v.toInt();
-      root.read("checkpoint_failures", v);
-      pos.checkpoint_failures = static_cast<int>(v.toInt());
-      at::Tensor evals;
-      root.read("evals", evals, /*is_buffer=*/true);
-      pos.evals = evalsFrom(evals);
-      root.read("target_reached", v);
-      pos.target_reached = v.toBool();
-      root.read("time_to_target_s", v);
-      pos.time_to_target_s = v.toDouble();
-      root.read("settings", v);
-      pos.settings = settingsFrom(v.toStringRef());
-      at::Tensor rng;
-      if (root.try_read("rng_cpu", rng, /*is_buffer=*/true)) pos.rng_cpu = rng.cpu();
-      root.read("rank_local_buffers", v);
-      pos.rank_local_buffers = v.toBool();
-    }
-  } catch (const std::exception& e) {
+    return decodeTorchSaveCheckpoint(bytes, name, model, optimizer);
+  } catch (const std::exception& e) {  // aiacc's errors, and LibTorch's on a value of an unexpected type
+    const std::string what = e.what();
     AIACC_THROW(IoError, "cannot read checkpoint '", name,
-                "' (corrupt, truncated, or from another "
-                "model/optimizer): ",
-                firstLine(e.what()));
+                "' (corrupt, truncated, or from another model/optimizer): ", what.substr(0, what.find('\n')));
   }
-  return pos;
 }
 
 TrainingState loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer) {

@@ -1,9 +1,21 @@
 // Checkpoints: model parameters and buffers, optimizer state, and the TrainingState
-// (app/training_state.h: position in the epoch, scales, history, settings, RNG).
+// (app/training_state.h: position in the epoch, scales, history, settings, RNG, class names and
+// the resolved configuration).
 //
-// The optimizer state is written by parameter position (app/optim_state.h), so a checkpoint moves
-// between LibTorch versions (1.13 and 2.x, either way); format-2 and format-3 files (without the
-// mid-epoch position and history) are still read.
+// Format 5 is torch.save's zip format holding one plain dict, so that Python reads it with
+// torch.load(PATH, weights_only=True) under torch 1.13 and 2.x (models/torch_values.h: numbers
+// with a fraction are 0-dim float64 tensors):
+//   "format": "aiacc checkpoint", "format_version": 5,
+//   "model": {torchvision name: tensor}, in torchvision's order (load_state_dict takes it),
+//   "optimizer": app/optim_state.h's sgdStateValue (by parameter position),
+//   "training_state": {"epochs_done", "step", "images_seen", "elapsed_s", "train_s",
+//       "loss_scale", "loss_scale_good_steps", "batches_in_epoch", "skipped_steps",
+//       "checkpoint_failures", "evals" ([n, 7] float64: step, epoch, seconds, top1, top5, loss,
+//       images), "target_reached", "time_to_target_s", "settings" {name: value}, "rng_cpu"
+//       (uint8 tensor or None), "rank_local_buffers"},
+//   "classes": [class name, ...], "config": {flag: value}.
+// Formats 2 to 4 (LibTorch archives, app/checkpoint_legacy.h) are still read. The optimizer
+// state is kept by parameter position, so a checkpoint moves between LibTorch versions.
 //
 // encodeCheckpoint serializes into memory (the snapshot, taken on the training thread: the bytes
 // can then be written anywhere, on any thread); saveCheckpoint writes them atomically

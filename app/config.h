@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/transforms.h"
@@ -84,6 +85,7 @@ struct Config {
   double checkpoint_every_s = 0;
   int keep_checkpoints = 3;  // in checkpoint_dir: the newest K (common/checkpoint_dir.h)
   std::string resume;        // checkpoint file to continue from, or "auto" (the newest valid one in checkpoint_dir)
+  bool evaluate_only = false;  // --evaluate: one evaluation of the val split, no training
   std::string metrics_file;
   std::string save_weights;  // the final model state as a named-tensor file (rank 0)
   std::string report_file;
@@ -92,6 +94,9 @@ struct Config {
   std::string author = "aiacc";
   std::string recipe;       // path, for the record
   std::string recipe_text;  // whole recipe, for the DAWNBench misc object
+  // Every aiacc_train flag's value after the recipe and the command line (name without dashes,
+  // value as gflags prints it): a --flagfile of "--name=value" lines reruns the same settings.
+  std::vector<std::pair<std::string, std::string>> resolved_flags;
 };
 
 // The stage in effect at `epoch`.

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/shortest_double.h"
 
 // ---- Data ----------------------------------------------------------------------------------
 DEFINE_string(data, "",
@@ -69,10 +70,10 @@ DEFINE_string(arch, "resnet50", "model: resnet18 | resnet34 | resnet50 | resnet1
 DEFINE_bool(zero_init_residual, false, "zero-init the last BN gamma of each residual block");
 DEFINE_string(init_weights, "",
               "start from this model state instead of a fresh initialization, with torchvision's "
-              "parameter and buffer names: a torch.save file of a plain dict of tensors (what "
-              "--save-weights X.pt writes, or torch.save(dict(model.state_dict()), 'X.pt') from "
-              "Python; DDP's 'module.' is stripped; a state_dict's OrderedDict is refused, with the "
-              "command that re-saves it), or an aiacc named-tensor file (models/weights.h)");
+              "parameter and buffer names: a torch.save file (torch.save(model.state_dict(), 'X.pt'), "
+              "also a checkpoint holding it under 'state_dict' or 'model', DDP's 'module.' stripped; "
+              "what --save-weights X.pt writes) or an aiacc named-tensor file (models/weights.h). A "
+              "classifier (fc) for another class count is re-initialised, and said so");
 // ---- Optimization --------------------------------------------------------------------------
 DEFINE_int32(batch_size, 32, "batch size per process");
 DEFINE_int32(epochs, 90, "epochs to train (the LR schedule spans them)");
@@ -186,6 +187,9 @@ DEFINE_string(checkpoint_every, "",
 DEFINE_int32(keep_checkpoints, 3,
              "checkpoints kept in --checkpoint-dir (the newest; each is DIR/step-N.ckpt with a manifest of "
              "its size and CRC-32C, and DIR/latest names the newest once it is on disk)");
+DEFINE_bool(evaluate, false,
+            "evaluate only: run the val split once with the model of --init-weights or --resume (on 1 or "
+            "--nproc N ranks), report top-1 / top-5 / loss and exit; no training step, no checkpoint");
 DEFINE_string(resume, "",
               "continue from a checkpoint: a file (an error if it cannot be read), or 'auto': the newest "
               "whole one in --checkpoint-dir (a corrupt or truncated newer one is named and passed over), a "
@@ -206,6 +210,10 @@ DEFINE_double(cost_per_hour, 0, "USD per hour of the machine, for the DAWNBench 
 DEFINE_string(author, "aiacc", "author field of the DAWNBench JSON");
 // ---- Sample data ---------------------------------------------------------------------------
 DEFINE_string(make_sample, "", "generate the sample ImageNet-layout JPEG dataset in DIR and exit");
+DEFINE_string(convert_weights, "",
+              "convert the weights in this file (aiacc's named-tensor file, or a torch.save state dict or "
+              "checkpoint as --init-weights reads it) to --save-weights OUT (.pt/.pth: torch.save's format; any "
+              "other name: aiacc's) and exit");
 DEFINE_int32(sample_classes, 20, "classes of the generated sample (shapes x hues)");
 DEFINE_int32(sample_shapes, 5, "shapes of the generated sample (1..5); classes = shapes x hues");
 DEFINE_int32(sample_train_per_class, 100, "train images per class of the generated sample");
@@ -216,6 +224,7 @@ DEFINE_int32(sample_max_side, 112, "largest image side of the generated sample")
 namespace aiacc::app {
 
 std::string makeSampleFlag() { return FLAGS_make_sample; }
+std::pair<std::string, std::string> convertWeightsFlags() { return {FLAGS_convert_weights, FLAGS_save_weights}; }
 bool keepFreedMemoryFlag() { return FLAGS_keep_freed_memory; }
 
 DistSpec distSpecFromFlags() {
@@ -363,8 +372,25 @@ Recipe applyRecipeFlag() {
   return r;
 }
 
+// Every training flag of this file with its value after the recipe and the command line, in
+// gflags' order (by name); --make-sample's own flags are left out.
+std::vector<std::pair<std::string, std::string>> resolvedFlags() {
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : all) {
+    const bool ours = f.filename.size() >= 12 && f.filename.compare(f.filename.size() - 12, 12, "app/flags.cc") == 0;
+    if (!ours || f.name == "make_sample" || f.name == "convert_weights" || f.name.rfind("sample_", 0) == 0) continue;
+    // Doubles as the shortest form that reads back the same (gflags prints 17 digits).
+    out.emplace_back(f.name, f.type == "double" ? shortestDouble(std::strtod(f.current_value.c_str(), nullptr))
+                                                : f.current_value);
+  }
+  return out;
+}
+
 Config configFromFlags(const Recipe& recipe) {
   Config c;
+  c.resolved_flags = resolvedFlags();
   c.recipe = recipe.path;
   c.recipe_text = recipe.text;
   const std::vector<Stage>& recipe_stages = recipe.stages;
@@ -462,6 +488,9 @@ Config configFromFlags(const Recipe& recipe) {
   AIACC_CHECK_INPUT(c.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1 (got ", c.keep_checkpoints, ")");
   AIACC_CHECK_INPUT(c.resume != "auto" || !c.checkpoint_dir.empty(),
                     "--resume auto needs --checkpoint-dir (the folder to resume from)");
+  c.evaluate_only = FLAGS_evaluate;
+  AIACC_CHECK_INPUT(!c.evaluate_only || !c.init_weights.empty() || !c.resume.empty(),
+                    "--evaluate needs the model to evaluate: --init-weights FILE or --resume CHECKPOINT");
   c.metrics_file = FLAGS_metrics_file;
   c.save_weights = FLAGS_save_weights;
   c.report_file = FLAGS_report_file;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/config.h"
@@ -63,6 +64,8 @@ DistSpec distSpecFromFlags();
 
 // --make-sample DIR (empty when not given) and the generated dataset's shape.
 std::string makeSampleFlag();
+// --convert-weights IN (empty when not given) and --save-weights OUT.
+std::pair<std::string, std::string> convertWeightsFlags();
 // --keep-freed-memory (default on): main() calls keepFreedMemoryInHeap() before threads start.
 bool keepFreedMemoryFlag();
 data::SampleSpec sampleSpecFromFlags();

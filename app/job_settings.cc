@@ -5,19 +5,12 @@
 
 #include "app/option_names.h"
 #include "common/error.h"
+#include "common/shortest_double.h"
 
 namespace aiacc::app {
 namespace {
 
-// The shortest form that reads back as the same double (0.1, not 0.10000000000000001).
-std::string str(double v) {
-  char buf[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
+std::string str(double v) { return shortestDouble(v); }
 std::string onOff(bool b) { return b ? "on" : "off"; }
 
 // FNV-1a over the names, each ended by a zero byte.
@@ -98,6 +91,7 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
                              : c.checkpoint_every_s > 0   ? strCat(str(c.checkpoint_every_s), " s")
                                                           : std::string("off")},
       {"resumed at (epochs done/step)", strCat(resumed.epochs_done, "/", resumed.step)},
+      {"--evaluate", onOff(c.evaluate_only)},
   };
 }
 

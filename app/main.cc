@@ -28,6 +28,7 @@
 #include "comm/store.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "models/torch_format.h"
 #include "data/sample_gen.h"
 
 namespace {
@@ -150,6 +151,12 @@ int main(int argc, char** argv) {
       aiacc::data::makeSampleDataset(aiacc::app::makeSampleFlag(), spec);
       std::cout << "wrote sample dataset to " << aiacc::app::makeSampleFlag() << " (" << spec.classes << " classes, "
                 << spec.train_per_class << " train + " << spec.val_per_class << " val images per class)\n";
+      return 0;
+    }
+    if (const auto [in, out] = aiacc::app::convertWeightsFlags(); !in.empty()) {
+      AIACC_CHECK_INPUT(!out.empty(), "--convert-weights needs --save-weights OUT (the file to write)");
+      const size_t n = aiacc::models::convertWeightsFile(in, out);
+      std::cout << "wrote " << n << " tensors from " << in << " to " << out << "\n";
       return 0;
     }
     // Who started this process (torchrun, Kubeflow, srun, mpirun, horovodrun, our own launcher,

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/torch_compat.h"
+#include "models/torch_values.h"
 
 namespace aiacc::app {
 namespace {
@@ -80,6 +81,61 @@ void readSgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in) {
     for (size_t j = 0; j < params.size(); ++j) {
       at::Tensor buf;
       if (in.try_read(strCat("momentum/", g, "/", j), buf, /*is_buffer=*/true)) setMomentum(sgd, params[j], buf);
+    }
+  }
+}
+
+c10::IValue sgdStateValue(const torch::optim::SGD& sgd) {
+  c10::impl::GenericList groups = models::plainList();
+  for (const auto& group : sgd.param_groups()) {
+    const auto& o = static_cast<const SGDOptions&>(group.options());
+    c10::impl::GenericDict g = models::plainDict();
+    g.insert("lr", models::real(o.lr()));
+    g.insert("momentum", models::real(o.momentum()));
+    g.insert("dampening", models::real(o.dampening()));
+    g.insert("weight_decay", models::real(o.weight_decay()));
+    g.insert("nesterov", o.nesterov());
+    c10::impl::GenericList buffers = models::plainList();
+    for (const auto& p : group.params()) {
+      const auto it = sgd.state().find(compat::optimStateKey(p));
+      const at::Tensor buf = it == sgd.state().end() ? at::Tensor()
+                                                     : static_cast<const SGDParamState&>(*it->second).momentum_buffer();
+      buffers.push_back(buf.defined() ? c10::IValue(buf.detach().cpu()) : c10::IValue());
+    }
+    g.insert("momentum_buffers", buffers);
+    groups.push_back(g);
+  }
+  c10::impl::GenericDict out = models::plainDict();
+  out.insert("groups", groups);
+  return out;
+}
+
+void restoreSgdState(torch::optim::SGD& sgd, const c10::IValue& value) {
+  const c10::List<c10::IValue> saved = models::listOf(models::field(models::dictOf(value, "optimizer"), "groups",
+                                                                    "optimizer"),
+                                                      "optimizer groups");
+  auto& groups = sgd.param_groups();
+  AIACC_CHECK_IO(saved.size() == groups.size(), "the optimizer state has ", saved.size(),
+                 " parameter groups, the optimizer ", groups.size());
+  sgd.state().clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string where = strCat("parameter group ", g);
+    const c10::impl::GenericDict d = models::dictOf(saved.get(g), where);
+    const c10::List<c10::IValue> buffers = models::listOf(models::field(d, "momentum_buffers", where), where);
+    const auto& params = groups[g].params();
+    AIACC_CHECK_IO(buffers.size() == params.size(), where, " has ", buffers.size(), " parameters in the checkpoint, ",
+                   params.size(), " in the optimizer");
+    auto& o = static_cast<SGDOptions&>(groups[g].options());
+    o.lr(models::realOf(models::field(d, "lr", where), where + " lr"));
+    o.momentum(models::realOf(models::field(d, "momentum", where), where + " momentum"));
+    o.dampening(models::realOf(models::field(d, "dampening", where), where + " dampening"));
+    o.weight_decay(models::realOf(models::field(d, "weight_decay", where), where + " weight_decay"));
+    o.nesterov(models::boolOf(models::field(d, "nesterov", where), where + " nesterov"));
+    for (size_t j = 0; j < params.size(); ++j) {
+      const c10::IValue b = buffers.get(j);
+      if (b.isNone()) continue;
+      AIACC_CHECK_IO(b.isTensor(), where, " momentum buffer ", j, " is a ", b.tagKind());
+      setMomentum(sgd, params[j], b.toTensor());
     }
   }
 }

@@ -29,6 +29,13 @@ void writeSgdState(const torch::optim::SGD& sgd, torch::serialize::OutputArchive
 // Restores options and momentum buffers; the group count and sizes must match the optimizer's.
 void readSgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in);
 
+// The same state as one plain value for torch.save's format (checkpoint format 5;
+// models/torch_values.h): {"groups": [{"lr", "momentum", "dampening", "weight_decay" (0-dim
+// float64 tensors), "nesterov" (bool), "momentum_buffers" (per parameter, in order: a tensor, or
+// None before its first step with momentum)}]}.
+c10::IValue sgdStateValue(const torch::optim::SGD& sgd);
+void restoreSgdState(torch::optim::SGD& sgd, const c10::IValue& value);
+
 // torch::optim::SGD::save's layout (checkpoints of format 2).
 void readLegacySgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in);
 

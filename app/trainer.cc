@@ -120,8 +120,9 @@ void Trainer::State::setupData() {
   lo.train = true;
   const size_t n_train = layout.train.samples.size(), n_val = layout.val.samples.size();
   dataset = datasetFingerprint(layout.train.classes, n_train, n_val);
-  AIACC_CHECK_INPUT(static_cast<int64_t>(n_train) / world >= cfg.stages.front().batch_size, "train/ has ", n_train,
-                    " images: fewer than one batch of ", cfg.stages.front().batch_size,
+  class_names = layout.train.classes;
+  AIACC_CHECK_INPUT(cfg.evaluate_only || static_cast<int64_t>(n_train) / world >= cfg.stages.front().batch_size,
+                    "train/ has ", n_train, " images: fewer than one batch of ", cfg.stages.front().batch_size,
                     " per process; lower --batch-size");
   train = std::make_unique<data::ImageLoader>(std::move(layout.train), lo, skips);
   lo.train = false;
@@ -139,7 +140,13 @@ void Trainer::State::setupModel() {
   mo.num_classes = train->numClasses();
   mo.zero_init_residual = cfg.zero_init_residual;
   model = models::ResNet(mo);
-  if (!cfg.init_weights.empty()) models::loadStateInto(*model, models::readWeightsFile(cfg.init_weights));
+  if (!cfg.init_weights.empty()) {
+    const int64_t file_classes = models::loadPretrainedInto(*model, models::readWeightsFile(cfg.init_weights), "fc");
+    if (file_classes > 0 && isRank0()) {
+      LOG(INFO) << "init weights: " << cfg.init_weights << " is for " << file_classes
+                << " classes; fc re-initialised for " << mo.num_classes;
+    }
+  }
   model->to(device);
   if (cfg.channels_last) {
     torch::NoGradGuard no_grad;
@@ -198,6 +205,7 @@ void Trainer::State::setUp() {
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   at::set_num_threads(threads);
   setupDevice();
+  if (cfg.amp) requireAutocastWorks(device, ampDtype());  // said now, not as a oneDNN error in step 1
   setupData();
   setupModel();  // and the resumed position
   // A run resumed at its end (--max-steps reached, or the target) trains no further step.
@@ -237,6 +245,10 @@ void Trainer::setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t
 Report Trainer::run() {
   State& s = *s_;
   s.setUp();
+  if (s.cfg.evaluate_only) {  // --evaluate: the val split once, with the loaded model
+    s.evaluateAndRecord();
+    return s.run.preempted ? s.finishPreempted() : s.finishReport();
+  }
   // Resumed after a stop that interrupted an evaluation: that evaluation first.
   if (s.evaluationPending()) s.evaluateAndRecord();
   for (int epoch = static_cast<int>(s.pos.epochs_done); epoch < s.cfg.epochs && !s.run.stop; ++epoch) {

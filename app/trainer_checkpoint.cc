@@ -24,7 +24,8 @@ std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSet
                                                       "--target-top5",
                                                       "--checkpoint-every",
                                                       "checkpoints (--checkpoint-dir)",
-                                                      "resumed at (epochs done/step)"};
+                                                      "resumed at (epochs done/step)",
+                                                      "--evaluate"};
   std::vector<std::pair<std::string, std::string>> out = {{"world size", std::to_string(world)}};
   for (auto& kv : trainSettings(cfg, dataset, train->shardSize(), TrainingState{})) {
     if (std::find(kRunExtent.begin(), kRunExtent.end(), kv.name) == kRunExtent.end())
@@ -56,7 +57,9 @@ void Trainer::State::resume() {
   } else {
     pos = loadCheckpoint(path, *model, *optimizer);
   }
-  if (!pos.settings.empty()) {  // format 4 on: the settings it was written with
+  // Format 4 on: the settings it was written with. An evaluation continues no training: it only
+  // needs the model, which the load checked.
+  if (!pos.settings.empty() && !cfg.evaluate_only) {
     for (const auto& [name, value] : continuationSettings()) {
       const auto it = std::find_if(pos.settings.begin(), pos.settings.end(),
                                    [&](const auto& kv) { return kv.first == name; });
@@ -93,6 +96,8 @@ std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
   }
   p.settings = continuationSettings();
   p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
+  p.classes = class_names;
+  p.config = cfg.resolved_flags;
   std::string bytes = encodeCheckpoint(*model, *optimizer, p);
   if (wait == CheckpointWait::kDone) {  // the write before this one answers for itself
     checkpoints->flush();

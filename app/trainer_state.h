@@ -78,7 +78,8 @@ struct Trainer::State {
   std::unique_ptr<data::BatchSource> train, val;
   int64_t ignored_files = 0;
   std::string data_name;
-  std::string dataset;  // datasetFingerprint(), for the agreement across ranks
+  std::string dataset;                   // datasetFingerprint(), for the agreement across ranks
+  std::vector<std::string> class_names;  // label i is class_names[i]; empty for synthetic and in-memory data
 
   at::Device device = at::kCPU;
   models::ResNet model{nullptr};

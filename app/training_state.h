@@ -51,6 +51,11 @@ struct TrainingState {
   // Written by one rank from its own memory, without a collective (the others were gone): the
   // BatchNorm running statistics are that rank's, not averaged over the ranks.
   bool rank_local_buffers = false;
+  // Records, not read to continue: the dataset's class names (label i is classes[i]; empty for
+  // synthetic and in-memory data) and the resolved configuration (flag name, value), which
+  // --flagfile takes back.
+  std::vector<std::string> classes;
+  std::vector<std::pair<std::string, std::string>> config;
 };
 
 }  // namespace aiacc::app

@@ -4,16 +4,15 @@
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/nn/module.h>
-#include <torch/serialize.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "models/torch_unpickler.h"
 
 namespace aiacc::models {
 namespace {
@@ -34,11 +33,12 @@ bool endsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The dict of tensors inside `value`: itself, or under "state_dict" / "model".
-c10::Dict<c10::IValue, c10::IValue> tensorDict(const c10::IValue& value, const std::string& path) {
-  AIACC_CHECK_INPUT(value.isGenericDict(), "'", path, "' holds a ", value.tagKind(), ", not a dict of tensors; ",
-                    resaveHint(path));
-  c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();
+// The dict of tensors inside `value`: itself, or under "state_dict" / "model" (a training
+// checkpoint's layout).
+c10::impl::GenericDict tensorDict(const Unpickled& file, const std::string& path) {
+  AIACC_CHECK_INPUT(file.value.isGenericDict(), "'", path, "' holds a ", file.value.tagKind(),
+                    ", not a dict of tensors; ", resaveHint(path));
+  c10::impl::GenericDict dict = file.value.toGenericDict();
   for (const char* key : {"state_dict", "model"}) {
     const auto it = dict.find(c10::IValue(std::string(key)));
     if (it != dict.end() && it->value().isGenericDict()) return it->value().toGenericDict();
@@ -66,14 +66,9 @@ NamedTensors stateDictOf(const torch::nn::Module& module) {
   return out;
 }
 
-void writeTorchStateDict(const std::string& path, const NamedTensors& tensors) {
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [name, t] : tensors) {
-    AIACC_CHECK(!dict.contains(name), "two tensors named '", name, "'");
-    dict.insert(name, t.detach().cpu().contiguous());
-  }
+std::string encodeTorchSave(const c10::IValue& value) {
   std::vector<char> pickle;
-  // tag_aggregates=false: no torch.jit._pickle.restore_type_tag around the dict, which
+  // tag_aggregates=false: no torch.jit._pickle.restore_type_tag around dicts and lists, which
   // torch.load(weights_only=True) refuses; tensors go to records data/0, data/1, ... as
   // torch.save writes them.
   torch::jit::Pickler pickler([&](const char* data, size_t n) { pickle.insert(pickle.end(), data, data + n); },
@@ -81,37 +76,39 @@ void writeTorchStateDict(const std::string& path, const NamedTensors& tensors) {
                               /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
                               /*tag_aggregates=*/false);
   pickler.protocol();
-  pickler.pushIValue(c10::IValue(dict));
+  pickler.pushIValue(value);
   pickler.stop();
-  try {
-    caffe2::serialize::PyTorchStreamWriter writer(path);
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
-    writer.writeEndOfFile();
-  } catch (const c10::Error& e) {
-    AIACC_THROW(IoError, "cannot write '", path, "': ", e.what_without_backtrace());
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+    bytes.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return bytes;
+}
+
+void writeTorchStateDict(const std::string& path, const NamedTensors& tensors) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [name, t] : tensors) {
+    AIACC_CHECK(!dict.contains(name), "two tensors named '", name, "'");
+    dict.insert(name, t.detach().cpu().contiguous());
   }
+  writeFileAtomic(path, encodeTorchSave(c10::IValue(dict)));
 }
 
 NamedTensors readTorchStateDict(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) AIACC_THROW(IoError, "cannot open weights file '", path, "'");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  c10::IValue value;
-  try {
-    value = torch::pickle_load(bytes);
-  } catch (const c10::Error& e) {
-    // LibTorch's unpickler turns collections.OrderedDict (what model.state_dict() is) into None.
-    const std::string what = e.what_without_backtrace();
-    AIACC_THROW(InputError, "cannot read '", path, "' (", what.substr(0, what.find('\n')),
-                "): a state_dict's OrderedDict, a dict holding one, or a TorchScript archive is not read yet; ",
-                resaveHint(path));
-  }
+  const Unpickled file = readTorchSave(path);
   NamedTensors out;
-  for (const auto& kv : tensorDict(value, path)) {
+  for (const auto& kv : tensorDict(file, path)) {
     AIACC_CHECK_INPUT(kv.key().isString(), "'", path, "' has a key that is not a string");
     const std::string name = kv.key().toStringRef();
-    AIACC_CHECK_INPUT(kv.value().isTensor(), "'", path, "': '", name, "' is a ", kv.value().tagKind(),
-                      ", not a tensor");
+    if (!kv.value().isTensor()) {
+      std::string objects;
+      for (const auto& type : file.opaque_types) objects += (objects.empty() ? "" : ", ") + type;
+      AIACC_THROW(InputError, "'", path, "': '", name, "' is a ", kv.value().tagKind(), ", not a tensor",
+                  objects.empty() ? "" : strCat(" (the file holds objects aiacc does not read: ", objects, ")"));
+    }
     at::Tensor t = kv.value().toTensor();
     if (t.is_floating_point()) t = t.to(at::kFloat);
     out.emplace_back(name, t);
@@ -141,14 +138,22 @@ NamedTensors readWeightsFile(const std::string& path) {
 }
 
 void writeWeightsFile(const std::string& path, const torch::nn::Module& module) {
-  const bool torch_format = endsWith(path, ".pt") || endsWith(path, ".pth");
-  writeFileAtomicByPath(path, [&](const std::string& tmp) {
-    if (torch_format) {
-      writeTorchStateDict(tmp, stateDictOf(module));
-    } else {
-      writeNamedTensors(tmp, stateOf(module));
+  if (endsWith(path, ".pt") || endsWith(path, ".pth")) return writeTorchStateDict(path, stateDictOf(module));
+  writeFileAtomicByPath(path, [&](const std::string& tmp) { writeNamedTensors(tmp, stateOf(module)); });
+}
+
+size_t convertWeightsFile(const std::string& in, const std::string& out) {
+  const NamedTensors tensors = readWeightsFile(in);
+  if (endsWith(out, ".pt") || endsWith(out, ".pth")) {
+    writeTorchStateDict(out, tensors);
+  } else {
+    for (const auto& [name, t] : tensors) {
+      AIACC_CHECK_INPUT(t.scalar_type() == at::kFloat || t.scalar_type() == at::kLong, "'", name, "' in '", in,
+                        "' is ", t.scalar_type(), ": aiacc's named-tensor format holds float32 and int64; write a .pt");
     }
-  });
+    writeFileAtomicByPath(out, [&](const std::string& tmp) { writeNamedTensors(tmp, tensors); });
+  }
+  return tensors.size();
 }
 
 }  // namespace aiacc::models

@@ -3,6 +3,8 @@
 // (models/weights.h). Which format a file is in is decided by its first bytes, never its name.
 #pragma once
 
+#include <ATen/core/ivalue.h>
+
 #include <string>
 
 #include "models/weights.h"
@@ -18,20 +20,24 @@ namespace aiacc::models {
 // contiguous: what torchvision's `model.state_dict()` holds, key for key.
 NamedTensors stateDictOf(const torch::nn::Module& module);
 
+// `value` in torch.save's zip format, in memory: LibTorch's pickler (protocol 2) without
+// TorchScript's type tags, so torch.load(weights_only=True) reads it when every value is one
+// models/torch_values.h describes. Tensors are written as they are (give them on the CPU,
+// detached, contiguous).
+std::string encodeTorchSave(const c10::IValue& value);
+
 // Writes `tensors` as a plain dict {name: tensor} in torch.save's zip format (pickle protocol 2,
 // no TorchScript type tags), so that `torch.load(path, weights_only=True)` returns a dict under
 // torch 1.13 and 2.x and torchvision's `load_state_dict(sd, strict=True)` accepts it. Tensors are
-// written from the CPU, without requires_grad. Writes `path` directly (callers wanting an atomic
-// replace use writeFileAtomicByPath). Throws IoError when it cannot be written.
+// written from the CPU, without requires_grad. Written atomically; IoError when it cannot be.
 void writeTorchStateDict(const std::string& path, const NamedTensors& tensors);
 
-// Reads a torch.save zip archive holding a plain dict of tensors, as writeTorchStateDict writes it
-// or Python's `torch.save(dict(model.state_dict()), X)` (a dict of two or more entries holding one
-// under "state_dict" or "model" too), with DDP's "module." prefix stripped when every name has it.
-// Floating-point tensors come back as float32. LibTorch's unpickler reads no OrderedDict (what
-// `model.state_dict()` is) and no one-entry dict (pickle's SETITEM): those, and anything else
-// that is not a dict of tensors, are an InputError naming the Python command that re-saves the
-// file; IoError when it cannot be read.
+// Reads a torch.save zip archive holding a dict of tensors (models/torch_unpickler.h): what
+// writeTorchStateDict writes, Python's `torch.save(model.state_dict(), X)` (an OrderedDict) or a
+// plain dict, also one holding it under "state_dict" or "model" (a training checkpoint), with DDP's
+// "module." prefix stripped when every name has it. Floating-point tensors come back as float32.
+// Anything else (a TorchScript archive, a value that is not a tensor) is an InputError naming the
+// Python command that re-saves the file as a plain dict; IoError when it cannot be read.
 NamedTensors readTorchStateDict(const std::string& path);
 
 // --init-weights: aiacc's named-tensor file ("AIACCW01") or a torch.save zip archive, told apart
@@ -42,5 +48,10 @@ NamedTensors readWeightsFile(const std::string& path);
 // --save-weights: a name ending in .pt or .pth gets torch.save's format, any other aiacc's
 // named-tensor file; written atomically (a crash leaves the previous file or none).
 void writeWeightsFile(const std::string& path, const torch::nn::Module& module);
+
+// --convert-weights IN --save-weights OUT: the tensors of IN (whatever readWeightsFile reads)
+// written to OUT as writeWeightsFile would name its format, in IN's order; returns their count.
+// aiacc's named-tensor format holds float32 and int64 tensors only (InputError otherwise).
+size_t convertWeightsFile(const std::string& in, const std::string& out);
 
 }  // namespace aiacc::models

@@ -102,4 +102,35 @@ void loadStateInto(torch::nn::Module& module, const NamedTensors& tensors) {
   }
 }
 
+int64_t loadPretrainedInto(torch::nn::Module& module, const NamedTensors& tensors, const std::string& classifier) {
+  const std::string weight = classifier + ".weight", bias = classifier + ".bias";
+  const NamedTensors own = stateOf(module);
+  auto find = [](const NamedTensors& ts, const std::string& name) -> const at::Tensor* {
+    for (const auto& [n, t] : ts) {
+      if (n == name) return &t;
+    }
+    return nullptr;
+  };
+  const at::Tensor *fw = find(tensors, weight), *fb = find(tensors, bias);
+  const at::Tensor *mw = find(own, weight), *mb = find(own, bias);
+  const bool other_classes = fw && fb && mw && mb && fw->dim() == 2 && mw->dim() == 2 && fw->size(1) == mw->size(1) &&
+                             fw->size(0) != mw->size(0) && fb->dim() == 1 && fb->size(0) == fw->size(0);
+  if (!other_classes) {
+    loadStateInto(module, tensors);
+    return 0;
+  }
+  NamedTensors kept;
+  for (const auto& [name, t] : tensors) {
+    if (name == weight) {
+      kept.emplace_back(name, *mw);
+    } else if (name == bias) {
+      kept.emplace_back(name, *mb);
+    } else {
+      kept.emplace_back(name, t);
+    }
+  }
+  loadStateInto(module, kept);
+  return fw->size(0);
+}
+
 }  // namespace aiacc::models

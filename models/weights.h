@@ -27,6 +27,11 @@ void writeNamedTensors(const std::string& path, const NamedTensors& tensors);
 // present with the same shape; names the module lacks are an error too (nothing silently unused).
 void loadStateInto(torch::nn::Module& module, const NamedTensors& tensors);
 
+// --init-weights: loadStateInto, except that a classifier `<classifier>.weight` / `.bias` made for
+// another number of classes (same input width) is left as the module initialised it. Returns the
+// file's class count when that happened, 0 when every tensor was copied.
+int64_t loadPretrainedInto(torch::nn::Module& module, const NamedTensors& tensors, const std::string& classifier);
+
 // The module's parameters and buffers by name.
 NamedTensors stateOf(const torch::nn::Module& module);
 

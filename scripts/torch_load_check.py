@@ -6,9 +6,15 @@ torch.load(WEIGHTS, weights_only=True) must give a dict; torchvision's ARCH(num_
 must take it with load_state_dict(strict=True) and list the same keys in the same order. Then one
 fixed input (seeded) goes through the model in eval mode, and OUT.pt gets
 torch.save({"input": x, "output": y}) as a plain dict, for the test to compare with aiacc's output;
-OUT.plain.pt and OUT.ordered.pt get the model's state dict as a dict and as the OrderedDict.
+Then the files users hand to --init-weights, each holding the model's state dict: OUT.plain.pt (a
+dict), OUT.ordered.pt (the OrderedDict model.state_dict() is), OUT.nested.pt (a training checkpoint:
+epoch, DDP's "module." names under "state_dict", the optimizer's state, an argparse.Namespace),
+OUT.p4.pt (pickle protocol 4, under "model" as torchvision's reference scripts save) and
+OUT.legacy.pt (the pre-1.6 non-zip format).
 Exits 3 when torch or torchvision is missing (the C++ test skips with the message).
 """
+import argparse
+import collections
 import sys
 
 try:
@@ -38,11 +44,17 @@ def main():
     with torch.no_grad():
         y = model(x)
     torch.save({"input": x, "output": y}, out)
-    # What users hand to --init-weights: the state dict as a plain dict (read), and as the
-    # OrderedDict model.state_dict() is (refused with the command that re-saves it).
     base = out[: -len(".pt")] if out.endswith(".pt") else out
-    torch.save(dict(model.state_dict()), base + ".plain.pt")
-    torch.save(model.state_dict(), base + ".ordered.pt")
+    sd = model.state_dict()
+    torch.save(dict(sd), base + ".plain.pt")
+    torch.save(sd, base + ".ordered.pt")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    ddp = collections.OrderedDict(("module." + k, v) for k, v in sd.items())
+    torch.save({"epoch": 3, "state_dict": ddp, "optimizer": optimizer.state_dict(),
+                "args": argparse.Namespace(lr=0.1, arch=arch), "best_acc1": torch.tensor(55.5)},
+               base + ".nested.pt")
+    torch.save({"model": sd, "epoch": 7}, base + ".p4.pt", pickle_protocol=4)
+    torch.save(sd, base + ".legacy.pt", _use_new_zipfile_serialization=False)
     print(f"torch {torch.__version__}: {len(sd)} tensors loaded with weights_only=True")
 
 

@@ -1,8 +1,8 @@
 // aiacc_checkpoint_tool: writes and verifies a checkpoint whose every value is known in closed
 // form, so that one build (LibTorch 1.13, say) writes it and another (2.x) checks what it resumes,
 // exactly, with no training kernels in between whose results could differ by version.
-//   aiacc_checkpoint_tool write PATH [--format 2|3]   (2: torch::optim's own layout, as aiacc
-//                                                       wrote before format 3)
+//   aiacc_checkpoint_tool write PATH [--format 2|4|5]  (5, the default: torch.save's format; 4: a
+//                                                       LibTorch archive; 2: torch::optim's own layout)
 //   aiacc_checkpoint_tool verify PATH                  exit 0 when every value is as written
 // The state: resnet18 with 5 classes; parameter i's element k = sin(1000 i + k) (as float), BN
 // running statistics likewise, two parameter groups (weights with weight decay and Nesterov,
@@ -17,15 +17,21 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "app/checkpoint.h"
+#include "app/checkpoint_legacy.h"
+#include "app/optim_state.h"
+#include "models/torch_unpickler.h"
+#include "models/weights.h"
 #include "common/torch_compat.h"
 #include "models/resnet.h"
 
 namespace {
 
+using aiacc::app::EvalPoint;
 using aiacc::app::TrainingState;
 
 // Every field, with values that survive the trip exactly.
@@ -56,6 +62,8 @@ TrainingState position() {
   p.settings = {{"--seed", "5"}, {"dataset", "4 classes (names 1a2b), 10 train and 2 val files"}};
   p.rng_cpu = at::arange(64, at::kByte);
   p.rank_local_buffers = true;
+  p.classes = {"n01440764", "n01443537", "caf\xc3\xa9", "d", "e"};
+  p.config = {{"arch", "resnet18"}, {"lr", "0.25"}, {"data", "/data/imagenet"}};
   return p;
 }
 const TrainingState kPosition = position();
@@ -152,9 +160,55 @@ void writeFormat2(const std::string& path, Fixture& f) {
   root.save_to(path);
 }
 
+// Settings as "name\tvalue\n" lines (names and values hold neither).
+std::string settingsText(const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::string out;
+  for (const auto& [k, v] : settings) out += k + "\t" + v + "\n";
+  return out;
+}
+
+// Format 4, as saveCheckpoint wrote it before format 5: a LibTorch archive.
+void writeFormat4(const std::string& path, Fixture& f) {
+  torch::nn::Module& model = *f.model;
+  torch::optim::SGD& optimizer = *f.sgd;
+  const TrainingState& pos = kPosition;
+  // Into memory (LibTorch's file writer reports I/O errors from a destructor, which would abort
+  // the process on a full disk); the caller writes the bytes.
+  torch::serialize::OutputArchive root, state_ar, optim_ar;
+  const aiacc::models::NamedTensors state = aiacc::models::stateOf(model);
+  for (const auto& [name, t] : state) state_ar.write(name, t.detach().cpu(), /*is_buffer=*/true);
+  aiacc::app::writeSgdState(optimizer, optim_ar);
+  root.write("state", state_ar);
+  root.write("optimizer", optim_ar);
+  root.write("format_version", c10::IValue(int64_t{4}));
+  root.write("state_count", c10::IValue(static_cast<int64_t>(state.size())));
+  root.write("epochs_done", c10::IValue(pos.epochs_done));
+  root.write("step", c10::IValue(pos.step));
+  root.write("images_seen", c10::IValue(pos.images_seen));
+  root.write("elapsed_s", c10::IValue(pos.elapsed_s));
+  root.write("train_s", c10::IValue(pos.train_s));
+  root.write("loss_scale", c10::IValue(pos.loss_scale));
+  root.write("loss_scale_good_steps", c10::IValue(pos.loss_scale_good_steps));
+  root.write("batches_in_epoch", c10::IValue(pos.batches_in_epoch));
+  root.write("skipped_steps", c10::IValue(pos.skipped_steps));
+  root.write("checkpoint_failures", c10::IValue(static_cast<int64_t>(pos.checkpoint_failures)));
+  root.write("evals", aiacc::app::evalsTensor(pos.evals), /*is_buffer=*/true);
+  root.write("target_reached", c10::IValue(pos.target_reached));
+  root.write("time_to_target_s", c10::IValue(pos.time_to_target_s));
+  root.write("settings", c10::IValue(settingsText(pos.settings)));
+  if (pos.rng_cpu.defined()) root.write("rng_cpu", pos.rng_cpu.cpu(), /*is_buffer=*/true);
+  root.write("rank_local_buffers", c10::IValue(pos.rank_local_buffers));
+  root.save_to(path);
+}
+
 int fail(const std::string& what) {
   std::fprintf(stderr, "aiacc_checkpoint_tool (LibTorch %s): %s\n", TORCH_VERSION, what.c_str());
   return 1;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 int verify(const std::string& path) {
@@ -167,12 +221,20 @@ int verify(const std::string& path) {
       pos.loss_scale_good_steps != k.loss_scale_good_steps) {
     return fail("the training position differs");
   }
-  // Format 4 (the default writer) carries the rest of the training state; format 2 has none of it.
-  torch::serialize::InputArchive archive;
-  archive.load_from(path);
-  c10::IValue format;
-  archive.read("format_version", format);
-  const bool full = format.toInt() >= 4;
+  // Formats 4 and 5 carry the rest of the training state; format 2 has none of it; format 5 (the
+  // default writer, torch.save's format) also the class names and the configuration.
+  int64_t format = 5;
+  if (aiacc::models::isTorchScriptArchive(readFile(path))) {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    c10::IValue v;
+    archive.read("format_version", v);
+    format = v.toInt();
+  }
+  const bool full = format >= 4;
+  if (format >= 5 && (pos.classes != k.classes || pos.config != k.config)) {
+    return fail("the class names or the configuration differ");
+  }
   if (full && (pos.batches_in_epoch != k.batches_in_epoch || pos.skipped_steps != k.skipped_steps ||
                pos.checkpoint_failures != k.checkpoint_failures || !sameEvals(pos.evals, k.evals) ||
                pos.target_reached != k.target_reached || pos.time_to_target_s != k.time_to_target_s ||
@@ -220,19 +282,21 @@ int verify(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --format 4 (or 3, its name before the training state joined it): what saveCheckpoint writes.
-  const std::string usage = "usage: aiacc_checkpoint_tool write PATH [--format 2|4] | verify PATH";
+  // --format 5: what saveCheckpoint writes; 4 and 2: what it wrote before.
+  const std::string usage = "usage: aiacc_checkpoint_tool write PATH [--format 2|4|5] | verify PATH";
   if (argc < 3) return fail(usage);
   const std::string cmd = argv[1], path = argv[2];
   try {
     if (cmd == "verify" && argc == 3) return verify(path);
     if (cmd == "write") {
-      int format = 4;
+      int format = 5;
       if (argc == 5 && std::strcmp(argv[3], "--format") == 0) format = std::atoi(argv[4]);
-      if (!(argc == 3 || argc == 5) || (format < 2 || format > 4)) return fail(usage);
+      if (!(argc == 3 || argc == 5) || (format != 2 && format != 4 && format != 5)) return fail(usage);
       Fixture f = expected();
       if (format == 2) {
         writeFormat2(path, f);
+      } else if (format == 4) {
+        writeFormat4(path, f);
       } else {
         aiacc::app::saveCheckpoint(path, *f.model, *f.sgd, kPosition);
       }

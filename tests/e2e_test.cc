@@ -143,6 +143,72 @@ std::pair<int, std::string> runTrain(const std::string& args) {
   return runCommand(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
 }
 
+// --evaluate: the val split once with a saved model reproduces the training run's final
+// evaluation exactly, from its last checkpoint (--resume) and from --save-weights X.pt
+// (--init-weights); no step is trained.
+TEST_F(TrainE2E, EvaluateReproducesTheFinalEvaluation) {
+  test::TempDir d;
+  Config c = smallConfig();
+  c.epochs = 1;
+  c.checkpoint_dir = d / "ck";
+  c.save_weights = d / "w.pt";
+  const Report trained = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  ASSERT_FALSE(trained.evals.empty());
+  const EvalPoint& want = trained.evals.back();
+  ASSERT_EQ(want.step, trained.steps);
+  for (bool from_checkpoint : {true, false}) {
+    Config e = smallConfig();
+    e.evaluate_only = true;
+    e.lr = 0.01;  // an evaluation continues no training: other training settings are no error
+    (from_checkpoint
+         ? e.resume
+         : e.init_weights) = from_checkpoint
+                                 ? d / ("ck/step-" + std::string(12 - std::to_string(trained.steps).size(), '0') +
+                                        std::to_string(trained.steps) + ".ckpt")
+                                 : d / "w.pt";
+    const Report r = Trainer(e, {}, localSync(), Trainer::Clock::now()).run();
+    const std::string source = from_checkpoint ? "--resume" : "--init-weights";
+    ASSERT_FALSE(r.evals.empty()) << source;
+    const EvalPoint& got = r.evals.back();
+    EXPECT_EQ(got.top1, want.top1) << source;
+    EXPECT_EQ(got.top5, want.top5) << source;
+    EXPECT_EQ(got.loss, want.loss) << source;
+    EXPECT_EQ(got.images, want.images) << source;
+    EXPECT_EQ(r.final_top1, want.top1) << source;
+    EXPECT_EQ(r.steps, from_checkpoint ? trained.steps : 0) << source << ": no step trained";
+    EXPECT_EQ(r.images_seen, from_checkpoint ? trained.images_seen : 0) << source;
+  }
+  // Two ranks, each evaluating its half of val/: the same counts; the loss agrees to float32
+  // rounding (each batch's loss is a float32 sum, and two ranks batch the images differently:
+  // 16+16+8 each instead of 5 x 16).
+  const auto [rc, out] = runTrain(
+      strCat("--nproc 2 --master 127.0.0.1:", test::freePort(), " --data ", *dir_ / "ds",
+             " --arch resnet18 --image-size 32 --batch-size 16 --threads 1 --workers 1 --evaluate --init-weights ",
+             d / "w.pt", " --metrics-file ", d / "two.jsonl"));
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_EQ(test::metricValues(d / "two.jsonl", "eval", "top1"), std::vector<double>{want.top1}) << out;
+  EXPECT_EQ(test::metricValues(d / "two.jsonl", "eval", "top5"), std::vector<double>{want.top5});
+  EXPECT_NEAR(test::metricValues(d / "two.jsonl", "eval", "loss").at(0), want.loss, 1e-6 * std::abs(want.loss));
+  EXPECT_EQ(test::metricValues(d / "two.jsonl", "eval", "images"), std::vector<double>{80});
+  EXPECT_NE(out.find("final accuracy"), std::string::npos) << out;
+}
+
+// --amp on a CPU whose oneDNN has no bf16 convolution (oneDNN held to AVX2 here, as on a CPU
+// without AVX-512): one line saying so before anything trains, not oneDNN's "could not create a
+// primitive descriptor iterator" from inside step 1.
+TEST(Cli, AmpWithoutBf16KernelsIsOneLineBeforeTraining) {
+  const auto [rc, out] = runCommand("ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2 " + std::string(AIACC_TRAIN_BIN) +
+                                    " --data synthetic --synthetic-images 16 --synthetic-classes 4 --amp --arch "
+                                    "resnet18 --image-size 16 --batch-size 4"
+                                    " --max-steps 1 --epochs 1 --warmup-epochs 0 --threads 1 2>&1");
+  if (rc == 0) GTEST_SKIP() << "this LibTorch's oneDNN computes bf16 convolutions with AVX2";
+  const size_t at = out.find("aiacc_train: error: --amp: this machine cannot compute a convolution in bf16 on cpu");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_NE(out.find("run without --amp", at), std::string::npos) << out;
+  EXPECT_EQ(out.find("step 1"), std::string::npos) << "said before training\n" << out;
+  EXPECT_EQ(std::count(out.begin() + static_cast<std::ptrdiff_t>(at), out.end(), '\n'), 1) << out;
+}
+
 // aiacc_bench, built beside aiacc_train.
 std::string benchBin() {
   std::string bench = AIACC_TRAIN_BIN;

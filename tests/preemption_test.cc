@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <torch/serialize/input-archive.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -24,6 +22,8 @@
 
 #include "app/trainer.h"
 #include "models/resnet.h"
+#include "models/torch_format.h"
+#include "models/torch_unpickler.h"
 #include "models/weights.h"
 #include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
 #include "tests/test_util.h"
@@ -33,31 +33,22 @@ namespace aiacc::app {
 namespace {
 
 // Every tensor a checkpoint holds (model state by name, then the momentum buffers by position),
-// for exact comparison; the rest of the file (clocks) may differ.
+// for exact comparison; the rest of the file (clocks) may differ. Read as Python would, through
+// torch.save's format (app/checkpoint.h).
 std::vector<std::pair<std::string, at::Tensor>> checkpointTensors(const std::string& path, int64_t classes) {
   models::ResNetOptions o;
   o.arch = "resnet18";
   o.num_classes = classes;
   models::ResNet m(o);
-  torch::serialize::InputArchive root, state, optim;
-  root.load_from(path);
-  root.read("state", state);
+  const c10::impl::GenericDict root = models::readTorchSave(path).value.toGenericDict();
+  const c10::impl::GenericDict state = root.at("model").toGenericDict();
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& [name, t] : models::stateOf(*m)) {
-    at::Tensor v;
-    state.read(name, v, /*is_buffer=*/true);
-    out.emplace_back(name, v);
-  }
-  root.read("optimizer", optim);
-  c10::IValue groups;
-  optim.read("groups", groups);
-  for (int64_t g = 0; g < groups.toInt(); ++g) {
-    c10::IValue size;
-    optim.read("group/" + std::to_string(g) + "/size", size);
-    for (int64_t j = 0; j < size.toInt(); ++j) {
-      const std::string key = "momentum/" + std::to_string(g) + "/" + std::to_string(j);
-      at::Tensor v;
-      if (optim.try_read(key, v, /*is_buffer=*/true)) out.emplace_back(key, v);
+  for (const auto& [name, t] : models::stateDictOf(*m)) out.emplace_back(name, state.at(name).toTensor());
+  const auto groups = root.at("optimizer").toGenericDict().at("groups").toList();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto buffers = groups.get(g).toGenericDict().at("momentum_buffers").toList();
+    for (size_t j = 0; j < buffers.size(); ++j) {
+      if (buffers.get(j).isTensor()) out.emplace_back(strCat("momentum/", g, "/", j), buffers.get(j).toTensor());
     }
   }
   return out;

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "models/resnet.h"
 #include "models/torch_format.h"
+#include "models/torch_unpickler.h"
 #include "models/weights.h"
 #include "tests/test_util.h"
 
@@ -89,6 +90,56 @@ TEST(TorchFormat, DdpPrefixIsStrippedAndBadFilesAreOneLine) {
   EXPECT_THROW(readWeightsFile(d / "missing.pt"), IoError);
 }
 
+TEST(TorchFormat, ClassifierOfAnotherClassCountIsReinitialised) {
+  test::TempDir d;
+  ResNet imagenet = trainedLooking("resnet18", 10);
+  writeWeightsFile(d / "w.pt", *imagenet);
+  torch::manual_seed(5);
+  ResNet mine = make("resnet18", 8);
+  const at::Tensor fresh_fc = mine->named_parameters()["fc.weight"].clone();
+  EXPECT_EQ(loadPretrainedInto(*mine, readWeightsFile(d / "w.pt"), "fc"), 10);
+  EXPECT_TRUE(mine->named_parameters()["fc.weight"].equal(fresh_fc)) << "the classifier keeps its initialisation";
+  EXPECT_TRUE(
+      mine->named_parameters()["layer4.1.conv2.weight"].equal(imagenet->named_parameters()["layer4.1.conv2.weight"]));
+  EXPECT_TRUE(mine->named_buffers()["bn1.running_var"].equal(imagenet->named_buffers()["bn1.running_var"]));
+  ResNet same = make("resnet18", 10);
+  EXPECT_EQ(loadPretrainedInto(*same, readWeightsFile(d / "w.pt"), "fc"), 0);
+  EXPECT_TRUE(same->named_parameters()["fc.weight"].equal(imagenet->named_parameters()["fc.weight"]));
+  ResNet other_arch = make("resnet34", 8);
+  EXPECT_THROW(loadPretrainedInto(*other_arch, readWeightsFile(d / "w.pt"), "fc"), InputError)
+      << "only the classifier may differ";
+}
+
+// The converter both ways: aiacc's named-tensor file to torch.save's and back, every tensor equal
+// and in order; a torch.save file of bf16 tensors reads as float32; aiacc_train --convert-weights
+// does the same from the command line.
+TEST(TorchFormat, ConvertsBothWays) {
+  test::TempDir d;
+  ResNet m = trainedLooking("resnet18", 10);
+  writeWeightsFile(d / "w.bin", *m);
+  EXPECT_EQ(convertWeightsFile(d / "w.bin", d / "w.pt"), 122u);
+  EXPECT_EQ(test::readText(d / "w.pt").substr(0, 2), "PK");
+  EXPECT_EQ(convertWeightsFile(d / "w.pt", d / "back.bin"), 122u);
+  const NamedTensors a = readWeightsFile(d / "w.bin"), b = readWeightsFile(d / "back.bin");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(a[i].second.equal(b[i].second)) << a[i].first;
+  }
+  writeTorchStateDict(d / "half.pt", {{"w", torch::ones({3}, torch::kBFloat16)}, {"i", torch::ones({2}, torch::kInt)}});
+  try {
+    convertWeightsFile(d / "half.pt", d / "half.bin");
+    ADD_FAILURE() << "an int32 tensor has no place in aiacc's format";
+  } catch (const InputError& e) {
+    EXPECT_TRUE(contains(e.what(), "'i' in")) << e.what();
+  }
+  const auto [rc, out] = test::runShell(std::string(AIACC_TRAIN_BIN) + " --convert-weights " + (d / "w.pt") +
+                                        " --save-weights " + (d / "cli.bin") + " 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "wrote 122 tensors")) << out;
+  EXPECT_TRUE(readWeightsFile(d / "cli.bin")[0].second.equal(a[0].second));
+}
+
 // Python's side: scripts/torch_load_check.py loads the file with weights_only=True into
 // torchvision's model (strict, same key order), runs a seeded input and saves input and output
 // with torch.save (a plain dict, read back here); aiacc's model gives the same output.
@@ -111,17 +162,29 @@ TEST_P(TorchvisionLoads, SavedWeightsGiveTheSameLogits) {
   m->eval();
   const torch::Tensor y = m->forward(io[0].second);
   EXPECT_TRUE(torch::allclose(y, io[1].second, 1e-4, 1e-5)) << "max diff " << (y - io[1].second).abs().max();
-  // Python's own files for --init-weights: a plain dict is read; the OrderedDict is refused, one
-  // line saying how to re-save it.
-  const NamedTensors ours = stateDictOf(*m), plain = readWeightsFile(d / "io.plain.pt");
-  ASSERT_EQ(plain.size(), ours.size());
-  for (size_t i = 0; i < ours.size(); ++i) {
-    EXPECT_EQ(plain[i].first, ours[i].first);
-    EXPECT_TRUE(plain[i].second.equal(ours[i].second)) << ours[i].first;
+  // Python's own files for --init-weights: each holds this model's state dict.
+  const NamedTensors ours = stateDictOf(*m);
+  for (const std::string file : {"io.plain.pt", "io.ordered.pt", "io.nested.pt", "io.p4.pt"}) {
+    const NamedTensors theirs = readWeightsFile(d / file);
+    ASSERT_EQ(theirs.size(), ours.size()) << file;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_EQ(theirs[i].first, ours[i].first) << file;
+      EXPECT_TRUE(theirs[i].second.equal(ours[i].second)) << file << ": " << ours[i].first;
+    }
   }
-  const std::string e = inputErrorOf(d / "io.ordered.pt");
-  EXPECT_TRUE(contains(e, "OrderedDict")) << e;
-  EXPECT_TRUE(contains(e, "torch.save({k.removeprefix('module.'): v")) << e;
+  // The training checkpoint's other values come through the restricted unpickler as plain values.
+  const Unpickled nested = readTorchSave(d / "io.nested.pt");
+  const c10::impl::GenericDict top = nested.value.toGenericDict();
+  EXPECT_EQ(top.at("epoch").toInt(), 3);
+  EXPECT_TRUE(top.at("args").isNone()) << "an argparse.Namespace is no plain value";
+  EXPECT_EQ(nested.opaque_types, (std::vector<std::string>{"argparse.Namespace"}));
+  EXPECT_FLOAT_EQ(top.at("best_acc1").toTensor().item<float>(), 55.5f);
+  const auto group = top.at("optimizer").toGenericDict().at("param_groups").toList().get(0).toGenericDict();
+  EXPECT_DOUBLE_EQ(group.at("lr").toDouble(), 0.1);
+  EXPECT_DOUBLE_EQ(group.at("momentum").toDouble(), 0.9);
+  EXPECT_EQ(group.at("params").toList().size(), m->parameters().size());
+  const std::string e = inputErrorOf(d / "io.legacy.pt");
+  EXPECT_TRUE(contains(e, "legacy (pre-1.6, non-zip) format")) << e;
   EXPECT_FALSE(contains(e, "\n")) << e;
 }
 

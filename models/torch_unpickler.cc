@@ -1,0 +1,488 @@
+#include "models/torch_unpickler.h"
+
+#include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+
+#include "common/error.h"
+
+namespace aiacc::models {
+namespace {
+
+// A value on the machine's stack. Tuples stay the machine's own until they land in a container
+// or are returned, because a tuple may hold a class (the storage id ('storage', FloatStorage,
+// ...)), which is no IValue.
+struct Global {
+  std::string name;  // "module.qualname"
+};
+struct Opaque {
+  std::string type;
+};
+struct Obj;
+using Tuple = std::vector<Obj>;
+struct Obj {
+  std::variant<c10::IValue, Global, std::shared_ptr<Tuple>, Opaque> v;
+};
+
+const std::map<std::string, at::ScalarType>& storageTypes() {
+  static const std::map<std::string, at::ScalarType> types = {
+      {"torch.FloatStorage", at::kFloat},
+      {"torch.DoubleStorage", at::kDouble},
+      {"torch.HalfStorage", at::kHalf},
+      {"torch.BFloat16Storage", at::kBFloat16},
+      {"torch.LongStorage", at::kLong},
+      {"torch.IntStorage", at::kInt},
+      {"torch.ShortStorage", at::kShort},
+      {"torch.CharStorage", at::kChar},
+      {"torch.ByteStorage", at::kByte},
+      {"torch.BoolStorage", at::kBool},
+      {"torch.ComplexFloatStorage", at::kComplexFloat},
+      {"torch.ComplexDoubleStorage", at::kComplexDouble},
+  };
+  return types;
+}
+
+// Deeper nesting than any torch.save file has: a crafted pickle cannot exhaust the C++ stack.
+constexpr int kMaxDepth = 1000;
+
+class Machine {
+ public:
+  Machine(std::string_view in, const StorageLoader& load) : in_(in), load_(load) {}
+
+  Unpickled run() {
+    while (true) {
+      op_at_ = pos_;
+      const auto op = static_cast<unsigned char>(take(1)[0]);
+      if (op == '.') {
+        c10::IValue value = toIValue(top());
+        return {std::move(value), std::move(opaque_types_)};
+      }
+      step(op);
+    }
+  }
+
+ private:
+  template <typename... Args>
+  [[noreturn]] void fail(const Args&... args) const {
+    if (op_at_ >= in_.size()) AIACC_THROW(InputError, "the pickle ends without STOP at byte ", op_at_);
+    AIACC_THROW(InputError, "pickle opcode 0x", hex(static_cast<unsigned char>(in_[op_at_])), " at byte ", op_at_, ": ",
+                args...);
+  }
+  template <typename... Args>
+  void check(bool cond, const Args&... args) const {
+    if (!cond) fail(args...);
+  }
+  static std::string hex(unsigned char c) {
+    const char* digits = "0123456789abcdef";
+    return {digits[c >> 4], digits[c & 15]};
+  }
+
+  std::string_view take(size_t n) {
+    if (n > in_.size() - pos_) fail("the pickle ends early (", in_.size(), " bytes)");
+    const std::string_view s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  uint64_t unsignedLE(size_t n) {
+    const std::string_view s = take(n);
+    uint64_t v = 0;
+    for (size_t i = n; i-- > 0;) v = (v << 8) | static_cast<unsigned char>(s[i]);
+    return v;
+  }
+  // LONG1 / LONG4: little-endian two's complement of n bytes.
+  int64_t signedLE(size_t n) {
+    check(n <= 8, "an integer of ", n, " bytes does not fit 64 bits");
+    if (n == 0) return 0;
+    const uint64_t u = unsignedLE(n);
+    if (n == 8) return static_cast<int64_t>(u);
+    const uint64_t sign = uint64_t{1} << (8 * n - 1);
+    return static_cast<int64_t>((u ^ sign) - sign);
+  }
+  std::string line() {
+    const size_t end = in_.find('\n', pos_);
+    check(end != std::string_view::npos, "GLOBAL without its newline");
+    std::string s(in_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return s;
+  }
+
+  Obj pop() {
+    check(!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()), "the stack is empty");
+    Obj o = std::move(stack_.back());
+    stack_.pop_back();
+    return o;
+  }
+  Obj& top() {
+    check(!stack_.empty(), "the stack is empty");
+    return stack_.back();
+  }
+  std::vector<Obj> popToMark() {
+    check(!marks_.empty(), "no MARK before it");
+    const size_t m = marks_.back();
+    marks_.pop_back();
+    std::vector<Obj> items(std::make_move_iterator(stack_.begin() + m), std::make_move_iterator(stack_.end()));
+    stack_.resize(m);
+    return items;
+  }
+  void push(c10::IValue v) { stack_.push_back(Obj{std::move(v)}); }
+  void pushTuple(std::vector<Obj> items) { stack_.push_back(Obj{std::make_shared<Tuple>(std::move(items))}); }
+  std::shared_ptr<Tuple> tupleOf(Obj o) {
+    auto* t = std::get_if<std::shared_ptr<Tuple>>(&o.v);
+    check(t != nullptr, "expected a tuple of arguments");
+    return *t;
+  }
+  const c10::IValue& ivalue(const Obj& o, const char* what) {
+    const auto* v = std::get_if<c10::IValue>(&o.v);
+    check(v != nullptr, "expected ", what);
+    return *v;
+  }
+
+  c10::IValue toIValue(const Obj& o, int depth = 0) {
+    if (const auto* v = std::get_if<c10::IValue>(&o.v)) return *v;
+    if (const auto* t = std::get_if<std::shared_ptr<Tuple>>(&o.v)) {
+      check(depth < kMaxDepth, "tuples nested more than ", kMaxDepth, " deep");
+      std::vector<c10::IValue> items;
+      for (const Obj& e : **t) items.push_back(toIValue(e, depth + 1));
+      return c10::ivalue::Tuple::create(std::move(items));
+    }
+    const std::string type = std::holds_alternative<Global>(o.v) ? "class " + std::get<Global>(o.v).name
+                                                                 : std::get<Opaque>(o.v).type;
+    if (std::find(opaque_types_.begin(), opaque_types_.end(), type) == opaque_types_.end()) {
+      opaque_types_.push_back(type);
+    }
+    return c10::IValue();
+  }
+
+  void setItems(std::vector<Obj> items) {
+    check(items.size() % 2 == 0, "SETITEMS with an odd number of values");
+    const c10::IValue& target = ivalue(top(), "a dict to set items in");
+    if (!target.isGenericDict()) {
+      check(target.isNone(), "items set in a ", target.tagKind());
+      return;  // an opaque object's items
+    }
+    c10::impl::GenericDict dict = target.toGenericDict();
+    for (size_t i = 0; i < items.size(); i += 2) dict.insert_or_assign(toIValue(items[i]), toIValue(items[i + 1]));
+  }
+  void append(std::vector<Obj> items) {
+    const c10::IValue& target = ivalue(top(), "a list to append to");
+    if (!target.isList()) {
+      check(target.isNone(), "items appended to a ", target.tagKind());
+      return;
+    }
+    c10::List<c10::IValue> list = target.toList();
+    for (const Obj& o : items) list.push_back(toIValue(o));
+  }
+
+  std::vector<int64_t> ints(const Obj& o, const char* what) {
+    std::vector<int64_t> out;
+    for (const Obj& e : *tupleOf(o)) {
+      const c10::IValue& v = ivalue(e, what);
+      check(v.isInt(), what, " holds a ", v.tagKind());
+      out.push_back(v.toInt());
+    }
+    return out;
+  }
+
+  // torch._utils._rebuild_tensor(_v2)(storage, offset, size, stride, ...): a view of the storage,
+  // checked to lie inside it.
+  at::Tensor rebuildTensor(const Tuple& args) {
+    check(args.size() >= 4, "a tensor rebuilt from ", args.size(), " arguments");
+    const c10::IValue& storage = ivalue(args[0], "a storage");
+    check(storage.isTensor(), "a tensor rebuilt from a ", storage.tagKind(), ", not a storage");
+    const c10::IValue& offset_v = ivalue(args[1], "an offset");
+    check(offset_v.isInt(), "a tensor's offset is a ", offset_v.tagKind());
+    const int64_t offset = offset_v.toInt();
+    const std::vector<int64_t> size = ints(args[2], "a tensor's size"), stride = ints(args[3], "a tensor's stride");
+    check(size.size() == stride.size(), "a tensor of ", size.size(), " sizes and ", stride.size(), " strides");
+    const at::Tensor& s = storage.toTensor();
+    int64_t last = offset;
+    bool empty = false;
+    for (size_t i = 0; i < size.size(); ++i) {
+      check(size[i] >= 0 && stride[i] >= 0, "a negative size or stride");
+      if (size[i] == 0) empty = true;
+      last += (size[i] - 1) * stride[i];
+    }
+    check(offset >= 0 && (empty || last < s.numel()), "a tensor reaching past its storage of ", s.numel(), " elements");
+    return s.as_strided(size, stride, offset);
+  }
+
+  Obj call(const std::string& fn, const Tuple& args, int depth = 0) {
+    if (fn == "collections.OrderedDict" && args.empty()) {
+      return Obj{c10::IValue(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()))};
+    }
+    if (fn == "torch._utils._rebuild_tensor_v2" || fn == "torch._utils._rebuild_tensor") {
+      return Obj{c10::IValue(rebuildTensor(args))};
+    }
+    if (fn == "torch._utils._rebuild_parameter" || fn == "torch._utils._rebuild_parameter_with_state") {
+      check(!args.empty() && ivalue(args[0], "a parameter's data").isTensor(), "a parameter without its tensor");
+      return args[0];
+    }
+    if (fn == "torch._utils._rebuild_from_type_v2") {  // (func, type, args, state)
+      check(args.size() >= 3, "_rebuild_from_type_v2 with ", args.size(), " arguments");
+      const auto* inner = std::get_if<Global>(&args[0].v);
+      check(inner != nullptr, "_rebuild_from_type_v2 without a function");
+      check(depth < kMaxDepth, "_rebuild_from_type_v2 nested more than ", kMaxDepth, " deep");
+      return call(inner->name, *tupleOf(args[2]), depth + 1);
+    }
+    return Obj{Opaque{fn}};
+  }
+
+  Obj persistentLoad(const Tuple& pid) {
+    check(pid.size() == 5, "a persistent id of ", pid.size(), " fields (torch.save writes 5)");
+    const c10::IValue& tag = ivalue(pid[0], "'storage'");
+    check(tag.isString() && tag.toStringRef() == "storage", "a persistent id that is not a storage");
+    const auto* type = std::get_if<Global>(&pid[1].v);
+    check(type != nullptr, "a storage without its type");
+    const auto it = storageTypes().find(type->name);
+    check(it != storageTypes().end(), "storages of type ", type->name, " are not read");
+    const c10::IValue& key = ivalue(pid[2], "a storage key");
+    const c10::IValue& numel = ivalue(pid[4], "a storage size");
+    check(key.isString() && numel.isInt() && numel.toInt() >= 0, "a storage id without key or size");
+    auto cached = storages_.find(key.toStringRef());
+    if (cached == storages_.end()) {
+      at::Tensor t = load_(key.toStringRef(), it->second, numel.toInt());
+      cached = storages_.emplace(key.toStringRef(), t).first;
+    }
+    check(cached->second.scalar_type() == it->second, "storage ", key.toStringRef(), " read as two types");
+    return Obj{c10::IValue(cached->second)};
+  }
+
+  void step(unsigned char op) {
+    switch (op) {
+      case 0x80:  // PROTO
+        check(static_cast<unsigned char>(take(1)[0]) <= 5, "pickle protocol above 5");
+        return;
+      case 0x95:  // FRAME: a length hint
+        take(8);
+        return;
+      case '(':  // MARK
+        marks_.push_back(stack_.size());
+        return;
+      case '}':  // EMPTY_DICT
+        return push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()));
+      case ']':  // EMPTY_LIST
+        return push(c10::impl::GenericList(c10::AnyType::get()));
+      case ')':  // EMPTY_TUPLE
+        return pushTuple({});
+      case 't':  // TUPLE
+        return pushTuple(popToMark());
+      case 0x85:    // TUPLE1
+      case 0x86:    // TUPLE2
+      case 0x87: {  // TUPLE3
+        std::vector<Obj> items(op - 0x84);
+        for (size_t i = items.size(); i-- > 0;) items[i] = pop();
+        return pushTuple(std::move(items));
+      }
+      case 's': {  // SETITEM
+        Obj value = pop(), key = pop();
+        std::vector<Obj> kv;
+        kv.push_back(std::move(key));
+        kv.push_back(std::move(value));
+        return setItems(std::move(kv));
+      }
+      case 'u':  // SETITEMS
+        return setItems(popToMark());
+      case 'a': {  // APPEND
+        std::vector<Obj> one;
+        one.push_back(pop());
+        return append(std::move(one));
+      }
+      case 'e':  // APPENDS
+        return append(popToMark());
+      case 'X':  // BINUNICODE
+        return push(std::string(take(unsignedLE(4))));
+      case 0x8c:  // SHORT_BINUNICODE
+        return push(std::string(take(unsignedLE(1))));
+      case 0x8d:  // BINUNICODE8
+        return push(std::string(take(unsignedLE(8))));
+      case 'B':   // BINBYTES
+      case 'C':   // SHORT_BINBYTES
+      case 0x8e:  // BINBYTES8
+        take(unsignedLE(op == 'C' ? 1 : op == 'B' ? 4 : 8));
+        stack_.push_back(Obj{Opaque{"bytes"}});
+        return;
+      case 'J':  // BININT
+        return push(signedLE(4));
+      case 'K':  // BININT1
+        return push(static_cast<int64_t>(unsignedLE(1)));
+      case 'M':  // BININT2
+        return push(static_cast<int64_t>(unsignedLE(2)));
+      case 0x8a:  // LONG1
+        return push(signedLE(unsignedLE(1)));
+      case 0x8b:  // LONG4
+        return push(signedLE(unsignedLE(4)));
+      case 'G': {  // BINFLOAT: big-endian
+        const std::string_view s = take(8);
+        uint64_t bits = 0;
+        for (char c : s) bits = (bits << 8) | static_cast<unsigned char>(c);
+        double d;
+        std::memcpy(&d, &bits, sizeof(d));
+        return push(d);
+      }
+      case 'N':  // NONE
+        return push(c10::IValue());
+      case 0x88:  // NEWTRUE
+        return push(true);
+      case 0x89:  // NEWFALSE
+        return push(false);
+      case 'c': {  // GLOBAL
+        std::string module = line();
+        stack_.push_back(Obj{Global{module + "." + line()}});
+        return;
+      }
+      case 0x93: {  // STACK_GLOBAL
+        const c10::IValue name = ivalue(pop(), "a global's name"), module = ivalue(pop(), "a global's module");
+        check(name.isString() && module.isString(), "STACK_GLOBAL of non-strings");
+        stack_.push_back(Obj{Global{module.toStringRef() + "." + name.toStringRef()}});
+        return;
+      }
+      case 'q':  // BINPUT
+        memo_[unsignedLE(1)] = top();
+        return;
+      case 'r':  // LONG_BINPUT
+        memo_[unsignedLE(4)] = top();
+        return;
+      case 0x94:  // MEMOIZE
+        memo_[memo_.size()] = top();
+        return;
+      case 'h':    // BINGET
+      case 'j': {  // LONG_BINGET
+        const auto it = memo_.find(unsignedLE(op == 'h' ? 1 : 4));
+        check(it != memo_.end(), "a memo entry that was never put");
+        stack_.push_back(it->second);
+        return;
+      }
+      case 'Q':  // BINPERSID
+        stack_.push_back(persistentLoad(*tupleOf(pop())));
+        return;
+      case 'R': {  // REDUCE
+        const std::shared_ptr<Tuple> args = tupleOf(pop());
+        const Obj fn = pop();
+        const auto* g = std::get_if<Global>(&fn.v);
+        stack_.push_back(g ? call(g->name, *args) : Obj{Opaque{"a call's result"}});
+        return;
+      }
+      case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
+        pop();
+        const Obj cls = pop();
+        const auto* g = std::get_if<Global>(&cls.v);
+        stack_.push_back(g && g->name == "collections.OrderedDict" ? call(g->name, {})
+                                                                   : Obj{Opaque{g ? g->name : "an object"}});
+        return;
+      }
+      case 'b':  // BUILD: the object's state (an OrderedDict's _metadata, __dict__) is dropped
+        pop();
+        top();
+        return;
+      case '0':  // POP
+        pop();
+        return;
+      case '1':  // POP_MARK
+        popToMark();
+        return;
+      case '2':  // DUP
+        stack_.push_back(top());
+        return;
+      default: fail("not one torch.save writes for tensors and plain values");
+    }
+  }
+
+  std::string_view in_;
+  const StorageLoader& load_;
+  size_t pos_ = 0, op_at_ = 0;
+  std::vector<Obj> stack_;
+  std::vector<size_t> marks_;
+  std::unordered_map<uint64_t, Obj> memo_;
+  std::map<std::string, at::Tensor> storages_;
+  std::vector<std::string> opaque_types_;
+};
+
+std::string firstLineOf(const c10::Error& e) {
+  const std::string what = e.what_without_backtrace();
+  return what.substr(0, what.find('\n'));
+}
+
+}  // namespace
+
+Unpickled unpickleTorch(const std::string& bytes, const StorageLoader& load_storage) {
+  AIACC_CHECK_INPUT(!bytes.empty(), "an empty pickle");
+  try {
+    return Machine(bytes, load_storage).run();
+  } catch (const c10::Error& e) {  // e.g. a dict key LibTorch cannot hash
+    AIACC_THROW(InputError, "a pickle value LibTorch cannot hold: ", firstLineOf(e));
+  }
+}
+
+namespace {
+
+// The archive's data.pkl run against its data/<key> records; `name` is what messages call it.
+Unpickled readArchive(const std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>& open,
+                      const std::string& name) {
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  std::string pickle;
+  try {
+    reader = open();
+    if (!reader->hasRecord("data.pkl")) {
+      AIACC_THROW(InputError, "'", name, "' has no data.pkl: ",
+                  reader->hasRecord("constants.pkl") ? "a TorchScript archive (torch.jit.save)" : "not torch.save's",
+                  ", not a state dict torch.save wrote");
+    }
+    if (reader->hasRecord("byteorder")) {
+      const auto [data, n] = reader->getRecord("byteorder");
+      const std::string order(static_cast<const char*>(data.get()), n);
+      AIACC_CHECK_INPUT(order == "little", "'", name, "' was saved ", order, "-endian; aiacc reads little-endian");
+    }
+    const auto [data, n] = reader->getRecord("data.pkl");
+    pickle.assign(static_cast<const char*>(data.get()), n);
+  } catch (const c10::Error& e) {
+    AIACC_THROW(IoError, "cannot read '", name, "' as a torch.save archive: ", firstLineOf(e));
+  }
+  const StorageLoader load = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
+    const std::string record = "data/" + key;
+    AIACC_CHECK_INPUT(reader->hasRecord(record), "'", name, "' has no record ", record);
+    const auto [data, n] = reader->getRecord(record);
+    at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
+    const size_t want = static_cast<size_t>(numel) * t.element_size();
+    AIACC_CHECK_INPUT(n >= want, "'", name, "': record ", record, " holds ", n, " bytes, its storage needs ", want);
+    if (want > 0) std::memcpy(t.data_ptr(), data.get(), want);
+    return t;
+  };
+  try {
+    return unpickleTorch(pickle, load);
+  } catch (const InputError& e) {
+    AIACC_THROW(InputError, "'", name, "': ", e.what());
+  } catch (const c10::Error& e) {
+    AIACC_THROW(IoError, "cannot read '", name, "': ", firstLineOf(e));
+  }
+}
+
+}  // namespace
+
+Unpickled readTorchSave(const std::string& path) {
+  return readArchive([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }, path);
+}
+
+Unpickled readTorchSaveBytes(const std::string& bytes, const std::string& name) {
+  std::istringstream in(bytes);
+  return readArchive([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in); }, name);
+}
+
+bool isTorchScriptArchive(const std::string& bytes) {
+  if (bytes.compare(0, 4, "PK\x03\x04") != 0) return false;
+  try {
+    std::istringstream in(bytes);
+    return caffe2::serialize::PyTorchStreamReader(&in).hasRecord("constants.pkl");
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
+}  // namespace aiacc::models
