@@ -83,8 +83,8 @@ struct Config {
   // rank 0's clock (agreed across ranks through GradientSync::voteFlags); 0: epoch ends only.
   int64_t checkpoint_every_steps = 0;
   double checkpoint_every_s = 0;
-  int keep_checkpoints = 3;  // in checkpoint_dir: the newest K (common/checkpoint_dir.h)
-  std::string resume;        // checkpoint file to continue from, or "auto" (the newest valid one in checkpoint_dir)
+  int keep_checkpoints = 3;    // in checkpoint_dir: the newest K (common/checkpoint_dir.h)
+  std::string resume;          // checkpoint file to continue from, or "auto" (the newest valid one in checkpoint_dir)
   bool evaluate_only = false;  // --evaluate: one evaluation of the val split, no training
   std::string metrics_file;
   std::string save_weights;  // the final model state as a named-tensor file (rank 0)

@@ -148,8 +148,8 @@ size_t convertWeightsFile(const std::string& in, const std::string& out) {
     writeTorchStateDict(out, tensors);
   } else {
     for (const auto& [name, t] : tensors) {
-      AIACC_CHECK_INPUT(t.scalar_type() == at::kFloat || t.scalar_type() == at::kLong, "'", name, "' in '", in,
-                        "' is ", t.scalar_type(), ": aiacc's named-tensor format holds float32 and int64; write a .pt");
+      AIACC_CHECK_INPUT(t.scalar_type() == at::kFloat || t.scalar_type() == at::kLong, "'", name, "' in '", in, "' is ",
+                        t.scalar_type(), ": aiacc's named-tensor format holds float32 and int64; write a .pt");
     }
     writeFileAtomicByPath(out, [&](const std::string& tmp) { writeNamedTensors(tmp, tensors); });
   }
