@@ -430,11 +430,12 @@ Unpickled readArchive(const std::function<std::unique_ptr<caffe2::serialize::PyT
   std::string pickle;
   try {
     reader = open();
-    if (!reader->hasRecord("data.pkl")) {
-      AIACC_THROW(InputError, "'", name, "' has no data.pkl: ",
-                  reader->hasRecord("constants.pkl") ? "a TorchScript archive (torch.jit.save)" : "not torch.save's",
-                  ", not a state dict torch.save wrote");
-    }
+    AIACC_CHECK_INPUT(!reader->hasRecord("constants.pkl"), "'", name,
+                      "' is a TorchScript archive (torch.jit.save, or an aiacc checkpoint of format 2 to 4), not "
+                      "a file torch.save wrote");
+    AIACC_CHECK_INPUT(reader->hasRecord("data.pkl"), "'", name,
+                      "' is a zip archive without data.pkl, not a file "
+                      "torch.save wrote");
     if (reader->hasRecord("byteorder")) {
       const auto [data, n] = reader->getRecord("byteorder");
       const std::string order(static_cast<const char*>(data.get()), n);

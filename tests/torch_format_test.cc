@@ -3,6 +3,8 @@
 // load_state_dict(strict=True) takes, giving the same logits; files are told apart by their bytes.
 #include <gtest/gtest.h>
 
+#include <torch/serialize/output-archive.h>
+
 #include <cstdlib>
 
 #include "common/error.h"
@@ -83,6 +85,11 @@ TEST(TorchFormat, DdpPrefixIsStrippedAndBadFilesAreOneLine) {
   std::string e = inputErrorOf(d / "legacy.pt");
   EXPECT_TRUE(contains(e, "legacy (pre-1.6, non-zip) format")) << e;
   EXPECT_TRUE(contains(e, "re-save it as a plain dict of tensors: python3 -c")) << e;
+  torch::serialize::OutputArchive archive;  // what aiacc's checkpoints of format 2 to 4 are
+  archive.write("w", torch::ones({2}), /*is_buffer=*/true);
+  archive.save_to(d / "script.pt");
+  e = inputErrorOf(d / "script.pt");
+  EXPECT_TRUE(contains(e, "is a TorchScript archive")) << e;
   test::writeText(d / "junk.pt", "hello");
   e = inputErrorOf(d / "junk.pt");
   EXPECT_TRUE(contains(e, "neither a torch.save file")) << e;
