@@ -42,11 +42,10 @@ void requireAutocastWorks(const at::Device& device, at::ScalarType dtype) {
     }
     y.to(at::kFloat).sum().backward();
   } catch (const std::exception& e) {  // c10::Error, or oneDNN's own dnnl::error from ideep
-    const std::string what = e.what();
     AIACC_THROW(InputError, "--amp: this machine cannot compute a convolution in ",
                 dtype == at::kHalf ? "fp16" : "bf16", " on ", device.str(),
-                device.is_cpu() ? " (oneDNN's bf16 kernels need a CPU with AVX-512)" : "", ": ",
-                what.substr(0, what.find('\n')), "; run without --amp");
+                device.is_cpu() ? " (oneDNN's bf16 kernels need a CPU with AVX-512)" : "", ": ", firstLine(e.what()),
+                "; run without --amp");
   }
 }
 

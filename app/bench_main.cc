@@ -148,8 +148,7 @@ int main(int argc, char** argv) {
     std::cerr << "aiacc_bench: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {  // LibTorch's or the standard library's: one line too
-    std::string what = e.what();
-    std::cerr << "aiacc_bench: internal error: " << what.substr(0, what.find('\n')) << "\n";
+    std::cerr << "aiacc_bench: internal error: " << aiacc::firstLine(e.what()) << "\n";
     return 1;
   }
 }

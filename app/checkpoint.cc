@@ -153,9 +153,8 @@ TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name
   try {
     return decodeTorchSaveCheckpoint(bytes, name, model, optimizer);
   } catch (const std::exception& e) {  // aiacc's errors, and LibTorch's on a value of an unexpected type
-    const std::string what = e.what();
     AIACC_THROW(IoError, "cannot read checkpoint '", name,
-                "' (corrupt, truncated, or from another model/optimizer): ", what.substr(0, what.find('\n')));
+                "' (corrupt, truncated, or from another model/optimizer): ", firstLine(e.what()));
   }
 }
 

@@ -13,8 +13,6 @@
 namespace aiacc::app {
 namespace {
 
-std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 std::vector<std::pair<std::string, std::string>> settingsFrom(const std::string& text) {
   std::vector<std::pair<std::string, std::string>> out;
   std::istringstream in(text);

@@ -203,8 +203,7 @@ int main(int argc, char** argv) {
     std::cerr << "aiacc_train: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    std::cerr << "aiacc_train: internal error: " << what.substr(0, what.find('\n')) << "\n";
+    std::cerr << "aiacc_train: internal error: " << aiacc::firstLine(e.what()) << "\n";
     return 1;
   }
 }

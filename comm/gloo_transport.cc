@@ -20,8 +20,6 @@
 namespace aiacc::comm {
 namespace {
 
-std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 // Gloo's rendezvous talks to a gloo::rendezvous::Store; this adapts a c10d store to it, under a
 // key prefix (one per channel).
 class GlooStoreAdapter : public gloo::rendezvous::Store {

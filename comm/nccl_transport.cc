@@ -24,8 +24,6 @@
 namespace aiacc::comm {
 namespace {
 
-std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 using Clock = std::chrono::steady_clock;
 
 const char* errorTypeName(c10d::ErrorType e) {

@@ -51,8 +51,7 @@ class CommError : public Error {
 // operations still queued or running (on any channel) fail at once instead of each waiting out
 // its timeout.
 inline std::string abortReason(const std::exception& first) {
-  const std::string what = first.what();
-  return "aborted after an earlier failure: " + what.substr(0, what.find('\n'));
+  return "aborted after an earlier failure: " + firstLine(first.what());
 }
 
 class Work {

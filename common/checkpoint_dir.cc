@@ -59,8 +59,6 @@ std::string quote(const std::string& s) {
   return "'" + out + (s.size() > 60 ? "...'" : "'");
 }
 
-std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
-
 // The step in a canonical name "step-<digits>.<ext>" (exactly what checkpoint*Name prints).
 std::optional<int64_t> stepOfName(const std::string& name, const std::string& ext) {
   const std::string prefix = "step-", suffix = "." + ext;

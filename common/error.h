@@ -37,6 +37,10 @@ void streamAll(std::ostringstream& os, const T& first, const Rest&... rest) {
 }
 }  // namespace detail
 
+// The first line of a message: LibTorch's and Gloo's errors carry a backtrace or context after it,
+// and aiacc's messages are one line.
+inline std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
 // Builds a message from any streamable pieces: strCat("read ", n, " bytes").
 template <typename... Args>
 std::string strCat(const Args&... args) {

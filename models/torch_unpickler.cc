@@ -405,11 +405,6 @@ class Machine {
   std::vector<std::string> opaque_types_;
 };
 
-std::string firstLineOf(const c10::Error& e) {
-  const std::string what = e.what_without_backtrace();
-  return what.substr(0, what.find('\n'));
-}
-
 }  // namespace
 
 Unpickled unpickleTorch(const std::string& bytes, const StorageLoader& load_storage) {
@@ -417,7 +412,7 @@ Unpickled unpickleTorch(const std::string& bytes, const StorageLoader& load_stor
   try {
     return Machine(bytes, load_storage).run();
   } catch (const c10::Error& e) {  // e.g. a dict key LibTorch cannot hash
-    AIACC_THROW(InputError, "a pickle value LibTorch cannot hold: ", firstLineOf(e));
+    AIACC_THROW(InputError, "a pickle value LibTorch cannot hold: ", firstLine(e.what_without_backtrace()));
   }
 }
 
@@ -444,7 +439,7 @@ Unpickled readArchive(const std::function<std::unique_ptr<caffe2::serialize::PyT
     const auto [data, n] = reader->getRecord("data.pkl");
     pickle.assign(static_cast<const char*>(data.get()), n);
   } catch (const c10::Error& e) {
-    AIACC_THROW(IoError, "cannot read '", name, "' as a torch.save archive: ", firstLineOf(e));
+    AIACC_THROW(IoError, "cannot read '", name, "' as a torch.save archive: ", firstLine(e.what_without_backtrace()));
   }
   const StorageLoader load = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
     const std::string record = "data/" + key;
@@ -461,7 +456,7 @@ Unpickled readArchive(const std::function<std::unique_ptr<caffe2::serialize::PyT
   } catch (const InputError& e) {
     AIACC_THROW(InputError, "'", name, "': ", e.what());
   } catch (const c10::Error& e) {
-    AIACC_THROW(IoError, "cannot read '", name, "': ", firstLineOf(e));
+    AIACC_THROW(IoError, "cannot read '", name, "': ", firstLine(e.what_without_backtrace()));
   }
 }
 

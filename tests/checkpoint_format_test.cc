@@ -19,9 +19,7 @@ std::pair<int, std::string> runTrain(const std::string& args) {
 }
 
 c10::impl::GenericDict newestCheckpoint(const std::string& dir) {
-  std::string name = test::readText(dir + "/latest");
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return models::readTorchSave(dir + "/" + name).value.toGenericDict();
+  return models::readTorchSave(test::newestCheckpoint(dir)).value.toGenericDict();
 }
 
 std::map<std::string, std::string> pairs(const c10::IValue& v) {

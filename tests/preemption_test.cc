@@ -54,12 +54,7 @@ std::vector<std::pair<std::string, at::Tensor>> checkpointTensors(const std::str
   return out;
 }
 
-// The checkpoint DIR/latest names.
-std::string newest(const std::string& dir) {
-  std::string name = test::readText(dir + "/latest");
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return dir + "/" + name;
-}
+const auto newest = test::newestCheckpoint;
 
 void expectSameTensors(const std::string& a, const std::string& b, int64_t classes) {
   const auto ta = checkpointTensors(a, classes), tb = checkpointTensors(b, classes);

@@ -52,6 +52,13 @@ inline std::string readText(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+// The checkpoint a checkpoint folder's `latest` names (common/checkpoint_dir.h), as a path.
+inline std::string newestCheckpoint(const std::string& dir) {
+  std::string name = readText(dir + "/latest");
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return dir + "/" + name;
+}
+
 // The numbers under `key` in the --metrics-file lines of the given type ("step" or "eval").
 inline std::vector<double> metricValues(const std::string& path, const std::string& type, const std::string& key) {
   std::vector<double> out;
