@@ -62,6 +62,15 @@ c10::impl::GenericDict stateDict(const TrainingState& p) {
   d.insert("settings", pairsDict(p.settings));
   d.insert("rng_cpu", p.rng_cpu.defined() ? c10::IValue(p.rng_cpu.cpu()) : c10::IValue());
   d.insert("rank_local_buffers", p.rank_local_buffers);
+  at::Tensor epochs = at::zeros({static_cast<int64_t>(p.epoch_train.size()), 3}, at::kDouble);
+  for (size_t i = 0; i < p.epoch_train.size(); ++i) {
+    const EpochTrain& e = p.epoch_train[i];
+    epochs[static_cast<int64_t>(i)] = at::tensor({e.epoch, e.loss, e.lr}, at::kDouble);
+  }
+  d.insert("epoch_train", epochs);  // [epochs, 3]: epoch, train loss, last lr
+  d.insert("epoch_loss_sum", real(p.epoch_loss_sum));
+  d.insert("epoch_images", p.epoch_images);
+  d.insert("epoch_lr", real(p.epoch_lr));
   return d;
 }
 
@@ -89,6 +98,18 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
   const c10::IValue rng = field(d, "rng_cpu", w);
   if (rng.isTensor()) p.rng_cpu = rng.toTensor().cpu();
   p.rank_local_buffers = models::boolOf(field(d, "rank_local_buffers", w), "training_state.rank_local_buffers");
+  if (d.contains("epoch_train")) {  // written since the per-epoch records (summary.csv)
+    const c10::IValue t = field(d, "epoch_train", w);
+    AIACC_CHECK_IO(t.isTensor() && t.toTensor().dim() == 2 && t.toTensor().size(1) == 3,
+                   "training_state.epoch_train is not an [epochs, 3] tensor");
+    const at::Tensor e = t.toTensor().to(at::kCPU, at::kDouble).contiguous();
+    for (int64_t i = 0; i < e.size(0); ++i) {
+      p.epoch_train.push_back(EpochTrain{e[i][0].item<double>(), e[i][1].item<double>(), e[i][2].item<double>()});
+    }
+    p.epoch_loss_sum = realField("epoch_loss_sum");
+    p.epoch_images = num("epoch_images");
+    p.epoch_lr = realField("epoch_lr");
+  }
   return p;
 }
 

@@ -76,6 +76,9 @@ struct Config {
   int64_t eval_every = 0;  // steps; 0: once per epoch
   int threads = 0;         // intra-op threads; 0: cores / local processes
   double progress_seconds = 2.0;
+  // A metrics line every N steps with the job's loss and images over them (one small sum over
+  // the ranks each time: a collective, so every rank must use the same N).
+  int64_t log_every = 1;
 
   // Outputs
   std::string checkpoint_dir;
@@ -87,7 +90,8 @@ struct Config {
   std::string resume;          // checkpoint file to continue from, or "auto" (the newest valid one in checkpoint_dir)
   bool evaluate_only = false;  // --evaluate: one evaluation of the val split, no training
   std::string metrics_file;
-  std::string save_weights;  // the final model state as a named-tensor file (rank 0)
+  std::string tensorboard_dir;  // rank 0's TensorBoard event files (app/tensorboard.h)
+  std::string save_weights;     // the final model state as a named-tensor file (rank 0)
   std::string report_file;
   std::string dawnbench_dir;
   double cost_per_hour = 0;

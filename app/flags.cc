@@ -96,6 +96,10 @@ DEFINE_double(target_top5, 0, "stop when val top-5 reaches this percent (DAWNBen
 DEFINE_int64(eval_every, 0, "evaluate every N steps; 0: at the end of each epoch");
 DEFINE_int32(threads, 0, "intra-op compute threads; 0: cores divided by local processes");
 DEFINE_double(progress_seconds, 2.0, "seconds between progress lines");
+DEFINE_int64(log_every, 1,
+             "a --metrics-file step line (and TensorBoard point) every N steps, with the job's numbers "
+             "over them: the loss averaged over every rank's images, images and images/s summed over "
+             "ranks; each is one small blocking sum over the ranks (raise N where a round trip is slow)");
 DEFINE_bool(keep_freed_memory, true,
             "keep freed memory in the process heap (glibc: blocks up to "
             "32 MiB from the heap, no trimming) so each step's tensors reuse it instead of new "
@@ -195,8 +199,16 @@ DEFINE_string(resume, "",
               "whole one in --checkpoint-dir (a corrupt or truncated newer one is named and passed over), a "
               "fresh start when there is none (one command line both starts and "
               "restarts a job); the run continues at the next batch of the same epoch");
-DEFINE_string(metrics_file, "", "JSON lines: per step (loss, lr, img/s) and per eval (top1, top5)");
-DEFINE_string(report_file, "", "final report as JSON");
+DEFINE_string(metrics_file, "",
+              "JSON lines (rank 0): every --log-every steps the job's loss, lr, images and images/s, "
+              "exposed communication and skipped steps; per evaluation top1, top5, loss");
+DEFINE_string(tensorboard_dir, "",
+              "TensorBoard event files (rank 0) in this folder: the metrics file's step and eval "
+              "points as scalars (train/..., eval/...) and the resolved flags as text (config)");
+DEFINE_string(report_file, "",
+              "final report as JSON (rank 0); beside it summary.csv (a row per epoch: epoch, train_loss, "
+              "eval_loss, eval_top1, eval_top5, lr), args.json (every flag's value) and args.flags (the "
+              "same for --flagfile, to rerun the settings)");
 DEFINE_string(save_weights, "",
               "write the final model state (BN statistics averaged over ranks) with torchvision's "
               "names: a name ending in .pt or .pth gets torch.save's format (torch.load(X, "
@@ -460,6 +472,8 @@ Config configFromFlags(const Recipe& recipe) {
   c.target_top1 = FLAGS_target_top1;
   c.target_top5 = FLAGS_target_top5;
   c.eval_every = FLAGS_eval_every;
+  AIACC_CHECK_INPUT(FLAGS_log_every >= 1, "--log-every must be at least 1 (got ", FLAGS_log_every, ")");
+  c.log_every = FLAGS_log_every;
   c.threads = FLAGS_threads;
   c.progress_seconds = FLAGS_progress_seconds;
   c.checkpoint_dir = FLAGS_checkpoint_dir;
@@ -492,6 +506,7 @@ Config configFromFlags(const Recipe& recipe) {
   AIACC_CHECK_INPUT(!c.evaluate_only || !c.init_weights.empty() || !c.resume.empty(),
                     "--evaluate needs the model to evaluate: --init-weights FILE or --resume CHECKPOINT");
   c.metrics_file = FLAGS_metrics_file;
+  c.tensorboard_dir = FLAGS_tensorboard_dir;
   c.save_weights = FLAGS_save_weights;
   c.report_file = FLAGS_report_file;
   c.dawnbench_dir = FLAGS_dawnbench_dir;

@@ -70,6 +70,8 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
       {"--epochs", std::to_string(c.epochs)},
       {"--max-steps", std::to_string(c.max_steps)},
       {"--eval-every", std::to_string(c.eval_every)},
+      // Each log point is a sum over the ranks: ranks with another N would pair different sums.
+      {"--log-every", std::to_string(c.log_every)},
       {"--target-top1", str(c.target_top1)},
       {"--target-top5", str(c.target_top5)},
       {"--seed", std::to_string(c.seed)},

@@ -21,6 +21,7 @@
 #include "app/launcher.h"
 #include "app/option_names.h"
 #include "app/report.h"
+#include "app/run_records.h"
 #include "app/stop_signal.h"
 #include "app/trainer.h"
 #include "comm/data_parallel.h"
@@ -191,6 +192,7 @@ int main(int argc, char** argv) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {
         aiacc::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");
+        aiacc::app::writeRunRecords(config.report_file, report, config.resolved_flags);
       }
       if (!config.dawnbench_dir.empty()) aiacc::app::writeDawnbench(config.dawnbench_dir, report, config);
     }

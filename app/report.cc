@@ -15,9 +15,9 @@
 #include <sstream>
 #include <thread>
 
-#include "app/json.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json.h"
 
 namespace aiacc::app {
 
@@ -74,22 +74,27 @@ MachineInfo machineInfo() {
 }
 
 namespace {
-std::string machineJson(const MachineInfo& m) {
-  return JsonObject()
-      .add("cores", m.cores)
-      .add("cpu", m.cpu)
-      .add("gpu", m.gpu)
-      .add("libtorch", m.torch_version)
-      .add("opencv", m.opencv_version)
-      .add("libjpeg_turbo", m.jpeg_turbo_version)
-      .add("compiler", m.compiler)
-      .str();
+Json machineJson(const MachineInfo& m) {
+  return Json{{"cores", m.cores},
+              {"cpu", m.cpu},
+              {"gpu", m.gpu},
+              {"libtorch", m.torch_version},
+              {"opencv", m.opencv_version},
+              {"libjpeg_turbo", m.jpeg_turbo_version},
+              {"compiler", m.compiler}};
 }
 
-std::string evalsJson(const std::vector<EvalPoint>& evals) {
-  std::string out = "[";
-  for (size_t i = 0; i < evals.size(); ++i) out += (i ? ", " : "") + evalPointJson(evals[i]);
-  return out + "]";
+Json evalPointValue(const EvalPoint& e, const std::string& type) {
+  Json o;
+  if (!type.empty()) o["type"] = type;
+  o["step"] = e.step;
+  o["epoch"] = e.epoch;
+  o["seconds"] = e.seconds;
+  o["top1"] = e.top1;
+  o["top5"] = e.top5;
+  o["loss"] = e.loss;
+  o["images"] = e.images;
+  return o;
 }
 
 std::string isoTimestamp() {
@@ -100,58 +105,45 @@ std::string isoTimestamp() {
 }
 }  // namespace
 
-std::string evalPointJson(const EvalPoint& e, const std::string& type) {
-  JsonObject o;
-  if (!type.empty()) o.add("type", type);
-  return o.add("step", e.step)
-      .add("epoch", e.epoch)
-      .add("seconds", e.seconds)
-      .add("top1", e.top1)
-      .add("top5", e.top5)
-      .add("loss", e.loss)
-      .add("images", e.images)
-      .str();
-}
+std::string evalPointJson(const EvalPoint& e, const std::string& type) { return toJsonLine(evalPointValue(e, type)); }
 
 std::string reportJson(const Report& r, const Config& c) {
-  JsonObject j;
-  j.add("arch", r.arch)
-      .add("data", r.data)
-      .add("world_size", r.world)
-      .add("target_top1", r.target_top1)
-      .add("target_top5", r.target_top5)
-      .add("target_reached", r.target_reached);
-  if (r.target_reached) {
-    j.add("time_to_target_s", r.time_to_target_s);
-  } else {
-    j.raw("time_to_target_s", "null");
-  }
-  j.add("total_s", r.total_s)
-      .add("train_s", r.train_s)
-      .add("epochs", r.epochs)
-      .add("steps", r.steps)
-      .add("images_seen", r.images_seen)
-      .add("mean_images_per_s", r.mean_images_per_s)
-      .add("steady_images_per_s", r.steady_images_per_s)
-      .add("final_top1", r.final_top1)
-      .add("final_top5", r.final_top5)
-      .add("skipped_files", r.skipped_files)
-      .add("ignored_files", r.ignored_files)
-      .add("checkpoint_failures", r.checkpoint_failures)
-      .add("checkpoint_skips", r.checkpoint_skips)
-      .add("exposed_comm_s", r.exposed_comm_s)
-      .add("comm", r.comm)
-      .add("device", r.device)
-      .add("precision", r.precision)
-      .add("loss_scale", r.loss_scale)
-      .add("overflow_skips", r.overflow_skips)
-      .add("peak_rss_mb", r.peak_rss_mb)
-      .add("max_peak_rss_mb_over_ranks", r.max_peak_rss_mb)
-      .add("images_per_s_per_process", r.mean_images_per_s / std::max(1, r.world))
-      .add("recipe", c.recipe)
-      .raw("evals", evalsJson(r.evals))
-      .raw("machine", machineJson(r.machine));
-  return j.str();
+  Json evals = Json::array();
+  for (const EvalPoint& e : r.evals) evals.push_back(evalPointValue(e, ""));
+  Json j;
+  j["arch"] = r.arch;
+  j["data"] = r.data;
+  j["world_size"] = r.world;
+  j["target_top1"] = r.target_top1;
+  j["target_top5"] = r.target_top5;
+  j["target_reached"] = r.target_reached;
+  j["time_to_target_s"] = r.target_reached ? Json(r.time_to_target_s) : Json(nullptr);
+  j["total_s"] = r.total_s;
+  j["train_s"] = r.train_s;
+  j["epochs"] = r.epochs;
+  j["steps"] = r.steps;
+  j["images_seen"] = r.images_seen;
+  j["mean_images_per_s"] = r.mean_images_per_s;
+  j["steady_images_per_s"] = r.steady_images_per_s;
+  j["final_top1"] = r.final_top1;
+  j["final_top5"] = r.final_top5;
+  j["skipped_files"] = r.skipped_files;
+  j["ignored_files"] = r.ignored_files;
+  j["checkpoint_failures"] = r.checkpoint_failures;
+  j["checkpoint_skips"] = r.checkpoint_skips;
+  j["exposed_comm_s"] = r.exposed_comm_s;
+  j["comm"] = r.comm;
+  j["device"] = r.device;
+  j["precision"] = r.precision;
+  j["loss_scale"] = r.loss_scale;
+  j["overflow_skips"] = r.overflow_skips;
+  j["peak_rss_mb"] = r.peak_rss_mb;
+  j["max_peak_rss_mb_over_ranks"] = r.max_peak_rss_mb;
+  j["images_per_s_per_process"] = r.mean_images_per_s / std::max(1, r.world);
+  j["recipe"] = c.recipe;
+  j["evals"] = std::move(evals);
+  j["machine"] = machineJson(r.machine);
+  return toJsonLine(j);
 }
 
 void printReport(const Report& r, std::ostream& os) {
@@ -210,28 +202,25 @@ void writeDawnbench(const std::string& dir, const Report& r, const Config& c) {
   const std::string hardware = r.machine.gpu == "none" ? strCat(r.world, " CPU process(es), ", r.machine.cores,
                                                                 " cores (", r.machine.cpu, ")")
                                                        : strCat(r.world, " x ", r.machine.gpu);
-  JsonObject misc;
-  misc.add("recipeFile", c.recipe)
-      .add("recipe", c.recipe_text)
-      .add("timeToTargetSeconds", r.target_reached ? r.time_to_target_s : -1.0)
-      .add("targetTop5", r.target_top5)
-      .add("targetTop1", r.target_top1)
-      .add("epochs", r.epochs)
-      .add("skippedFiles", r.skipped_files)
-      .raw("machine", machineJson(r.machine));
-  const std::string json = JsonObject()
-                               .add("version", "v1.0")
-                               .add("author", c.author)
-                               .add("authorEmail", "")
-                               .add("framework", "aiacc (LibTorch " + r.machine.torch_version + ")")
-                               .add("codeURL", "")
-                               .add("model", r.arch)
-                               .add("hardware", hardware)
-                               .add("costPerHour", c.cost_per_hour)
-                               .add("timestamp", isoTimestamp())
-                               .raw("misc", misc.str())
-                               .str();
-  writeFileAtomic(dir + "/" + name + ".json", json + "\n");
+  const Json misc{{"recipeFile", c.recipe},
+                  {"recipe", c.recipe_text},
+                  {"timeToTargetSeconds", r.target_reached ? r.time_to_target_s : -1.0},
+                  {"targetTop5", r.target_top5},
+                  {"targetTop1", r.target_top1},
+                  {"epochs", r.epochs},
+                  {"skippedFiles", r.skipped_files},
+                  {"machine", machineJson(r.machine)}};
+  const Json json{{"version", "v1.0"},
+                  {"author", c.author},
+                  {"authorEmail", ""},
+                  {"framework", "aiacc (LibTorch " + r.machine.torch_version + ")"},
+                  {"codeURL", ""},
+                  {"model", r.arch},
+                  {"hardware", hardware},
+                  {"costPerHour", c.cost_per_hour},
+                  {"timestamp", isoTimestamp()},
+                  {"misc", misc}};
+  writeFileAtomic(dir + "/" + name + ".json", toJsonLine(json) + "\n");
   std::ostringstream tsv;
   tsv << "epoch\thours\ttop1Accuracy\ttop5Accuracy\n";
   for (const EvalPoint& e : r.evals) {

@@ -19,6 +19,13 @@ struct EvalPoint {
   int64_t images = 0;  // val images evaluated (all ranks)
 };
 
+// One epoch's training, as summary.csv shows it (app/run_records.h).
+struct EpochTrain {
+  double epoch = 0;  // 1-based; fractional for an epoch the run stopped inside
+  double loss = 0;   // the job's mean training loss over the epoch's images
+  double lr = 0;     // the learning rate of its last step
+};
+
 struct MachineInfo {
   int cores = 0;
   std::string cpu;
@@ -42,8 +49,11 @@ struct Report {
   double mean_images_per_s = 0;    // images_seen / train_s
   double steady_images_per_s = 0;  // after warm-up (3 steps) and communication tuning
   double final_top1 = 0, final_top5 = 0;
-  int64_t skipped_files = 0;  // undecodable files skipped (unique)
-  int64_t ignored_files = 0;  // files without an image extension
+  // Undecodable files skipped: each rank counts the files it met (once each), summed over the ranks
+  // (a file met by two ranks, in different epochs, counts on each).
+  int64_t skipped_files = 0;
+  std::vector<EpochTrain> epoch_train;  // per epoch (a resumed run's from its start)
+  int64_t ignored_files = 0;            // files without an image extension
   int checkpoint_failures = 0;
   int64_t checkpoint_skips = 0;  // --checkpoint-every points skipped: the previous write was still going
   double exposed_comm_s = 0;

@@ -18,12 +18,12 @@
 #include "app/checkpoint.h"
 #include "app/fused_sgd.h"
 #include "app/job_settings.h"
-#include "app/json.h"
 #include "app/launch_env.h"
 #include "app/option_names.h"
 #include "app/trainer_state.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "data/device_input.h"
 #include "data/entropy_gate.h"
 #include "data/loader.h"
@@ -220,6 +220,14 @@ void Trainer::State::setUp() {
     metrics.open(cfg.metrics_file, std::ios::app);
     AIACC_CHECK_INPUT(metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");
   }
+  if (!cfg.tensorboard_dir.empty() && isRank0()) {  // a folder that cannot be made is said now
+    try {
+      tensorboard = std::make_unique<TensorBoardWriter>(cfg.tensorboard_dir);
+    } catch (const IoError& e) {
+      AIACC_THROW(InputError, "--tensorboard-dir: ", e.what());
+    }
+    tensorboardConfig();
+  }
   report.arch = cfg.arch;
   report.data = data_name;
   report.world = world;
@@ -301,20 +309,19 @@ bool Trainer::State::trainEpoch(int epoch) {
                    << " (no loss scaler to skip it); the run has diverged";
     }
     ++step_in_epoch;
-    pos.images_seen += imgs;
     run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
-    const double ips = static_cast<double>(imgs) / std::max(1e-9, wall_s);
-    writeMetric(JsonObject()
-                    .add("type", "step")
-                    .add("step", pos.step)
-                    .add("epoch", run.epoch_pos)
-                    .add("batch", batch->index)
-                    .add("loss", step.loss)
-                    .add("lr", lr)
-                    .add("images_per_s", ips)
-                    .add("compute_s", step_s)
-                    .str());
-    printProgress(epoch, step_in_epoch, nb, st, step.loss, lr, t1);
+    LogWindow& w = run.window;
+    const int64_t n = batch->labels.numel();
+    ++w.steps;
+    w.loss_sum += step.loss * static_cast<double>(n);
+    w.images += n;
+    w.wall_s += wall_s;
+    w.compute_s += step_s;
+    w.epoch = run.epoch_pos;
+    w.batch = batch->index;
+    w.lr = lr;
+    if (w.steps >= cfg.log_every) flushLog();
+    printProgress(epoch, step_in_epoch, nb, st, run.job_loss, lr, t1);
     // What every rank must act on at the same step, agreed once per step (GradientSync::voteFlags:
     // at most 2 steps after any rank raised it): a stop request, and --checkpoint-every by time
     // (rank 0's clock decides, once per interval).
@@ -409,15 +416,25 @@ void Trainer::State::printProgress(int epoch, int64_t step_in_epoch, int64_t bat
                                    double lr, Clock::time_point t) {
   if (!isRank0() || std::chrono::duration<double>(t - run.last_progress).count() < cfg.progress_seconds) return;
   run.last_progress = t;
-  const double mean_ips = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
+  // The job's images (summed over the ranks at each metrics line) over the training time up to it.
+  const double mean_ips = static_cast<double>(run.job_images) / std::max(1e-9, run.job_images_train_s);
   const int64_t left = std::max<int64_t>(0, run.planned - pos.step);
   const double eta = static_cast<double>(left) * run.train_s / std::max<int64_t>(1, run.steps);
   std::cout << "epoch " << epoch + 1 << "/" << cfg.epochs << " step " << step_in_epoch << "/" << batches << " size "
-            << st.image_size << " loss " << std::fixed << std::setprecision(4) << loss << " lr " << lr
-            << std::setprecision(1) << " img/s " << mean_ips << " ETA " << formatDuration(eta) << std::endl;
+            << st.image_size << std::fixed << std::setprecision(4);
+  if (run.job_images > 0) {  // the job's numbers come with the first metrics line (--log-every)
+    std::cout << " loss " << loss << " lr " << lr << std::setprecision(1) << " img/s " << mean_ips;
+  } else {
+    std::cout << " loss - lr " << lr << " img/s -";
+  }
+  std::cout << " ETA " << formatDuration(eta) << std::endl;
 }
 
 void Trainer::State::finishEpoch(int epoch) {
+  flushLog();  // the epoch's last steps belong to its row
+  pos.epoch_train.push_back(EpochTrain{static_cast<double>(epoch + 1), epochLoss(), pos.epoch_lr});
+  pos.epoch_loss_sum = 0;
+  pos.epoch_images = 0;
   pos.epochs_done = epoch + 1;
   pos.batches_in_epoch = 0;
   run.epoch_pos = epoch + 1;

@@ -80,6 +80,7 @@ void Trainer::State::resume() {
 }
 
 std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
+  flushLog();  // the position saved counts every image trained (a collective, like the buffer sync)
   sync().syncBuffers();
   if (!isRank0()) return "";
   AIACC_CHECK(checkpoints != nullptr, "no checkpoint writer (made in setUp with --checkpoint-dir)");

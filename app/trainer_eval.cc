@@ -3,12 +3,14 @@
 #include <sys/resource.h>
 #include <torch/nn/functional/loss.h>
 
+#include <cmath>
 #include <iomanip>
+#include <utility>
 
-#include "app/json.h"
 #include "app/option_names.h"
 #include "app/trainer_state.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "data/device_input.h"
 #include "models/torch_format.h"
 #include "models/weights.h"
@@ -16,6 +18,7 @@
 namespace aiacc::app {
 
 std::optional<EvalPoint> Trainer::State::evaluate(double epoch_pos) {
+  flushLog();            // the steps before it come first in the metrics file
   sync().syncBuffers();  // every rank evaluates its shard with the same BN statistics
   torch::NoGradGuard no_grad;
   model->eval();
@@ -73,10 +76,6 @@ bool Trainer::State::targetReached(const EvalPoint& e) const {
   return (cfg.target_top1 <= 0 || e.top1 >= cfg.target_top1) && (cfg.target_top5 <= 0 || e.top5 >= cfg.target_top5);
 }
 
-void Trainer::State::writeMetric(const std::string& json) {
-  if (metrics.is_open()) metrics << json << std::endl;  // whole lines, as they happen (tail -f)
-}
-
 void Trainer::State::evaluateAndRecord() {
   const std::optional<EvalPoint> got = evaluate(run.epoch_pos);
   if (!got) {
@@ -89,6 +88,7 @@ void Trainer::State::evaluateAndRecord() {
   TrainingState& r = pos;  // the history lives in the training state (checkpoints carry it)
   r.evals.push_back(e);
   writeMetric(evalPointJson(e, "eval"));
+  tensorboardScalars({{"eval/top1", e.top1}, {"eval/top5", e.top5}, {"eval/loss", e.loss}});
   if (isRank0()) {
     LOG(INFO) << "eval epoch " << std::fixed << std::setprecision(2) << e.epoch << ": top-1 " << e.top1 << "% top-5 "
               << e.top5 << "% loss " << std::setprecision(4) << e.loss << " (" << e.images << " images, "
@@ -103,12 +103,15 @@ void Trainer::State::evaluateAndRecord() {
 }
 
 Report Trainer::State::finishReport() {
+  flushLog();
   Report& r = report;
   if (checkpoints) {  // the last background write's outcome belongs in this report
     checkpoints->flush();
     takeCheckpointErrors();
   }
   r.evals = pos.evals;
+  r.epoch_train = pos.epoch_train;
+  if (pos.epoch_images > 0) r.epoch_train.push_back(EpochTrain{run.epoch_pos, epochLoss(), pos.epoch_lr});
   r.target_reached = pos.target_reached;
   r.time_to_target_s = pos.time_to_target_s;
   r.checkpoint_failures = pos.checkpoint_failures;
@@ -134,7 +137,11 @@ Report Trainer::State::finishReport() {
     sync().allreduceSum(all);
     r.max_peak_rss_mb = all.max().item<double>();
   }
-  r.skipped_files = skips->count();
+  {  // undecodable files: each rank met its own shard's
+    at::Tensor skipped = at::tensor({static_cast<double>(skips->count())}, at::kDouble);
+    sync().allreduceSum(skipped);
+    r.skipped_files = static_cast<int64_t>(std::llround(skipped.item<double>()));
+  }
   r.ignored_files = ignored_files;
   r.exposed_comm_s = sync().exposedCommSeconds();
   r.device = device.str();

@@ -5,6 +5,7 @@
 
 #include <torch/nn/functional/loss.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "app/amp.h"
 #include "app/fused_sgd.h"
 #include "app/stop_signal.h"
+#include "app/tensorboard.h"
 #include "app/trainer.h"
 #include "app/training_state.h"
 #include "common/checkpoint_dir.h"
@@ -41,6 +43,19 @@ enum class CheckpointWait {
   kDone,        // the stop: waits until this one is on disk
 };
 
+// This rank's steps since the last metrics line (Trainer::State::flushLog sums them over ranks).
+struct LogWindow {
+  int64_t steps = 0;
+  double loss_sum = 0;  // the step's mean loss per image x its images, summed over the steps
+  int64_t images = 0;   // this rank's decoded training images
+  double wall_s = 0;    // this rank's wall time of the steps (loading included)
+  double compute_s = 0;
+  // The last step's position and learning rate (the line's).
+  double epoch = 0;
+  int64_t batch = 0;
+  double lr = 0;
+};
+
 // This run's progress (a resumed run counts from where it resumed); what outlives the run is in
 // TrainingState.
 struct RunTotals {
@@ -64,6 +79,11 @@ struct RunTotals {
   Clock::time_point last_progress;
   double epoch_pos = 0;                // fractional epoch of the training position
   bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
+  LogWindow window;                    // steps not yet in a metrics line
+  double logged_exposed_comm_s = 0;    // sync().exposedCommSeconds() at the last metrics line
+  double job_loss = 0;                 // the last metrics line's loss (the job's), for the progress line
+  int64_t job_images = 0;              // this run's training images over all ranks, up to the last line
+  double job_images_train_s = 0;       // run.train_s at the last metrics line
 };
 
 struct Trainer::State {
@@ -95,6 +115,9 @@ struct Trainer::State {
   std::function<void(CheckpointPhase, int64_t)> checkpoint_hook;  // tests (Trainer::setCheckpointFaultHook)
   std::shared_ptr<comm::Timeline> timeline;
   std::ofstream metrics;
+  // --tensorboard-dir (rank 0): the metrics lines' numbers as scalars. A write that fails is said
+  // once and ends the TensorBoard output (null from then on); training goes on.
+  std::unique_ptr<TensorBoardWriter> tensorboard;
   Report report;
   RunTotals run;
   torch::nn::functional::CrossEntropyFuncOptions loss_opts;
@@ -135,6 +158,19 @@ struct Trainer::State {
   std::optional<EvalPoint> evaluate(double epoch_pos);
   bool targetReached(const EvalPoint& e) const;
   void writeMetric(const std::string& json);
+  // The metrics line for the steps in run.window, with the job's numbers: the loss averaged over
+  // every rank's images, images and images/s summed over the ranks (pos.images_seen gains them).
+  // A collective (one small sum), called by every rank at the same points: every --log-every
+  // steps, and before a checkpoint, an evaluation and the report, so what they record counts
+  // every image trained. Nothing to do (and no collective) when the window is empty.
+  void flushLog();
+  // The epoch in progress: the job's mean training loss so far (NaN before its first image).
+  double epochLoss() const {
+    return pos.epoch_images > 0 ? pos.epoch_loss_sum / static_cast<double>(pos.epoch_images) : std::nan("");
+  }
+  // TensorBoard points (no-ops without --tensorboard-dir); an IoError ends TensorBoard output.
+  void tensorboardScalars(const std::vector<std::pair<std::string, double>>& points);
+  void tensorboardConfig();
   // At an epoch end (with --checkpoint-dir): writeCheckpoint in the background.
   void checkpoint();
   // Every rank calls it (the buffers are averaged first: a collective); rank 0 takes the snapshot

@@ -56,6 +56,12 @@ struct TrainingState {
   // --flagfile takes back.
   std::vector<std::string> classes;
   std::vector<std::pair<std::string, std::string>> config;
+  // Each completed epoch's training loss and last learning rate (summary.csv), and the epoch in
+  // progress so far: the job's summed loss over its images, the images, the last learning rate.
+  std::vector<EpochTrain> epoch_train;
+  double epoch_loss_sum = 0;
+  int64_t epoch_images = 0;
+  double epoch_lr = 0;
 };
 
 }  // namespace aiacc::app

@@ -50,6 +50,13 @@ find_package(gflags REQUIRED)
 find_package(glog REQUIRED)
 find_package(Threads REQUIRED)
 
+# JSON (reports, metrics, timeline, diagnostics, args.json): nlohmann-json, header-only, linked
+# PRIVATE by the targets that write or read JSON and never included from an installed header.
+find_package(nlohmann_json 3.9 QUIET)
+if(NOT nlohmann_json_FOUND)
+  message(FATAL_ERROR "aiacc: nlohmann-json 3.9 or newer not found; run scripts/setup.sh (Debian: apt install nlohmann-json3-dev)")
+endif()
+
 if(AIACC_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -84,7 +84,7 @@ class ChannelWorker {
         return done->finish(std::move(f));
       }
       const auto t1 = std::chrono::steady_clock::now();
-      if (timeline_) timeline_->span(what, row_, t0, t1, "{\"bytes\": " + std::to_string(bytes) + "}");
+      if (timeline_) timeline_->span(what, row_, t0, t1, {{"bytes", static_cast<int64_t>(bytes)}});
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.bytes += static_cast<double>(bytes);

@@ -190,7 +190,7 @@ void Reducer::launch(size_t b) {
   }
   if (opt_.timeline) {  // when each bucket's gradients were complete: the scaling model's input
     const int64_t bytes = bucket_numel_[b] * static_cast<int64_t>(params_[plan_.buckets[b].front()].element_size());
-    opt_.timeline->instant("bucket ready", 0, strCat("{\"bucket\": ", b, ", \"bytes\": ", bytes, "}"));
+    opt_.timeline->instant("bucket ready", 0, {{"bucket", static_cast<int64_t>(b)}, {"bytes", bytes}});
   }
   if (flags_at_ >= 0 && b + 1 == wire_.size()) {  // this rank's gradient flags, as 1 or 0
     const at::Tensor flags = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte);

@@ -1,10 +1,10 @@
 #include "comm/timeline.h"
 
-#include <cstdio>
+#include <cmath>
 #include <ostream>
 
 #include "common/atomic_file.h"
-#include "common/json_escape.h"
+#include "common/json.h"
 
 namespace aiacc::comm {
 Timeline::Timeline(std::string path) : path_(std::move(path)), origin_(Clock::now()) {}
@@ -20,33 +20,42 @@ double Timeline::micros(Clock::time_point t) const {
   return std::chrono::duration<double, std::micro>(t - origin_).count();
 }
 
+namespace {
+// Names and arguments may hold any bytes (a tensor's or a host's name): toJsonLine makes them
+// valid JSON whatever they hold.
+Json event(const std::string& name, const char* phase, int row, double ts, const Timeline::Args& args) {
+  Json e{{"name", name}, {"ph", phase}, {"pid", 0}, {"tid", row}, {"ts", std::round(ts * 10) / 10}};
+  if (!args.empty()) {
+    Json a = Json::object();
+    for (const auto& [key, value] : args) a[key] = value;
+    e["args"] = std::move(a);
+  }
+  return e;
+}
+}  // namespace
+
 void Timeline::span(const std::string& name, int row, Clock::time_point begin, Clock::time_point end,
-                    const std::string& args_json) {
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "\"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f, \"dur\": %.1f", row,
-                micros(begin), micros(end) - micros(begin));
-  std::string e = "{\"name\": \"" + jsonEscape(name) + "\", " + buf;
-  if (!args_json.empty()) e += ", \"args\": " + args_json;
-  e += "}";
+                    const Args& args) {
+  Json e = event(name, "X", row, micros(begin), args);
+  e["dur"] = std::round((micros(end) - micros(begin)) * 10) / 10;
+  std::string line = toJsonLine(e);
   std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(std::move(e));
+  events_.push_back(std::move(line));
 }
 
-void Timeline::instant(const std::string& name, int row, const std::string& args_json) {
-  char buf[128];
-  std::snprintf(buf, sizeof(buf), "\"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": %d, \"ts\": %.1f", row,
-                micros(Clock::now()));
-  std::string e = "{\"name\": \"" + jsonEscape(name) + "\", " + buf;
-  if (!args_json.empty()) e += ", \"args\": " + args_json;
-  e += "}";
+void Timeline::instant(const std::string& name, int row, const Args& args) {
+  Json e = event(name, "i", row, micros(Clock::now()), args);
+  e["s"] = "g";
+  std::string line = toJsonLine(e);
   std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(std::move(e));
+  events_.push_back(std::move(line));
 }
 
 void Timeline::nameRow(int row, const std::string& name) {
+  std::string line = toJsonLine(Json{
+      {"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", row}, {"args", {{"name", name}}}});
   std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " + std::to_string(row) +
-                    ", \"args\": {\"name\": \"" + jsonEscape(name) + "\"}}");
+  events_.push_back(std::move(line));
 }
 
 size_t Timeline::events() const {

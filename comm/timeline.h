@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <mutex>
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace aiacc::comm {
@@ -17,15 +19,16 @@ namespace aiacc::comm {
 class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
+  // An event's arguments (shown by the viewer): named integers, in this order.
+  using Args = std::vector<std::pair<std::string, int64_t>>;
   explicit Timeline(std::string path);
   ~Timeline();
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
   // A complete span on row `row` ("compute" is row 0; channel c is row 1 + c).
-  void span(const std::string& name, int row, Clock::time_point begin, Clock::time_point end,
-            const std::string& args_json = "");
-  void instant(const std::string& name, int row, const std::string& args_json = "");
+  void span(const std::string& name, int row, Clock::time_point begin, Clock::time_point end, const Args& args = {});
+  void instant(const std::string& name, int row, const Args& args = {});
   // Names a row (shown by the viewer).
   void nameRow(int row, const std::string& name);
   void flush();

@@ -16,7 +16,7 @@
 //                                    a killed process is ignored by readers, and removed by the next
 //                                    write once that process is gone
 // The checksum is CRC-32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and final
-// xor 0xFFFFFFFF; crc32c("123456789") == 0xe3069283), computed here (slice-by-8 tables built at compile time).
+// xor 0xFFFFFFFF; crc32c("123456789") == 0xe3069283), computed by common/crc32c.h.
 //
 // Write order (CheckpointDir::write), every file through common/atomic_file.h (temporary file,
 // fsync, rename, directory fsync): payload, then manifest, then `latest`, then retention deletes.
@@ -44,12 +44,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "common/error.h"
 
 namespace aiacc {
-
-// CRC-32C of n bytes, continuing from `crc` (0 to start): crc32c(b, n) == crc32c(b + k, n - k, crc32c(b, k)).
-uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
 
 // Where a write is when the fault hook is called (in this order).
 enum class CheckpointPhase {

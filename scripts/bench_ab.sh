@@ -18,7 +18,7 @@ run() {  # bin flags...
       --synthetic-images $((BATCH * N * (STEPS + 30))) --report-file "$tmp/r.json" "$@" > "$tmp/log" 2>&1; then
     echo "bench_ab.sh: failed: $bin $*" >&2; tail -3 "$tmp/log" >&2; echo 0; return
   fi
-  sed -n 's/.*"steady_images_per_s": \([0-9.]*\).*/\1/p' "$tmp/r.json" | awk '{ printf "%.1f", $1 }'
+  "$(dirname "$0")/json_get.py" "$tmp/r.json" steady_images_per_s %.1f
 }
 names=(plain fp16 streams2 autotune)
 flags=("--noautotune --streams 1" "--noautotune --streams 1 --allreduce-dtype fp16" "--noautotune --streams 2" "")

@@ -17,8 +17,8 @@ aiacc() {  # nproc extra-flags...
   "$BIN" --nproc "$n" --master 127.0.0.1:29671 --data synthetic --arch "$ARCH" --batch-size "$BATCH" \
     --image-size "$SIZE" --epochs 1 --warmup-epochs 0 --max-steps $((STEPS + 25)) --threads "$THREADS" \
     --synthetic-images $((BATCH * N * (STEPS + 30))) --report-file "$tmp/r.json" "$@" > "$tmp/log" 2>&1
-  sed -n 's/.*"steady_images_per_s": \([0-9.]*\).*/\1/p' "$tmp/r.json" | awk '{ printf "%.1f", $1 }'
-  sed -n 's/.*"max_peak_rss_mb_over_ranks": \([0-9.]*\).*/\1/p' "$tmp/r.json" | awk '{ printf "%.0f", $1 }' > "$tmp/rss.aiacc"
+  scripts/json_get.py "$tmp/r.json" steady_images_per_s %.1f
+  scripts/json_get.py "$tmp/r.json" max_peak_rss_mb_over_ranks %.0f > "$tmp/rss.aiacc"
 }
 ddp() {  # nproc [fp16]
   local n=$1; shift

@@ -111,7 +111,7 @@ aiacc() {
     wait
     [ -z "$SAVE" ] || cp "$tmp/r.json" "$SAVE/$(printf "run%03d" "$PORT").report.json"
   fi
-  sed -n 's/.*"steady_images_per_s": \([0-9.]*\).*/\1/p' "$tmp/r.json" | awk '{ printf "%.1f", $1 }'
+  scripts/json_get.py "$tmp/r.json" steady_images_per_s %.1f
   grep -o 'autotune: chose[^(]*' "$tmp/log" | head -1 > "$tmp/tuned" || true
 }
 

@@ -25,7 +25,7 @@ steady() {  # bin flags...: steady images/s of a STEPS-step run
       --report-file "$tmp/r.json") > "$tmp/log" 2>&1; then
     echo "bench_preempt.sh: failed: $*" >&2; tail -3 "$tmp/log" >&2; echo 0; return
   fi
-  sed -n 's/.*"steady_images_per_s": \([0-9.]*\).*/\1/p' "$tmp/r.json" | awk '{ printf "%.1f", $1 }'
+  "$(dirname "$0")/json_get.py" "$tmp/r.json" steady_images_per_s %.1f
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
 echo "1. stop agreement: $BEFORE (without) against $AFTER (with), steady images/s"
@@ -45,7 +45,7 @@ job "$AFTER" --synthetic-images $((BATCH * N * 100)) --checkpoint-dir "$tmp/ck" 
 L=$!
 for _ in $(seq 1200); do [ -f "$tmp/m.jsonl" ] && [ "$(wc -l < "$tmp/m.jsonl")" -ge 25 ] && break; sleep 0.1; done
 t0=$(date +%s%N); kill -TERM $L; wait $L; rc=$?; t1=$(date +%s%N)
-trained=$(grep -c '"type": "step"' "$tmp/m.jsonl")
+trained=$("$(dirname "$0")/json_get.py" --count-lines "$tmp/m.jsonl" step)
 saved=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\); saved.*/\1/p' "$tmp/log" | head -1)
 echo "signal to exit: $(( (t1 - t0) / 1000000 )) ms, exit code $rc (75: saved, resumable)"
 echo "steps trained $trained, saved at step ${saved:-none}: lost $((trained - ${saved:-0})) step(s);" \

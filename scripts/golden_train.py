@@ -6,7 +6,8 @@ Trains torchvision's resnet18 (10 classes) with the recipe below, as PyTorch doe
 batches (no augmentation), and writes:
   OUT_DIR/init.bin    the initial model state (aiacc's named-tensor format, models/weights.h)
   OUT_DIR/data.bin    "train_images" [K*B,3,S,S], "train_labels", "val_images", "val_labels"
-  OUT_DIR/golden.bin  "loss" [steps] (rank 0's loss per step), "eval_loss"/"eval_top1" [epochs],
+  OUT_DIR/golden.bin  "loss" [steps] (the job's loss per step: the mean over every rank's images,
+                      what aiacc's metrics file reports), "eval_loss"/"eval_top1" [epochs],
                       and "final.<name>" for every parameter and buffer after the last step
 WORLD = 1: one process, global batch B. WORLD = 2: what DataParallel must equal, PyTorch DDP's
 semantics: each rank forwards its half of every batch (BatchNorm over its half), the gradients
@@ -85,7 +86,7 @@ def main():
     for epoch in range(EPOCHS):
         for k in range(K):
             lr = lr_at(epoch + k / K)
-            grads = []
+            grads, rank_losses = [], []
             for r, (m, opt) in enumerate(zip(replicas, opts)):
                 m.train()
                 for g in opt.param_groups:
@@ -95,8 +96,9 @@ def main():
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 grads.append([p.grad for p in m.parameters()])
-                if r == 0:
-                    losses.append(loss.item())
+                rank_losses.append(loss.item())
+            # The job's loss: the mean over every rank's images (equal halves: the ranks' mean).
+            losses.append(sum(rank_losses) / world)
             with torch.no_grad():
                 mean = [sum(gs) / world for gs in zip(*grads)]
                 for m in replicas:

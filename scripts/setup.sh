@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every system package aiacc needs to build, run and test, on Debian 12, and the pip
 # LibTorch 2.x of the second build configuration (scripts/torch2.sh: torch==2.11.0 with CUDA
-# 13.0 and its pinned requirements, into .venv-torch2/; AIACC_SKIP_TORCH2=1 skips it).
+# 13.0 and its pinned requirements, into .venv-torch2/; AIACC_SKIP_TORCH2=1 skips it), and the
+# tests' Python tools in every configuration (scripts/tools_venv.sh: a pinned tensorboard, whose
+# reader checks aiacc's event files, into .venv-tools/).
 # Idempotent: packages already present are left as they are. Needs root (or sudo).
 set -euo pipefail
 
@@ -14,6 +16,7 @@ PKGS=(
   libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev  # decode fallback
   libturbojpeg0-dev libjpeg62-turbo-dev                            # primary decoder
   libgflags-dev libgoogle-glog-dev
+  nlohmann-json3-dev      # JSON written and read (reports, metrics, timeline, args.json)
   libgtest-dev googletest
   python3 python3-torch python3-torchvision python3-numpy python3-pil  # golden tests, reference peers
   iproute2 procps
@@ -42,6 +45,9 @@ else
   $SUDO apt-get update
   $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
+
+"$(dirname "$0")/tools_venv.sh" > /tmp/aiacc-tools-setup.log 2>&1 || { cat /tmp/aiacc-tools-setup.log >&2; exit 1; }
+tail -1 /tmp/aiacc-tools-setup.log
 
 if [ "${AIACC_SKIP_TORCH2:-0}" != 1 ]; then
   "$(dirname "$0")/torch2.sh" > /tmp/aiacc-torch2-setup.log 2>&1 || { cat /tmp/aiacc-torch2-setup.log >&2; exit 1; }

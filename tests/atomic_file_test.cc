@@ -14,6 +14,7 @@
 
 #include "comm/timeline.h"
 #include "common/error.h"
+#include "tests/json_util.h"
 #include "tests/test_util.h"
 
 namespace aiacc {
@@ -173,10 +174,10 @@ TEST(AtomicFile, TimelineFlushesThroughIt) {
     t.nameRow(0, "compute");
     t.flush();
   }
-  const std::string json = test::readText(d / "trace.json");
-  EXPECT_EQ(json.substr(0, 2), "[\n");
-  EXPECT_TRUE(contains(json, "\"thread_name\"")) << json;
-  EXPECT_EQ(json.substr(json.size() - 2), "]\n");
+  const Json json = test::readJson(d / "trace.json");
+  ASSERT_EQ(json.size(), 1u) << json;
+  EXPECT_EQ(json[0].at("name"), "thread_name");
+  EXPECT_EQ(json[0].at("args").at("name"), "compute");
   EXPECT_EQ(namesIn(d.path()), std::vector<std::string>{"trace.json"});
   comm::Timeline bad(d / "missing/trace.json");
   const std::string msg = ioErrorOf([&] { bad.flush(); });

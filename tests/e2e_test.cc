@@ -14,6 +14,7 @@
 
 #include "app/trainer.h"
 #include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
+#include "tests/json_util.h"
 #include "tests/test_util.h"
 #include "tests/train_problem.h"
 
@@ -46,18 +47,12 @@ TEST_F(TrainE2E, LearnsWellAboveChanceAndReports) {
   EXPECT_EQ(r.evals.back().images, 80);
   EXPECT_EQ(r.skipped_files, 0);
   EXPECT_GT(r.mean_images_per_s, 0);
-  std::ifstream m(c.metrics_file);
-  std::string line;
-  int steps = 0, evals = 0;
-  while (std::getline(m, line)) {
-    steps += line.find("\"type\": \"step\"") != std::string::npos;
-    evals += line.find("\"type\": \"eval\"") != std::string::npos;
-  }
-  EXPECT_EQ(steps, 60);
-  EXPECT_EQ(evals, 3);
-  const std::string json = reportJson(r, c);
-  EXPECT_NE(json.find("\"time_to_target_s\": null"), std::string::npos);
-  EXPECT_NE(json.find("\"final_top1\""), std::string::npos);
+  EXPECT_EQ(test::jsonLines(c.metrics_file, "step").size(), 60u);
+  EXPECT_EQ(test::jsonLines(c.metrics_file, "eval").size(), 3u);
+  const Json json = Json::parse(reportJson(r, c));
+  EXPECT_TRUE(json.at("time_to_target_s").is_null());
+  EXPECT_EQ(json.at("final_top1").get<double>(), r.final_top1) << "doubles round-trip";
+  EXPECT_EQ(json.at("evals").size(), 3u);
 }
 
 // --amp on the CPU: autocast in bf16 (no loss scaling needed), fp32 master weights. Its losses
@@ -81,7 +76,7 @@ TEST_F(TrainE2E, MixedPrecisionTracksFp32) {
     EXPECT_TRUE(std::isfinite(r.evals.back().loss)) << "eval loss of run " << run;
     losses.push_back(test::metricValues(c.metrics_file, "step", "loss"));
     if (amp) {
-      EXPECT_NE(reportJson(r, c).find("\"precision\": \"amp bf16\""), std::string::npos);
+      EXPECT_EQ(Json::parse(reportJson(r, c)).at("precision"), "amp bf16");
     }
   }
   for (const auto& l : losses) ASSERT_EQ(l.size(), 8u);
@@ -356,9 +351,9 @@ TEST(Launcher, TwoProcessesTrainTogether) {
                             d.path() + "/r.json");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("(2 processes)"), std::string::npos) << out;
-  const std::string json = test::readText(d / "r.json");
-  EXPECT_NE(json.find("\"world_size\": 2"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"images_seen\": 64"), std::string::npos) << json;  // 4 steps x 8 x 2 ranks
+  const Json json = test::readJson(d / "r.json");
+  EXPECT_EQ(json.at("world_size"), 2) << json;
+  EXPECT_EQ(json.at("images_seen"), 64) << json;  // 4 steps x 8 x 2 ranks
 }
 
 // --hierarchical on with one rank per node: two "nodes" on this machine, two-level reduction.
@@ -384,13 +379,23 @@ TEST(Launcher, TimelineHasComputeAndChannelRows) {
                             "--epochs 1 --warmup-epochs 0 --max-steps 3 --threads 1 --streams 2 --timeline " +
                             d.path() + "/t.json");
   ASSERT_EQ(rc, 0) << out;
-  const std::string json = test::readText(d / "t.json");
-  ASSERT_EQ(json.rfind("[", 0), 0u) << "a JSON array";
-  EXPECT_NE(json.find("\"name\": \"backward\", \"ph\": \"X\", \"pid\": 0, \"tid\": 0"), std::string::npos);
-  EXPECT_NE(json.find("\"name\": \"allreduce\", \"ph\": \"X\", \"pid\": 0, \"tid\": 1"), std::string::npos);
-  EXPECT_NE(json.find("\"name\": \"shm channel 1\""), std::string::npos);  // one host: shared memory
-  EXPECT_EQ(json.find("}\n{"), std::string::npos) << "events separated by commas";
-  EXPECT_NE(json.find("}\n]"), std::string::npos);
+  const Json events = test::readJson(d / "t.json");
+  ASSERT_TRUE(events.is_array());
+  auto has = [&](const std::string& name, const std::string& ph, int tid) {
+    return std::any_of(events.begin(), events.end(), [&](const Json& e) {
+      return e.at("name") == name && e.at("ph") == ph && e.at("pid") == 0 && e.at("tid") == tid;
+    });
+  };
+  EXPECT_TRUE(has("backward", "X", 0));
+  EXPECT_TRUE(has("allreduce", "X", 1));
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const Json& e) {
+    return e.at("ph") == "M" && e.at("args").at("name") == "shm channel 1";  // one host: shared memory
+  }));
+  for (const Json& e : events) {
+    if (e.at("ph") == "X") {
+      EXPECT_GE(e.at("dur").get<double>(), 0) << e;
+    }
+  }
 }
 
 // A worker killed mid-run ends the job: the launcher names the rank and the signal, stops the

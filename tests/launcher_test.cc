@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/json_util.h"
 #include "tests/test_util.h"
 
 namespace aiacc::app {
@@ -67,9 +68,9 @@ TEST(Torchrun, TwoRanksTrainOneJobAtTheAgentsStore) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("launched by torchrun: 2 ranks, 2 per node"), std::string::npos) << out;
   EXPECT_NE(out.find("(hosted by the launcher's agent)"), std::string::npos) << out;
-  const std::string json = test::readText(d / "r.json");
-  EXPECT_NE(json.find("\"world_size\": 2"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"images_seen\": 64"), std::string::npos) << json;  // 4 steps x 8 x 2 ranks
+  const Json json = test::readJson(d / "r.json");
+  EXPECT_EQ(json.at("world_size"), 2) << json;
+  EXPECT_EQ(json.at("images_seen"), 64) << json;  // 4 steps x 8 x 2 ranks
   // Both ranks ran to the end: each wrote its stdout through torchrun's redirect.
   int logs = 0;
   for (const auto& f : std::filesystem::recursive_directory_iterator(d / "tr")) {
@@ -151,9 +152,9 @@ TEST_P(UnderLauncher, TwoProcessesTrainOneJob) {
   EXPECT_NE(out.find("rc0=0"), std::string::npos) << out;
   EXPECT_NE(out.find("rc1=0"), std::string::npos) << out;
   EXPECT_NE(out.find(l.said), std::string::npos) << out;
-  const std::string json = test::readText(d / "r0.json");
-  EXPECT_NE(json.find("\"world_size\": 2"), std::string::npos) << json << out;
-  EXPECT_NE(json.find("\"images_seen\": 32"), std::string::npos) << json;  // 2 steps x 8 x 2 ranks
+  const Json json = test::readJson(d / "r0.json");
+  EXPECT_EQ(json.at("world_size"), 2) << json << out;
+  EXPECT_EQ(json.at("images_seen"), 32) << json;  // 2 steps x 8 x 2 ranks
 }
 
 INSTANTIATE_TEST_SUITE_P(Launchers, UnderLauncher, ::testing::ValuesIn(kLaunchers),
@@ -256,8 +257,8 @@ TEST(Launcher, ProcessOfAnotherJobIsRefusedAndTheJobGoesOn) {
   EXPECT_NE(out.find("this process is job 'intruder')"), std::string::npos) << out;
   EXPECT_NE(out.find("intruder=1"), std::string::npos) << out;
   EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
-  const std::string json = test::readText(d / "r.json");
-  EXPECT_NE(json.find("\"images_seen\": 960"), std::string::npos) << json << out;  // 60 steps x 8 x 2 ranks
+  const Json json = test::readJson(d / "r.json");
+  EXPECT_EQ(json.at("images_seen"), 960) << json << out;  // 60 steps x 8 x 2 ranks
 }
 
 // Three real aiacc_train ranks (no launcher: as under Kubernetes, nobody stops the others); rank

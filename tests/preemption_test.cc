@@ -26,6 +26,7 @@
 #include "models/torch_unpickler.h"
 #include "models/weights.h"
 #include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
+#include "tests/json_util.h"
 #include "tests/test_util.h"
 #include "tests/train_problem.h"
 

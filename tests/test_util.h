@@ -59,23 +59,6 @@ inline std::string newestCheckpoint(const std::string& dir) {
   return dir + "/" + name;
 }
 
-// The numbers under `key` in the --metrics-file lines of the given type ("step" or "eval").
-inline std::vector<double> metricValues(const std::string& path, const std::string& type, const std::string& key) {
-  std::vector<double> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.find("\"type\": \"" + type + "\"") == std::string::npos) continue;
-    const size_t at = line.find("\"" + key + "\": ");
-    if (at == std::string::npos) continue;
-    // A non-finite value is written as null: read back as NaN, never as strtod's 0 (which once
-    // turned a run that went NaN at step 2 into a "mean loss" of a fraction of the real one).
-    const char* v = line.c_str() + at + key.size() + 4;
-    out.push_back(std::strncmp(v, "null", 4) == 0 ? std::nan("") : std::strtod(v, nullptr));
-  }
-  return out;
-}
-
 // Folder of the test sources (for scripts the tests call).
 inline std::string sourceDir() { return AIACC_SOURCE_DIR; }
 

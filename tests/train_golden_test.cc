@@ -18,6 +18,7 @@
 #include "data/tensor_source.h"
 #include "models/weights.h"
 #include "tests/comm_test_util.h"
+#include "tests/json_util.h"
 #include "tests/test_util.h"
 
 namespace aiacc::app {

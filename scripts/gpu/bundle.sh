@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Gathers what building aiacc needs that a bare GPU host lacks (it has Python torch with its CUDA
-# LibTorch, nvcc, CMake and ninja, but no apt and no network): gflags, glog, GoogleTest,
+# LibTorch, nvcc, CMake and ninja, but no apt and no network): gflags, glog, GoogleTest, nlohmann-json,
 # libjpeg-turbo, OpenCV core + imgproc and the libraries they load, Gloo (used only when the
 # torch found there ships no Gloo headers of its own), all extracted from Debian 12 packages into
 # one folder. Nothing is installed on this machine. Run here (it needs apt); carry the folder.
@@ -15,6 +15,7 @@ PKGS=(
   libgflags2.2 libgflags-dev
   libgoogle-glog0v6 libgoogle-glog-dev libunwind8 libunwind-dev
   libgtest-dev
+  nlohmann-json3-dev
   libturbojpeg0 libturbojpeg0-dev libjpeg62-turbo libjpeg62-turbo-dev
   libopencv-core406 libopencv-core-dev libopencv-imgproc406 libopencv-imgproc-dev
   libtbb12 libblas3 liblapack3 libgfortran5 libglx0 libglvnd0
