@@ -101,6 +101,11 @@ struct Config {
   // Every aiacc_train flag's value after the recipe and the command line (name without dashes,
   // value as gflags prints it): a --flagfile of "--name=value" lines reruns the same settings.
   std::vector<std::pair<std::string, std::string>> resolved_flags;
+  // Those of them the command line (or a --flagfile) gave: what reruns the same settings. Not
+  // every resolved value: a recipe's values come from its file, and whether a flag was given
+  // decides some settings (a given --batch-size overrides every recipe stage; --gpus turns AMP
+  // and channels-last on unless --amp/--channels-last were given).
+  std::vector<std::pair<std::string, std::string>> given_flags;
 };
 
 // The stage in effect at `epoch`.

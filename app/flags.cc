@@ -386,13 +386,15 @@ Recipe applyRecipeFlag() {
 
 // Every training flag of this file with its value after the recipe and the command line, in
 // gflags' order (by name); --make-sample's own flags are left out.
-std::vector<std::pair<std::string, std::string>> resolvedFlags() {
+// Every flag's value (given_only: only those the command line or a --flagfile gave).
+std::vector<std::pair<std::string, std::string>> flagValues(bool given_only) {
   std::vector<gflags::CommandLineFlagInfo> all;
   gflags::GetAllFlags(&all);
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : all) {
     const bool ours = f.filename.size() >= 12 && f.filename.compare(f.filename.size() - 12, 12, "app/flags.cc") == 0;
     if (!ours || f.name == "make_sample" || f.name == "convert_weights" || f.name.rfind("sample_", 0) == 0) continue;
+    if (given_only && f.is_default) continue;
     // Doubles as the shortest form that reads back the same (gflags prints 17 digits).
     out.emplace_back(f.name, f.type == "double" ? shortestDouble(std::strtod(f.current_value.c_str(), nullptr))
                                                 : f.current_value);
@@ -402,7 +404,8 @@ std::vector<std::pair<std::string, std::string>> resolvedFlags() {
 
 Config configFromFlags(const Recipe& recipe) {
   Config c;
-  c.resolved_flags = resolvedFlags();
+  c.resolved_flags = flagValues(false);
+  c.given_flags = flagValues(true);
   c.recipe = recipe.path;
   c.recipe_text = recipe.text;
   const std::vector<Stage>& recipe_stages = recipe.stages;

@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {
         aiacc::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");
-        aiacc::app::writeRunRecords(config.report_file, report, config.resolved_flags);
+        aiacc::app::writeRunRecords(config.report_file, report, config.resolved_flags, config.given_flags);
       }
       if (!config.dawnbench_dir.empty()) aiacc::app::writeDawnbench(config.dawnbench_dir, report, config);
     }

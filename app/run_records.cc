@@ -2,6 +2,8 @@
 
 #include <gflags/gflags.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -9,12 +11,17 @@
 #include "common/atomic_file.h"
 #include "common/error.h"
 #include "common/json.h"
-#include "common/shortest_double.h"
 
 namespace aiacc::app {
 namespace {
 
-std::string cell(double v) { return std::isfinite(v) ? shortestDouble(v) : std::string(); }
+// The shortest form that reads back the same, fixed or scientific whichever is shorter: 20, 0.1,
+// 1e-05 (std::to_chars); NaN and infinities as an empty cell.
+std::string number(double v) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+std::string cell(double v) { return std::isfinite(v) ? number(v) : std::string(); }
 
 }  // namespace
 
@@ -27,7 +34,7 @@ std::string summaryCsv(const std::vector<EpochTrain>& epochs, const std::vector<
     for (const EvalPoint& p : evals) {
       if (p.epoch > begin + 1e-9 && p.epoch <= e.epoch + 1e-9) last = &p;
     }
-    csv << shortestDouble(e.epoch) << "," << cell(e.loss) << ",";
+    csv << number(e.epoch) << "," << cell(e.loss) << ",";
     if (last) {
       csv << cell(last->loss) << "," << cell(last->top1) << "," << cell(last->top5);
     } else {
@@ -66,12 +73,13 @@ std::string argsFlags(const std::vector<std::pair<std::string, std::string>>& fl
 }
 
 void writeRunRecords(const std::string& report_file, const Report& r,
-                     const std::vector<std::pair<std::string, std::string>>& flags) {
+                     const std::vector<std::pair<std::string, std::string>>& resolved,
+                     const std::vector<std::pair<std::string, std::string>>& given) {
   const std::filesystem::path dir = std::filesystem::path(report_file).parent_path();
   auto at = [&](const char* name) { return (dir.empty() ? std::filesystem::path(name) : dir / name).string(); };
   writeFileAtomic(at("summary.csv"), summaryCsv(r.epoch_train, r.evals));
-  writeFileAtomic(at("args.json"), argsJson(flags));
-  writeFileAtomic(at("args.flags"), argsFlags(flags));
+  writeFileAtomic(at("args.json"), argsJson(resolved));
+  writeFileAtomic(at("args.flags"), argsFlags(given));
 }
 
 }  // namespace aiacc::app

@@ -6,8 +6,10 @@
 //                    last epoch the run stopped inside has a fractional epoch, e.g. 2.4)
 //   DIR/args.json    every aiacc_train flag's resolved value (after the recipe and the command
 //                    line), typed as the flag is: true/false, numbers, strings
-//   DIR/args.flags   the same as --name=value lines: `aiacc_train --flagfile DIR/args.flags`
-//                    reruns the same settings (a later --flag overrides one)
+//   DIR/args.flags   the flags the command line gave, as --name=value lines: `aiacc_train
+//                    --flagfile DIR/args.flags` reruns the same settings (a later --flag
+//                    overrides one; a --recipe in it must still exist). Not every resolved value:
+//                    whether a flag was given decides some settings (app/config.h, given_flags).
 // Folder names are fixed (timm's): one run per folder, or a later run replaces them. Each file is
 // replaced atomically (common/atomic_file.h); an IoError names the file.
 #pragma once
@@ -29,8 +31,10 @@ std::string argsJson(const std::vector<std::pair<std::string, std::string>>& fla
 // args.flags's text: "--name=value" lines.
 std::string argsFlags(const std::vector<std::pair<std::string, std::string>>& flags);
 
-// Writes the three files into the report file's folder.
+// Writes the three files into the report file's folder: args.json from `resolved`, args.flags
+// from `given`.
 void writeRunRecords(const std::string& report_file, const Report& r,
-                     const std::vector<std::pair<std::string, std::string>>& flags);
+                     const std::vector<std::pair<std::string, std::string>>& resolved,
+                     const std::vector<std::pair<std::string, std::string>>& given);
 
 }  // namespace aiacc::app

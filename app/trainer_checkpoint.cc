@@ -20,6 +20,7 @@ std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSet
   static const std::vector<std::string> kRunExtent = {"--epochs",
                                                       "--max-steps",
                                                       "--eval-every",
+                                                      "--log-every",
                                                       "--target-top1",
                                                       "--target-top5",
                                                       "--checkpoint-every",

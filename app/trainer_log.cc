@@ -24,7 +24,7 @@ void Trainer::State::flushLog() {
   const double loss_sum = sums[0].item<double>();
   const auto images = static_cast<int64_t>(std::llround(sums[1].item<double>()));
   // A rank's non-finite loss makes the job's non-finite (null in the line): the run diverged.
-  run.job_loss = images > 0 ? loss_sum / static_cast<double>(images) : 0.0;
+  run.job_loss = images > 0 ? loss_sum / static_cast<double>(images) : std::nan("");
   pos.images_seen += images;
   run.job_images += images;
   run.job_images_train_s = run.train_s;

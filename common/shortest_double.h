@@ -1,17 +1,19 @@
-// The shortest decimal form that reads back as the same double: 0.1, not 0.10000000000000001;
-// 20, not 2e+01 (std::to_chars: the fewest significant digits that round-trip, then fixed or
-// scientific notation, whichever is shorter). NaN and infinities as "nan", "inf", "-inf".
+// The shortest decimal form that reads back as the same double: 0.1, not 0.10000000000000001.
 #pragma once
 
-#include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace aiacc {
 
 inline std::string shortestDouble(double v) {
   char buf[32];
-  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-  return std::string(buf, end);
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
 }
 
 }  // namespace aiacc
