@@ -23,7 +23,6 @@
 #include "app/trainer_state.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
-#include "common/json.h"
 #include "data/device_input.h"
 #include "data/entropy_gate.h"
 #include "data/loader.h"

@@ -5,12 +5,10 @@
 
 #include <cmath>
 #include <iomanip>
-#include <utility>
 
 #include "app/option_names.h"
 #include "app/trainer_state.h"
 #include "common/error.h"
-#include "common/json.h"
 #include "data/device_input.h"
 #include "models/torch_format.h"
 #include "models/weights.h"
