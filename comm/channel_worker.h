@@ -18,11 +18,17 @@
 #include <string>
 #include <thread>
 
+#include "common/error.h"
 #include "comm/failure.h"
 #include "comm/timeline.h"
 #include "comm/transport.h"
 
 namespace aiacc::comm {
+
+// The CPU transports' precondition on every tensor they are given: contiguous, in host memory.
+inline void checkContiguousCpu(const at::Tensor& t, const char* what) {
+  AIACC_CHECK(t.is_contiguous() && t.device().is_cpu(), what, " needs a contiguous CPU tensor");
+}
 
 // wait() blocks until the job ended and raises its error, every time it is called (a second
 // wait() after an error is not a success).

@@ -134,12 +134,6 @@ GlooTransport::Channel& GlooTransport::channel(int c) {
 }
 
 namespace {
-void checkContiguousCpu(const at::Tensor& t, const char* what) {
-  AIACC_CHECK(t.is_contiguous() && t.device().is_cpu(), what, " needs a contiguous CPU tensor");
-}
-}  // namespace
-
-namespace {
 
 void waitSend(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
   if (!b.waitSend(timeout)) AIACC_THROW(CommError, "send aborted");

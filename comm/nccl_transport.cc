@@ -22,7 +22,9 @@
 #include "comm/store.h"
 
 namespace aiacc::comm {
-namespace {
+// Named, not anonymous: NcclTransport::Channel (declared in the header) holds a ChannelCore, and a
+// class with external linkage must not have members whose type has internal linkage.
+namespace nccl_channel {
 
 using Clock = std::chrono::steady_clock;
 
@@ -194,7 +196,9 @@ class PgWork : public Work {
   Failure error_;
 };
 
-}  // namespace
+}  // namespace nccl_channel
+using nccl_channel::ChannelCore;
+using nccl_channel::PgWork;
 
 class NcclTransport::Channel {
  public:
@@ -247,7 +251,7 @@ class NcclTransport::Channel {
   // completed; raises the channel's error.
   void synchronize() {
     c10::intrusive_ptr<c10d::Work> last;
-    Clock::time_point t0;
+    nccl_channel::Clock::time_point t0;
     const char* what = "operation";
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -270,7 +274,7 @@ class NcclTransport::Channel {
   OpTiming timing_;  // bytes and busy time of completed operations; bounded
   std::mutex mu_;    // last_*
   c10::intrusive_ptr<c10d::Work> last_;
-  Clock::time_point last_t0_;
+  nccl_channel::Clock::time_point last_t0_;
   const char* last_what_ = "operation";
 };
 
@@ -288,7 +292,7 @@ std::shared_ptr<Work> NcclTransport::Channel::run(const char* what, size_t bytes
   {
     std::lock_guard<std::mutex> lock(mu_);
     last_ = w;
-    last_t0_ = Clock::now();
+    last_t0_ = nccl_channel::Clock::now();
     last_what_ = what;
   }
   // Retired when complete (at a later submission or stats()), with its CUDA-timed duration;

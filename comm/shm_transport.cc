@@ -53,10 +53,6 @@ std::string sanitize(const std::string& s) {
   return out;
 }
 
-void checkContiguousCpu(const at::Tensor& t, const char* what) {
-  AIACC_CHECK(t.is_contiguous() && t.device().is_cpu(), what, " needs a contiguous CPU tensor");
-}
-
 }  // namespace
 
 // One channel: this rank's segment and every peer's, mapped; a worker thread running the

@@ -20,7 +20,12 @@ if [ "${1:-}" = "--torch2" ]; then
 else
   BUILD_DIR=${AIACC_BUILD_DIR:-build}
 fi
+# Ninja where installed (scripts/setup.sh installs it) for a new build folder: it compiles a
+# target's unit while the libraries it links are still building, which Make's per-target order
+# does not; an existing folder keeps the generator it was made with.
+GEN=()
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && command -v ninja > /dev/null; then GEN=(-G Ninja); fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] || [ $# -gt 0 ] || [ ${#ARGS[@]} -gt 0 ]; then
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${ARGS[@]}" "$@"
+  cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ARGS[@]}" "$@"
 fi
 cmake --build "$BUILD_DIR" -j "$JOBS"

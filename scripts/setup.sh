@@ -9,6 +9,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake ccache pkg-config
+  ninja-build             # scripts/build.sh's generator where present
   libtorch-dev            # LibTorch 1.13 (CPU)
   libopenblas0-openmp     # BLAS behind libblas.so.3 (else netlib's reference BLAS: LibTorch 1.13 runs
                           # 1x1 convolutions with batch < 16 through it, 6.7x slower for ResNet-50)

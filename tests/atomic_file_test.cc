@@ -21,12 +21,7 @@ namespace aiacc {
 namespace {
 
 // Every name in dir, sorted: what a test expects to be left there.
-std::vector<std::string> namesIn(const std::string& dir) {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using test::namesIn;
 
 // Runs fn, which must throw an IoError; returns its message.
 template <typename Fn>
@@ -40,7 +35,7 @@ std::string ioErrorOf(Fn&& fn) {
   return "";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test::contains;
 
 TEST(AtomicFile, WritesTextAndBinary) {
   test::TempDir d;

@@ -14,9 +14,7 @@
 namespace aiacc::app {
 namespace {
 
-std::pair<int, std::string> runTrain(const std::string& args) {
-  return test::runShell(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
-}
+using test::runTrain;
 
 c10::impl::GenericDict newestCheckpoint(const std::string& dir) {
   return models::readTorchSave(test::newestCheckpoint(dir)).value.toGenericDict();

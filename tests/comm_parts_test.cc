@@ -279,13 +279,13 @@ class DoneWork : public Work {
 
 // One rank, `k` channels: records each allreduce (channel, offset into the buffer it came from,
 // elements) and reports whatever channel statistics the test sets.
-class RecordingTransport : public Transport {
+class SplitRecordingTransport : public Transport {
  public:
   struct Call {
     int channel;
     int64_t offset, numel;
   };
-  explicit RecordingTransport(int k) : stats(static_cast<size_t>(k)) {}
+  explicit SplitRecordingTransport(int k) : stats(static_cast<size_t>(k)) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   int channels() const override { return static_cast<int>(stats.size()); }
@@ -316,7 +316,7 @@ class RecordingTransport : public Transport {
 };
 
 TEST(StripedTransport, SplitsByWeightAndRebalancesToMeasuredSpeed) {
-  auto rec = std::make_shared<RecordingTransport>(2);
+  auto rec = std::make_shared<SplitRecordingTransport>(2);
   StripingOptions o;
   o.min_split_bytes = 1024;
   StripedTransport st(rec, o);
@@ -349,7 +349,7 @@ TEST(StripedTransport, SplitsByWeightAndRebalancesToMeasuredSpeed) {
 }
 
 TEST(StripedTransport, SmallBuffersGoWholeRoundRobinAndOneChannelTakesAll) {
-  auto rec = std::make_shared<RecordingTransport>(3);
+  auto rec = std::make_shared<SplitRecordingTransport>(3);
   StripingOptions o;
   o.min_split_bytes = 1024;
   StripedTransport st(rec, o);

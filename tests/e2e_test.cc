@@ -134,9 +134,7 @@ TEST_F(TrainE2E, ResumeContinuesExactlyWhereItStopped) {
 const auto runCommand = test::runShell;
 
 // Runs aiacc_train with arguments; returns exit code and stderr+stdout.
-std::pair<int, std::string> runTrain(const std::string& args) {
-  return runCommand(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
-}
+using test::runTrain;
 
 // --evaluate: the val split once with a saved model reproduces the training run's final
 // evaluation exactly, from its last checkpoint (--resume) and from --save-weights X.pt

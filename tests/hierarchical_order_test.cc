@@ -18,10 +18,10 @@ namespace aiacc::comm {
 namespace {
 
 // Forwards to a real transport; records "<name>.<op>@<channel>" per submission.
-class RecordingTransport : public Transport {
+class OrderRecordingTransport : public Transport {
  public:
-  RecordingTransport(std::shared_ptr<Transport> inner, std::string name, std::vector<std::string>* log,
-                     bool device_ordered)
+  OrderRecordingTransport(std::shared_ptr<Transport> inner, std::string name, std::vector<std::string>* log,
+                          bool device_ordered)
       : inner_(std::move(inner)), name_(std::move(name)), log_(log), device_ordered_(device_ordered) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -81,10 +81,10 @@ TEST(TwoLevelOnDevice, EveryRankSubmitsInTheCallersOrder) {
   const std::vector<int64_t> sizes = {10007, 3, 4096, 1, 777};  // sharded and two-stage, interleaved
   const auto errors = test::runThreads(W, [&](int r) {
     const int node = r / R, local = r % R;
-    auto intra = std::make_shared<RecordingTransport>(shm(store, "intra" + std::to_string(node), local, R, 2), "intra",
-                                                      &logs[r], true);
-    auto inter = std::make_shared<RecordingTransport>(shm(store, "inter" + std::to_string(local), node, N, 1), "inter",
-                                                      &logs[r], true);
+    auto intra = std::make_shared<OrderRecordingTransport>(shm(store, "intra" + std::to_string(node), local, R, 2),
+                                                           "intra", &logs[r], true);
+    auto inter = std::make_shared<OrderRecordingTransport>(shm(store, "inter" + std::to_string(local), node, N, 1),
+                                                           "inter", &logs[r], true);
     HierarchicalTransport h(intra, inter, /*min_shard_bytes=*/64);
     ASSERT_TRUE(h.waitsOnDevice());
     std::vector<at::Tensor> ts;
@@ -116,8 +116,8 @@ TEST(TwoLevelOnDevice, HostOrderedTransportsKeepTheRelays) {
   auto store = makeHashStore();
   std::vector<std::string> log;
   const auto errors = test::runThreads(1, [&](int) {
-    auto intra = std::make_shared<RecordingTransport>(shm(store, "i", 0, 1, 2), "intra", &log, false);
-    auto inter = std::make_shared<RecordingTransport>(shm(store, "o", 0, 1, 1), "inter", &log, true);
+    auto intra = std::make_shared<OrderRecordingTransport>(shm(store, "i", 0, 1, 2), "intra", &log, false);
+    auto inter = std::make_shared<OrderRecordingTransport>(shm(store, "o", 0, 1, 1), "inter", &log, true);
     HierarchicalTransport h(intra, inter, 64);
     EXPECT_FALSE(h.waitsOnDevice()) << "one host-ordered part makes the whole host-ordered";
     at::Tensor t = at::ones({1000});

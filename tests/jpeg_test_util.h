@@ -13,7 +13,12 @@
 #include "data/decode.h"
 #include "data/transforms.h"
 
-namespace aiacc::data::test {
+// In aiacc::test beside test_util.h's helpers: a namespace aiacc::data::test would hide
+// aiacc::test from every data test that follows in a unity build.
+namespace aiacc::test {
+
+using data::RgbImage;
+using data::Rng;
 
 struct EncodeOptions {
   int h0 = 2, v0 = 2;  // luma sampling factors (chroma 1x1): 2x2 is 4:2:0, 2x1 4:2:2, 1x1 4:4:4
@@ -92,4 +97,4 @@ inline std::vector<Picture> samplings() {
   };
 }
 
-}  // namespace aiacc::data::test
+}  // namespace aiacc::test

@@ -101,7 +101,7 @@ std::string hex(const std::string& b) {
   return out;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test::contains;
 
 TEST(TensorBoard, RecordsAreFramedWithBothCrcs) {
   test::TempDir d;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
@@ -59,8 +60,19 @@ inline std::string newestCheckpoint(const std::string& dir) {
   return dir + "/" + name;
 }
 
+// The names of the entries of `dir`, sorted.
+inline std::vector<std::string> namesIn(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // Folder of the test sources (for scripts the tests call).
 inline std::string sourceDir() { return AIACC_SOURCE_DIR; }
+
+// Whether `part` occurs in `s` (error messages, logs).
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Runs a shell command; returns its exit code and stdout.
 inline std::pair<int, std::string> runShell(const std::string& cmd) {
@@ -72,6 +84,14 @@ inline std::pair<int, std::string> runShell(const std::string& cmd) {
   const int status = ::pclose(p);
   return {WEXITSTATUS(status), out};
 }
+
+#ifdef AIACC_TRAIN_BIN
+// Runs the aiacc_train this build made with `args`; returns its exit code and its output
+// (stdout and stderr together).
+inline std::pair<int, std::string> runTrain(const std::string& args) {
+  return runShell(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
+}
+#endif
 
 // A loopback port nobody listens on now (the kernel's pick for port 0): tests run in parallel.
 inline int freePort() {

@@ -17,7 +17,7 @@
 namespace aiacc::models {
 namespace {
 
-ResNet make(const std::string& arch, int64_t classes) {
+ResNet resnet(const std::string& arch, int64_t classes) {
   ResNetOptions o;
   o.arch = arch;
   o.num_classes = classes;
@@ -27,7 +27,7 @@ ResNet make(const std::string& arch, int64_t classes) {
 // A model whose BN statistics are not their initial values, so buffers count in its output.
 ResNet trainedLooking(const std::string& arch, int64_t classes) {
   torch::manual_seed(3);
-  ResNet m = make(arch, classes);
+  ResNet m = resnet(arch, classes);
   torch::NoGradGuard no_grad;
   for (auto& b : m->named_buffers()) {
     if (b.key().find("running_mean") != std::string::npos) b.value().normal_(0, 0.1);
@@ -37,7 +37,7 @@ ResNet trainedLooking(const std::string& arch, int64_t classes) {
   return m;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test::contains;
 
 std::string inputErrorOf(const std::string& path) {
   try {
@@ -61,7 +61,7 @@ TEST(TorchFormat, StateDictInTorchvisionOrderRoundTrips) {
   for (const std::string name : {"a.pt", "a.pth", "a.bin"}) {
     writeWeightsFile(d / name, *a);
     EXPECT_EQ(test::readText(d / name).substr(0, 2), name == "a.bin" ? "AI" : "PK") << name;
-    ResNet b = make("resnet18", 10);
+    ResNet b = resnet("resnet18", 10);
     loadStateInto(*b, readWeightsFile(d / name));
     const NamedTensors back = stateDictOf(*b);
     ASSERT_EQ(back.size(), sd.size());
@@ -102,17 +102,17 @@ TEST(TorchFormat, ClassifierOfAnotherClassCountIsReinitialised) {
   ResNet imagenet = trainedLooking("resnet18", 10);
   writeWeightsFile(d / "w.pt", *imagenet);
   torch::manual_seed(5);
-  ResNet mine = make("resnet18", 8);
+  ResNet mine = resnet("resnet18", 8);
   const at::Tensor fresh_fc = mine->named_parameters()["fc.weight"].clone();
   EXPECT_EQ(loadPretrainedInto(*mine, readWeightsFile(d / "w.pt"), "fc"), 10);
   EXPECT_TRUE(mine->named_parameters()["fc.weight"].equal(fresh_fc)) << "the classifier keeps its initialisation";
   EXPECT_TRUE(
       mine->named_parameters()["layer4.1.conv2.weight"].equal(imagenet->named_parameters()["layer4.1.conv2.weight"]));
   EXPECT_TRUE(mine->named_buffers()["bn1.running_var"].equal(imagenet->named_buffers()["bn1.running_var"]));
-  ResNet same = make("resnet18", 10);
+  ResNet same = resnet("resnet18", 10);
   EXPECT_EQ(loadPretrainedInto(*same, readWeightsFile(d / "w.pt"), "fc"), 0);
   EXPECT_TRUE(same->named_parameters()["fc.weight"].equal(imagenet->named_parameters()["fc.weight"]));
-  ResNet other_arch = make("resnet34", 8);
+  ResNet other_arch = resnet("resnet34", 8);
   EXPECT_THROW(loadPretrainedInto(*other_arch, readWeightsFile(d / "w.pt"), "fc"), InputError)
       << "only the classifier may differ";
 }

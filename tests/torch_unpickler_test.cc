@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "tests/test_util.h"
 
 namespace aiacc::models {
 namespace {
@@ -63,7 +64,7 @@ std::string refusal(const std::string& bytes, const StorageLoader& load = kNoSto
   return "no InputError";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using test::contains;
 
 // A literal's bytes, NULs included.
 template <size_t N>
