@@ -71,6 +71,8 @@ c10::impl::GenericDict stateDict(const TrainingState& p) {
   d.insert("epoch_loss_sum", real(p.epoch_loss_sum));
   d.insert("epoch_images", p.epoch_images);
   d.insert("epoch_lr", real(p.epoch_lr));
+  d.insert("transfer_scale", real(p.comm.transfer_scale));
+  d.insert("transfer_scale_good_steps", p.comm.transfer_good_steps);
   return d;
 }
 
@@ -109,6 +111,10 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
     p.epoch_loss_sum = realField("epoch_loss_sum");
     p.epoch_images = num("epoch_images");
     p.epoch_lr = realField("epoch_lr");
+  }
+  if (d.contains("transfer_scale")) {  // written since fp16 transfer's own scale is saved
+    p.comm.transfer_scale = realField("transfer_scale");
+    p.comm.transfer_good_steps = num("transfer_scale_good_steps");
   }
   return p;
 }

@@ -12,7 +12,9 @@
 //       "loss_scale", "loss_scale_good_steps", "batches_in_epoch", "skipped_steps",
 //       "checkpoint_failures", "evals" ([n, 7] float64: step, epoch, seconds, top1, top5, loss,
 //       images), "target_reached", "time_to_target_s", "settings" {name: value}, "rng_cpu"
-//       (uint8 tensor or None), "rank_local_buffers"},
+//       (uint8 tensor or None), "rank_local_buffers", "epoch_train", "epoch_loss_sum",
+//       "epoch_images", "epoch_lr", "transfer_scale", "transfer_scale_good_steps" (fp16
+//       transfer's own scale; 0: none)},
 //   "classes": [class name, ...], "config": {flag: value}.
 // Formats 2 to 4 (LibTorch archives, app/checkpoint_legacy.h) are still read. The optimizer
 // state is kept by parameter position, so a checkpoint moves between LibTorch versions.

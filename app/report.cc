@@ -68,6 +68,8 @@ MachineInfo machineInfo() {
 #define AIACC_STR2(x) #x
 #define AIACC_STR(x) AIACC_STR2(x)
   m.jpeg_turbo_version = AIACC_STR(LIBJPEG_TURBO_VERSION);
+#undef AIACC_STR
+#undef AIACC_STR2
 #endif
   m.compiler = "g++ " __VERSION__;
   return m;

@@ -96,6 +96,7 @@ std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
     p.loss_scale = scaler->scale();
     p.loss_scale_good_steps = scaler->goodSteps();
   }
+  p.comm = sync().commState();
   p.settings = continuationSettings();
   p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
   p.classes = class_names;

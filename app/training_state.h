@@ -9,9 +9,10 @@
 //   - the global CPU generator only draws the initial weights, which the checkpoint replaces (its
 //     state is kept anyway, in rng_cpu, for anything a later version draws from it);
 //   - the communication set-up (tuner decision, striping weights, bucket order) changes how the
-//     gradients travel; with fp32 transfer between 2 ranks not the sum's value. Not saved yet, so
-//     not exact: the fp16 transfer's own scale (--allreduce-dtype fp16 without AMP fp16), and
-//     the summation order a re-tuned set-up picks with 3 or more ranks or two-level reduction.
+//     gradients travel; with fp32 transfer between 2 ranks not the sum's value. Its state that
+//     does change values, fp16 transfer's own scale (--allreduce-dtype fp16 without AMP fp16), is
+//     saved (`comm`). Not saved yet, so not exact: the summation order a re-tuned set-up picks
+//     with 3 or more ranks or two-level reduction.
 // Fields are appended at the end (aggregate initialisation in tests and tools keeps its order).
 #pragma once
 
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "app/report.h"
+#include "comm/gradient_sync.h"
 
 namespace aiacc::app {
 
@@ -62,6 +64,9 @@ struct TrainingState {
   double epoch_loss_sum = 0;
   int64_t epoch_images = 0;
   double epoch_lr = 0;
+  // The communication set-up's own state (comm/gradient_sync.h): fp16 transfer's gradient scale
+  // and its clean steps, where the transfer has a scale of its own (0: none).
+  comm::CommState comm;
 };
 
 }  // namespace aiacc::app

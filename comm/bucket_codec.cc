@@ -83,6 +83,7 @@ class CastCodec : public BucketCodec {
     prescaled_ = true;
     return true;
   }
+  GradScale* ownScale() const override { return prescaled_ ? nullptr : scale_.get(); }
   TransferDtype dtype() const override { return dtype_; }
   double scale() const override { return scale_ ? scale_->value() : 1.0; }
   int64_t skippedSteps() const override { return skipped_; }

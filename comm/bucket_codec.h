@@ -61,6 +61,10 @@ class BucketCodec {
   // use for a scale (fp32, bf16: the loss scaler then unscales after the reduce as usual).
   virtual bool shareScale(std::shared_ptr<GradScale> scale) = 0;
 
+  // The codec's own scale: fp16 transfer's until shareScale(); null for fp32 and bf16, and once the
+  // AMP loss scale is shared (its owner saves it). What a checkpoint carries of the codec.
+  virtual GradScale* ownScale() const { return nullptr; }
+
   virtual TransferDtype dtype() const = 0;
   // The scale in use (1 without one); steps skipped for a non-finite reduce.
   virtual double scale() const = 0;

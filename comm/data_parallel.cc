@@ -159,6 +159,23 @@ void DataParallel::apply(const TuneConfig& c) {
   reducer_->setBucketCap(c.bucket_mb);
 }
 
+CommState DataParallel::commState() const {
+  CommState s;
+  if (const GradScale* g = codec_->ownScale()) {
+    s.transfer_scale = g->value();
+    s.transfer_good_steps = g->goodSteps();
+  }
+  return s;
+}
+
+bool DataParallel::restoreCommState(const CommState& state) {
+  GradScale* g = codec_->ownScale();
+  if (!g) return GradientSync::restoreCommState(state);  // no scale of its own to restore into
+  // A state without a scale (written by a set-up without one): this one keeps its initial scale.
+  if (state.transfer_scale != 0) g->setState(state.transfer_scale, state.transfer_good_steps);
+  return true;
+}
+
 std::string DataParallel::describe() const {
   const std::string tuned = tuner_ ? strCat("; autotune ", tuner_->summary()) : std::string();
   const int k = striped_->activeChannels();

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "comm/grad_scale.h"
+#include "common/error.h"
 
 namespace aiacc::comm {
 
@@ -22,6 +23,15 @@ struct WorldInfo {
   int world = 1;
   int local_rank = 0;
   int local_size = 1;
+};
+
+// The part of a data-parallel set-up's state that a checkpoint carries so that a resumed run
+// continues as the uninterrupted one: fp16 transfer's own gradient scale (transfer_scale 0: none,
+// as with fp32 or bf16 transfer, or when the AMP loss scale is shared, whose owner saves it) and
+// its clean steps since it last moved. Every rank holds the same values.
+struct CommState {
+  double transfer_scale = 0;
+  int64_t transfer_good_steps = 0;
 };
 
 class GradientSync {
@@ -55,6 +65,17 @@ class GradientSync {
   // checks them and moves the scale (skipping the step on overflow), so the caller must not;
   // false (the default) when the caller unscales after finishBackward() as usual.
   virtual bool shareLossScale(std::shared_ptr<GradScale>) { return false; }
+  // The state to checkpoint (CommState), and its restoration: call restoreCommState() on every
+  // rank after shareLossScale(), before the first step. Returns false when the state holds what
+  // this set-up has no use for (a transfer scale, where this one has no scale of its own: the
+  // transfer dtype may change across a resume), which it then ignores; InputError for a scale that
+  // is not positive and finite. A state without a scale leaves this set-up's initial one.
+  virtual CommState commState() const { return {}; }
+  virtual bool restoreCommState(const CommState& state) {
+    AIACC_CHECK_INPUT(state.transfer_scale >= 0, "a restored transfer scale must be positive or 0 (none), not ",
+                      state.transfer_scale);
+    return state.transfer_scale == 0;
+  }
   // Flags every rank must act on at the same step (aiacc_train: bit 0 "stop: a signal came",
   // bit 1 "checkpoint now: rank 0's clock says it is time"), agreed without a blocking
   // collective per step. `mine`: this rank's flags. Returns the OR over the ranks of the flags

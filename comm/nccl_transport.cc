@@ -1,9 +1,5 @@
 #include "comm/nccl_transport.h"
 
-// ProcessGroupNCCL.hpp declares nothing unless the build says NCCL is there.
-#ifndef USE_C10D_NCCL
-#define USE_C10D_NCCL 1
-#endif
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

@@ -239,4 +239,7 @@ bool EntropyHook::decodeOne(int16_t* const* blocks, bool store) {
   return true;
 }
 
+#undef AIACC_DCT_SCALED_SIZE  // (the unity build: not into the next source)
+#undef AIACC_MIN_DCT_SCALED_SIZE
+
 }  // namespace aiacc::data

@@ -260,3 +260,5 @@ std::optional<ResizeMode> resizeModeFromName(const std::string& name) {
 }
 
 }  // namespace aiacc::data
+
+#undef AIACC_PLANAR_SIMD  // (the unity build: not into the next source)

@@ -60,6 +60,7 @@ def main():
     check(st["evals"].shape == (2, 7) and float(st["evals"][1, 0]) == 120, "evaluation history")
     check(st["settings"] == {"--seed": "5", "dataset": "4 classes (names 1a2b), 10 train and 2 val files"}, "settings")
     check(torch.equal(st["rng_cpu"], torch.arange(64, dtype=torch.uint8)), "rng state")
+    check((float(st["transfer_scale"]), st["transfer_scale_good_steps"]) == (2048.0, 5), "transfer scale")
     check(ck["classes"] == ["n01440764", "n01443537", "caf\u00e9", "d", "e"], "class names")
     check(ck["config"] == {"arch": "resnet18", "lr": "0.25", "data": "/data/imagenet"}, "configuration")
     print(f"torch {torch.__version__}: the checkpoint loads with weights_only=True and every value is as written")

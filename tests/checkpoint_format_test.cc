@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
 #include "models/torch_unpickler.h"
+#include "models/torch_values.h"
+#include "common/error.h"
+#include "tests/json_util.h"
 #include "tests/test_util.h"
 
 namespace aiacc::app {
@@ -75,6 +79,65 @@ TEST(CheckpointFormat, CarriesClassNamesAndTheConfigurationAFlagfileReruns) {
                   .toTensor()
                   .equal(a.at("model").toGenericDict().at("fc.weight").toTensor()))
       << "the same run";
+}
+
+// fp16 transfer's own scale (--allreduce-dtype fp16 without AMP) travels in the checkpoint: a
+// 2-rank job writes it at the end of its one epoch (3 steps), and a job resumed from a checkpoint
+// whose scale Python set to 2^40 starts from that scale: its steps overflow the fp16 wire and are
+// skipped, each halving the scale (a resumed job that ignored the saved scale would start at 1024
+// and skip none). A checkpoint without the keys (written before they existed) resumes with the
+// initial scale.
+TEST(CheckpointFormat, Fp16TransferScaleIsSavedAndRestored) {
+  test::TempDir d;
+  auto job = [](const std::string& args) {  // a fresh port per job: the store of the last may linger
+    return runTrain(strCat("--nproc 2 --master 127.0.0.1:", test::freePort(),
+                           " --data synthetic --synthetic-images 48 --synthetic-classes 4 --arch resnet18 "
+                           "--batch-size 8 --image-size 16 --warmup-epochs 0 --threads 1 --noautotune --streams 1 "
+                           "--allreduce-dtype fp16 --progress-seconds 1000 ",
+                           args));
+  };
+  auto [rc, out] = job("--epochs 1 --checkpoint-dir " + (d / "a"));  // 48 images, 2 ranks x 8: 3 steps
+  ASSERT_EQ(rc, 0) << out;
+  const c10::impl::GenericDict st = newestCheckpoint(d / "a").at("training_state").toGenericDict();
+  EXPECT_EQ(models::realOf(st.at("transfer_scale"), "transfer_scale"), 1024)
+      << "the initial scale (no overflow, no growth in 3 steps)";
+  EXPECT_EQ(st.at("transfer_scale_good_steps").toInt(), 3);
+
+  // Python edits the checkpoint (torch.load / torch.save, as a user would): the scale set to 2^40,
+  // and a copy without the two keys.
+  test::writeText(d / "edit.py",
+                  "import sys\n"
+                  "try:\n"
+                  "    import torch\n"
+                  "except ImportError:\n"
+                  "    sys.exit(3)\n"
+                  "ck = torch.load(sys.argv[1], weights_only=True)\n"
+                  "ck['training_state']['transfer_scale'] = 2.0 ** 40\n"
+                  "torch.save(ck, sys.argv[2])\n"
+                  "del ck['training_state']['transfer_scale'], ck['training_state']['transfer_scale_good_steps']\n"
+                  "torch.save(ck, sys.argv[3])\n");
+  std::tie(rc,
+           out) = test::runShell(strCat(AIACC_GOLDEN_PYTHON, " ", d / "edit.py", " ", test::newestCheckpoint(d / "a"),
+                                        " ", d / "big.ckpt", " ", d / "old.ckpt", " 2>&1"));
+  if (rc == 3) GTEST_SKIP() << "no torch in " << AIACC_GOLDEN_PYTHON;
+  ASSERT_EQ(rc, 0) << out;
+
+  std::tie(rc, out) = job("--epochs 2 --resume " + (d / "big.ckpt") + " --checkpoint-dir " + (d / "b") +
+                          " --report-file " + (d / "b.json"));
+  ASSERT_EQ(rc, 0) << out;
+  const int64_t skips = test::readJson(d / "b.json").at("overflow_skips").get<int64_t>();
+  EXPECT_GE(skips, 1) << "2^40 x the gradients overflows fp16\n" << out;
+  const c10::impl::GenericDict b = newestCheckpoint(d / "b").at("training_state").toGenericDict();
+  EXPECT_EQ(models::realOf(b.at("transfer_scale"), "transfer_scale"), std::ldexp(1.0, 40 - static_cast<int>(skips)))
+      << "halved once per skipped step";
+
+  std::tie(rc, out) = job("--epochs 2 --resume " + (d / "old.ckpt") + " --checkpoint-dir " + (d / "c") +
+                          " --report-file " + (d / "c.json"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(test::readJson(d / "c.json").at("overflow_skips").get<int64_t>(), 0);
+  const c10::impl::GenericDict c = newestCheckpoint(d / "c").at("training_state").toGenericDict();
+  EXPECT_EQ(models::realOf(c.at("transfer_scale"), "transfer_scale"), 1024);
+  EXPECT_EQ(c.at("transfer_scale_good_steps").toInt(), 3) << "counted from the resume";
 }
 
 }  // namespace

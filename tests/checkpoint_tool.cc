@@ -64,6 +64,8 @@ TrainingState position() {
   p.rank_local_buffers = true;
   p.classes = {"n01440764", "n01443537", "caf\xc3\xa9", "d", "e"};
   p.config = {{"arch", "resnet18"}, {"lr", "0.25"}, {"data", "/data/imagenet"}};
+  p.comm.transfer_scale = 2048.0;
+  p.comm.transfer_good_steps = 5;
   return p;
 }
 const TrainingState kPosition = position();
@@ -234,6 +236,10 @@ int verify(const std::string& path) {
   const bool full = format >= 4;
   if (format >= 5 && (pos.classes != k.classes || pos.config != k.config)) {
     return fail("the class names or the configuration differ");
+  }
+  if (format >= 5 && (pos.comm.transfer_scale != k.comm.transfer_scale ||
+                      pos.comm.transfer_good_steps != k.comm.transfer_good_steps)) {
+    return fail("the communication state (fp16 transfer's scale) differs");
   }
   if (full && (pos.batches_in_epoch != k.batches_in_epoch || pos.skipped_steps != k.skipped_steps ||
                pos.checkpoint_failures != k.checkpoint_failures || !sameEvals(pos.evals, k.evals) ||

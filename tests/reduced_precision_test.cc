@@ -216,3 +216,96 @@ TEST(DataParallel, OnlyFp16TransferTakesTheLossScale) {
 
 }  // namespace
 }  // namespace aiacc::comm
+
+namespace aiacc::comm {
+namespace {
+
+using test::Net;
+
+// Training state of a 2-rank job with fp16 transfer: the scale after every step, the final
+// parameters of rank 0. At step `stop` (when given) the set-up is made afresh, as a resumed job
+// makes it, with the stopped one's CommState restored or not.
+struct ScaleRun {
+  std::vector<double> scales;
+  std::vector<at::Tensor> params;
+};
+enum class Resume { kNone, kWithState, kWithoutState };
+ScaleRun fp16Run(Resume resume, int stop) {
+  const int W = 2, b = 4, steps = 8;
+  torch::manual_seed(3);
+  Net init_net;
+  const auto init = test::snapshot(*init_net);
+  std::vector<ScaleRun> out(W);
+  test::expectNoErrors(test::runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    Net net;
+    test::restore(*net, init);
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    DataParallelOptions o;
+    o.transfer = TransferDtype::kFloat16;
+    o.scale_growth_steps = 2;  // the scale doubles after steps 2, 4, 6 and 8
+    auto dp = std::make_unique<DataParallel>(net.ptr(), t, WorldInfo{r, W, r, W}, o);
+    for (int s = 0; s < steps; ++s) {
+      if (s == stop && resume != Resume::kNone) {
+        const CommState state = dp->commState();
+        dp.reset();
+        dp = std::make_unique<DataParallel>(net.ptr(), t, WorldInfo{r, W, r, W}, o);
+        if (resume == Resume::kWithState) {
+          EXPECT_TRUE(dp->restoreCommState(state));
+        }
+      }
+      opt.zero_grad();
+      const uint64_t seed = 100 * static_cast<uint64_t>(s) + static_cast<uint64_t>(r);
+      torch::nn::functional::cross_entropy(net->forward(test::inputs(b, seed)), test::targets(b, seed + 50)).backward();
+      if (dp->finishBackward()) opt.step();
+      out[r].scales.push_back(dp->gradScale());
+    }
+    out[r].params = test::snapshot(*net);
+  }));
+  return out[0];
+}
+
+// fp16 transfer's own scale is state a checkpoint carries (CommState): a set-up made afresh after
+// 5 steps with the stopped one's state continues to the bit as the uninterrupted one (the scale
+// and its count of clean steps, hence every later step's rounding); made afresh without it, the
+// scale starts over at its initial value.
+TEST(DataParallel, Fp16TransferScaleContinuesFromItsCommState) {
+  const ScaleRun whole = fp16Run(Resume::kNone, -1);
+  ASSERT_EQ(whole.scales, (std::vector<double>{1024, 2048, 2048, 4096, 4096, 8192, 8192, 16384}))
+      << "no overflow: the scale doubles every 2 clean steps";
+  const ScaleRun resumed = fp16Run(Resume::kWithState, 5);
+  EXPECT_EQ(resumed.scales, whole.scales);
+  for (size_t i = 0; i < whole.params.size(); ++i) {
+    EXPECT_TRUE(resumed.params[i].equal(whole.params[i])) << "parameter " << i;
+  }
+  const ScaleRun fresh = fp16Run(Resume::kWithoutState, 5);
+  EXPECT_EQ(fresh.scales[5], 1024) << "without the state the scale starts over after the stop";
+  EXPECT_EQ(fresh.scales.back(), 2048);
+}
+
+// What each set-up's CommState holds, and what restoreCommState does with a state it cannot use.
+TEST(DataParallel, CommStateHoldsOnlyAScaleOfTheTransfersOwn) {
+  test::expectNoErrors(test::runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    Net net;  // rank 0's weights are broadcast
+    DataParallelOptions o;
+    o.transfer = TransferDtype::kFloat16;
+    DataParallel fp16(net.ptr(), t, WorldInfo{r, 2, r, 2}, o);
+    EXPECT_EQ(fp16.commState().transfer_scale, 1024);
+    EXPECT_THROW(fp16.restoreCommState(CommState{-1, 0}), InputError);
+    EXPECT_TRUE(fp16.restoreCommState(CommState{}));  // a checkpoint without a scale: the initial one stays
+    EXPECT_EQ(fp16.gradScale(), 1024);
+    ASSERT_TRUE(fp16.shareLossScale(std::make_shared<GradScale>()));
+    EXPECT_EQ(fp16.commState().transfer_scale, 0) << "the AMP loss scale is its owner's to save";
+  }));
+  test::expectNoErrors(test::runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
+    Net net;
+    DataParallel fp32(net.ptr(), t, WorldInfo{r, 2, r, 2}, DataParallelOptions{});
+    EXPECT_EQ(fp32.commState().transfer_scale, 0);
+    EXPECT_FALSE(fp32.restoreCommState(CommState{2048, 1})) << "no scale of its own: the saved one is not used";
+    EXPECT_TRUE(fp32.restoreCommState(CommState{}));
+  }));
+  EXPECT_FALSE(LocalSync().restoreCommState(CommState{2048, 1}));
+  EXPECT_THROW(LocalSync().restoreCommState(CommState{-1, 0}), InputError);
+}
+
+}  // namespace
+}  // namespace aiacc::comm
