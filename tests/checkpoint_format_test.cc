@@ -4,9 +4,7 @@
 // reruns the same settings.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 
 #include "models/torch_unpickler.h"
@@ -44,9 +42,7 @@ TEST(CheckpointFormat, CarriesClassNamesAndTheConfigurationAFlagfileReruns) {
   ASSERT_EQ(rc, 0) << out;
   const c10::impl::GenericDict a = newestCheckpoint(d / "a");
 
-  std::vector<std::string> folders;
-  for (const auto& e : std::filesystem::directory_iterator(sample + "/train")) folders.push_back(e.path().filename());
-  std::sort(folders.begin(), folders.end());
+  const std::vector<std::string> folders = test::namesIn(sample + "/train");
   std::vector<std::string> classes;
   for (const c10::IValue& c : a.at("classes").toList()) classes.push_back(c.toStringRef());
   EXPECT_EQ(classes, folders) << "label i is the i-th class folder in sorted order";

@@ -138,7 +138,7 @@ bool groupRunning(pid_t pgid) {
 // Rank 0's pid: it leads the workers' process group.
 pid_t workerGroup(const test::TempDir& d) { return static_cast<pid_t>(std::stol(test::readText(d / "ready-0"))); }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using test::contains;
 
 constexpr const char* kPreemptedTail =
     "saved and stopped (exit 75); run the same command with --resume auto to continue\n";
@@ -157,14 +157,16 @@ TEST(LauncherSignals, SigtermToSavingWorkersExits75) {
   const std::string log = test::readText(d / "log");
   ASSERT_TRUE(rc.has_value()) << log;
   EXPECT_EQ(*rc, kExitPreempted) << log;
-  EXPECT_TRUE(has(log, "aiacc_train: received SIGTERM; forwarding it to the 2 worker(s), SIGKILL in 25 s if they do "
+  EXPECT_TRUE(contains(log,
+                       "aiacc_train: received SIGTERM; forwarding it to the 2 worker(s), SIGKILL in 25 s if they do "
                        "not end\n"))
       << log;
-  EXPECT_TRUE(has(log, "[rank 0] saved rank 0\n")) << log;
-  EXPECT_TRUE(has(log, "[rank 1] saved rank 1\n")) << log;
-  EXPECT_TRUE(has(log, std::string("aiacc_train: preempted by SIGTERM: 2 of 2 worker(s) ") + kPreemptedTail)) << log;
-  EXPECT_FALSE(has(log, "stopping the other")) << log;
-  EXPECT_FALSE(has(log, "stopped by")) << log;
+  EXPECT_TRUE(contains(log, "[rank 0] saved rank 0\n")) << log;
+  EXPECT_TRUE(contains(log, "[rank 1] saved rank 1\n")) << log;
+  EXPECT_TRUE(contains(log, std::string("aiacc_train: preempted by SIGTERM: 2 of 2 worker(s) ") + kPreemptedTail))
+      << log;
+  EXPECT_FALSE(contains(log, "stopping the other")) << log;
+  EXPECT_FALSE(contains(log, "stopped by")) << log;
 }
 
 // Slurm's --signal=USR1@T warning: the workers receive SIGUSR1 itself.
@@ -181,8 +183,9 @@ TEST(LauncherSignals, Sigusr1IsForwarded) {
   EXPECT_EQ(*rc, kExitPreempted) << log;
   EXPECT_EQ(test::readText(d / "got-0"), "USR1\n");
   EXPECT_EQ(test::readText(d / "got-1"), "USR1\n");
-  EXPECT_TRUE(has(log, "aiacc_train: received SIGUSR1; forwarding it to the 2 worker(s)")) << log;
-  EXPECT_TRUE(has(log, std::string("aiacc_train: preempted by SIGUSR1: 2 of 2 worker(s) ") + kPreemptedTail)) << log;
+  EXPECT_TRUE(contains(log, "aiacc_train: received SIGUSR1; forwarding it to the 2 worker(s)")) << log;
+  EXPECT_TRUE(contains(log, std::string("aiacc_train: preempted by SIGUSR1: 2 of 2 worker(s) ") + kPreemptedTail))
+      << log;
 }
 
 // Workers that ignore SIGTERM are SIGKILLed once --grace-seconds (1) has run out, not before; the
@@ -201,11 +204,12 @@ TEST(LauncherSignals, WorkersIgnoringSigtermAreKilledAfterTheGrace) {
   ASSERT_TRUE(rc.has_value()) << log;
   EXPECT_EQ(*rc, 128 + SIGTERM) << log;
   EXPECT_GE(took, 1.0) << log;
-  EXPECT_TRUE(has(log, "forwarding it to the 2 worker(s), SIGKILL in 1 s if they do not end\n")) << log;
-  EXPECT_TRUE(has(log, "aiacc_train: sending SIGKILL to the 2 worker(s) still running after the 1 s grace period\n"))
+  EXPECT_TRUE(contains(log, "forwarding it to the 2 worker(s), SIGKILL in 1 s if they do not end\n")) << log;
+  EXPECT_TRUE(contains(log,
+                       "aiacc_train: sending SIGKILL to the 2 worker(s) still running after the 1 s grace period\n"))
       << log;
-  EXPECT_TRUE(has(log, "aiacc_train: stopped by SIGTERM (exit code 143)\n")) << log;
-  EXPECT_FALSE(has(log, "preempted")) << log;
+  EXPECT_TRUE(contains(log, "aiacc_train: stopped by SIGTERM (exit code 143)\n")) << log;
+  EXPECT_FALSE(contains(log, "preempted")) << log;
   EXPECT_TRUE(waitUntil([&] { return !groupRunning(group); }, 5)) << "a worker process is left";
 }
 
@@ -226,10 +230,12 @@ void expectSameSignalTwiceKillsAtOnce(int sig, const std::string& name) {
   const std::string log = test::readText(d / "log");
   ASSERT_TRUE(rc.has_value()) << "still running 20 s after the second " << name << "\n" << log;
   EXPECT_EQ(*rc, 128 + sig) << log;
-  EXPECT_TRUE(has(log, "aiacc_train: received " + name + "; forwarding it to the 2 worker(s), SIGKILL in 60 s")) << log;
-  EXPECT_TRUE(has(log, "aiacc_train: received " + name + " again; sending SIGKILL to the 2 worker(s)\n")) << log;
-  EXPECT_TRUE(has(log, "aiacc_train: stopped by " + name + " (exit code " + std::to_string(128 + sig) + ")\n")) << log;
-  EXPECT_FALSE(has(log, "grace period\n")) << log;
+  EXPECT_TRUE(contains(log, "aiacc_train: received " + name + "; forwarding it to the 2 worker(s), SIGKILL in 60 s"))
+      << log;
+  EXPECT_TRUE(contains(log, "aiacc_train: received " + name + " again; sending SIGKILL to the 2 worker(s)\n")) << log;
+  EXPECT_TRUE(contains(log, "aiacc_train: stopped by " + name + " (exit code " + std::to_string(128 + sig) + ")\n"))
+      << log;
+  EXPECT_FALSE(contains(log, "grace period\n")) << log;
   EXPECT_TRUE(waitUntil([&] { return !groupRunning(group); }, 5)) << "a worker process is left";
 }
 
@@ -257,14 +263,16 @@ TEST(LauncherSignals, AnotherSignalKeepsTheGracePeriod) {
   const std::string log = test::readText(d / "log");
   ASSERT_TRUE(rc.has_value()) << log;
   EXPECT_EQ(*rc, 128 + SIGUSR1) << log;  // the first signal names the stop
-  EXPECT_TRUE(has(log, "aiacc_train: received SIGTERM after SIGUSR1; forwarding it to the 2 worker(s), SIGKILL still "
+  EXPECT_TRUE(contains(log,
+                       "aiacc_train: received SIGTERM after SIGUSR1; forwarding it to the 2 worker(s), SIGKILL still "
                        "in "))
       << log;
   EXPECT_EQ(test::readText(d / "term-0"), "TERM\n") << log;
   EXPECT_EQ(test::readText(d / "term-1"), "TERM\n") << log;
-  EXPECT_TRUE(has(log, "aiacc_train: sending SIGKILL to the 2 worker(s) still running after the 5 s grace period\n"))
+  EXPECT_TRUE(contains(log,
+                       "aiacc_train: sending SIGKILL to the 2 worker(s) still running after the 5 s grace period\n"))
       << log;
-  EXPECT_TRUE(has(log, "aiacc_train: stopped by SIGUSR1 (exit code 138)\n")) << log;
+  EXPECT_TRUE(contains(log, "aiacc_train: stopped by SIGUSR1 (exit code 138)\n")) << log;
   // The launcher's grace period begins after usr1_sent.
   EXPECT_GE(std::chrono::duration<double>(ended - usr1_sent).count(), kGrace) << "SIGKILL before the grace ran out\n"
                                                                               << log;
@@ -298,8 +306,8 @@ TEST(LauncherSignals, WorkerExiting75ByItselfStopsNobody) {
   ASSERT_TRUE(rc.has_value()) << log;
   EXPECT_EQ(*rc, kExitPreempted) << log;
   EXPECT_FALSE(std::filesystem::exists(d / "got-1")) << "rank 1 was signalled\n" << log;
-  EXPECT_FALSE(has(log, "stopping the other")) << log;
-  EXPECT_TRUE(has(log, std::string("aiacc_train: preempted: 1 of 2 worker(s) ") + kPreemptedTail)) << log;
+  EXPECT_FALSE(contains(log, "stopping the other")) << log;
+  EXPECT_TRUE(contains(log, std::string("aiacc_train: preempted: 1 of 2 worker(s) ") + kPreemptedTail)) << log;
 }
 
 // A worker that exits 3 still ends the job: the other is stopped (SIGTERM; it saves and exits 75)
@@ -315,9 +323,9 @@ TEST(LauncherSignals, WorkerExiting3StopsTheJob) {
   const std::string log = test::readText(d / "log");
   ASSERT_TRUE(rc.has_value()) << log;
   EXPECT_EQ(*rc, 1) << log;
-  EXPECT_TRUE(has(log, "aiacc_train: rank 0 exited with code 3; stopping the other 1 local worker(s)\n")) << log;
+  EXPECT_TRUE(contains(log, "aiacc_train: rank 0 exited with code 3; stopping the other 1 local worker(s)\n")) << log;
   EXPECT_EQ(test::readText(d / "got-1"), "TERM\n") << log;
-  EXPECT_FALSE(has(log, "preempted")) << log;
+  EXPECT_FALSE(contains(log, "preempted")) << log;
 }
 
 // --grace-seconds outside 1..3600: one line, before any worker starts; launchWorkers() itself
@@ -337,8 +345,8 @@ TEST(LauncherSignals, BadGraceSecondsIsOneLine) {
 TEST(LauncherSignals, HelpExplainsGraceSeconds) {
   auto [rc, out] = test::runShell(std::string(AIACC_TRAIN_BIN) + " --help 2>&1");
   EXPECT_EQ(rc, 0);
-  EXPECT_TRUE(has(out, "--grace-seconds (int32, default 25)")) << out;
-  EXPECT_TRUE(has(out, "SIGUSR1")) << out;
+  EXPECT_TRUE(contains(out, "--grace-seconds (int32, default 25)")) << out;
+  EXPECT_TRUE(contains(out, "SIGUSR1")) << out;
 }
 
 }  // namespace
