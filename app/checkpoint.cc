@@ -73,7 +73,26 @@ c10::impl::GenericDict stateDict(const TrainingState& p) {
   d.insert("epoch_lr", real(p.epoch_lr));
   d.insert("transfer_scale", real(p.comm.transfer_scale));
   d.insert("transfer_scale_good_steps", p.comm.transfer_good_steps);
+  c10::IValue tuned;
+  if (p.comm.tuned) {
+    c10::impl::GenericDict t = plainDict();
+    t.insert("bucket_mb", real(p.comm.tuned->bucket_mb));
+    t.insert("channels", static_cast<int64_t>(p.comm.tuned->channels));
+    t.insert("two_level", p.comm.tuned->two_level);
+    tuned = t;
+  }
+  d.insert("comm_tuned", tuned);
+  d.insert("channel_weights", at::tensor(p.comm.channel_weights, at::kDouble));
+  d.insert("bucket_order", at::tensor(p.comm.bucket_order, at::kLong));
   return d;
+}
+
+// A 1-D tensor's values (the channel shares, the bucket order).
+template <typename T>
+std::vector<T> vectorOf(const c10::IValue& v, const std::string& what) {
+  AIACC_CHECK_IO(v.isTensor() && v.toTensor().dim() == 1, what, " is not a 1-D tensor");
+  const at::Tensor t = v.toTensor().to(at::kCPU, c10::CppTypeToScalarType<T>::value).contiguous();
+  return std::vector<T>(t.data_ptr<T>(), t.data_ptr<T>() + t.numel());
 }
 
 TrainingState stateFrom(const c10::impl::GenericDict& d) {
@@ -115,6 +134,18 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
   if (d.contains("transfer_scale")) {  // written since fp16 transfer's own scale is saved
     p.comm.transfer_scale = realField("transfer_scale");
     p.comm.transfer_good_steps = num("transfer_scale_good_steps");
+  }
+  if (d.contains("comm_tuned")) {  // written since the tuner's choice, shares and order are saved
+    const c10::IValue tuned = field(d, "comm_tuned", w);
+    if (!tuned.isNone()) {
+      const c10::impl::GenericDict t = models::dictOf(tuned, "training_state.comm_tuned");
+      const std::string tw = "training_state.comm_tuned";
+      p.comm.tuned = comm::TuneConfig{models::realOf(field(t, "bucket_mb", tw), tw + ".bucket_mb"),
+                                      static_cast<int>(models::intOf(field(t, "channels", tw), tw + ".channels")),
+                                      models::boolOf(field(t, "two_level", tw), tw + ".two_level")};
+    }
+    p.comm.channel_weights = vectorOf<double>(field(d, "channel_weights", w), "training_state.channel_weights");
+    p.comm.bucket_order = vectorOf<int64_t>(field(d, "bucket_order", w), "training_state.bucket_order");
   }
   return p;
 }

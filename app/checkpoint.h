@@ -14,7 +14,10 @@
 //       images), "target_reached", "time_to_target_s", "settings" {name: value}, "rng_cpu"
 //       (uint8 tensor or None), "rank_local_buffers", "epoch_train", "epoch_loss_sum",
 //       "epoch_images", "epoch_lr", "transfer_scale", "transfer_scale_good_steps" (fp16
-//       transfer's own scale; 0: none)},
+//       transfer's own scale; 0: none), "comm_tuned" (the tuner's frozen choice: {"bucket_mb",
+//       "channels", "two_level"}, or None), "channel_weights" (float64 [active channels], empty
+//       when buckets are not split), "bucket_order" (int64 [parameters], empty before the
+//       first step rebuilt it)},
 //   "classes": [class name, ...], "config": {flag: value}.
 // Formats 2 to 4 (LibTorch archives, app/checkpoint_legacy.h) are still read. The optimizer
 // state is kept by parameter position, so a checkpoint moves between LibTorch versions.

@@ -176,11 +176,13 @@ void Trainer::State::setupModel() {
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), pos));
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
-  // fp16 transfer's own scale as the checkpoint left it (an evaluation continues no training).
-  if (!cfg.evaluate_only && !sync().restoreCommState(pos.comm) && isRank0()) {
-    LOG(INFO) << "resume: the checkpoint's fp16 transfer scale (" << pos.comm.transfer_scale
-              << ") is not used: this run's transfer has no scale of its own (--allreduce-dtype is not fp16, or "
-                 "it shares the AMP loss scale)";
+  // The communication set-up as the checkpoint left it: fp16 transfer's own scale, the tuner's
+  // choice, the channel shares, the bucket order (an evaluation continues no training).
+  if (!cfg.evaluate_only) {
+    const std::vector<std::string> unused = sync().restoreCommState(pos.comm);
+    if (isRank0()) {
+      for (const std::string& line : unused) LOG(INFO) << "resume: " << line;
+    }
   }
   if (isRank0()) {
     LOG(INFO) << "model: " << cfg.arch << ", " << models::parameterCount(*model) << " parameters, " << mo.num_classes

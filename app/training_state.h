@@ -8,11 +8,11 @@
 //   - the learning rate is a function of the position;
 //   - the global CPU generator only draws the initial weights, which the checkpoint replaces (its
 //     state is kept anyway, in rng_cpu, for anything a later version draws from it);
-//   - the communication set-up (tuner decision, striping weights, bucket order) changes how the
-//     gradients travel; with fp32 transfer between 2 ranks not the sum's value. Its state that
-//     does change values, fp16 transfer's own scale (--allreduce-dtype fp16 without AMP fp16), is
-//     saved (`comm`). Not saved yet, so not exact: the summation order a re-tuned set-up picks
-//     with 3 or more ranks or two-level reduction.
+//   - the communication set-up's own state is saved (`comm`, comm::CommState): fp16 transfer's
+//     scale (--allreduce-dtype fp16 without AMP fp16), and the tuner's choice, the channel shares
+//     and the bucket order, which with 3 or more ranks or two-level reduction decide the sum's
+//     order. The shares keep moving with measured channel speeds after the resume, as they would
+//     have; a checkpoint taken while the tuner was still trying layouts has no choice to restore.
 // Fields are appended at the end (aggregate initialisation in tests and tools keeps its order).
 #pragma once
 
@@ -65,7 +65,7 @@ struct TrainingState {
   int64_t epoch_images = 0;
   double epoch_lr = 0;
   // The communication set-up's own state (comm/gradient_sync.h): fp16 transfer's gradient scale
-  // and its clean steps, where the transfer has a scale of its own (0: none).
+  // and its clean steps (0: none), the tuner's choice, the channel shares, the bucket order.
   comm::CommState comm;
 };
 

@@ -154,11 +154,21 @@ bool Autotuner::record(double step_s, double exposed_s) {
   return current_ != before;
 }
 
+void Autotuner::restoreFrozen(const TuneConfig& c) {
+  best_ = current_ = c;
+  queue_.clear();
+  confirming_ = false;
+  in_trial_ = 0;
+  dimension_ = 3;
+  frozen_ = restored_ = true;
+}
+
 std::string Autotuner::summary() const {
   std::ostringstream os;
   os.setf(std::ios::fixed);
   os.precision(1);
   const bool two = space_.try_two_level;
+  if (restored_) return "restored " + best_.str(two) + " (chosen before; not tuned again)";
   os << (frozen_ ? "chose " : "so far ") << best_.str(two) << " after " << steps_ << " steps";
   os << ", step-time margin " << 100 * margin() << "%";
   if (confirmations_ > 0) {

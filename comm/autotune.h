@@ -68,6 +68,8 @@ class Autotuner {
   // Records the step just run under current() (rank-averaged seconds: whole step, and
   // communication exposed after backward). Returns true when current() changed.
   bool record(double step_s, double exposed_s);
+  // A choice made before (a checkpoint's, CommState): frozen at `c` from now on, measuring nothing.
+  void restoreFrozen(const TuneConfig& c);
   // What was measured and decided, one line.
   std::string summary() const;
   // Fastest counted step of a configuration, and its least exposed communication (0 when never
@@ -96,6 +98,7 @@ class Autotuner {
   int in_trial_ = 0;               // steps run of the current trial
   std::map<TuneConfig, Trial> trials_;
   bool frozen_ = false;
+  bool restored_ = false;    // frozen by restoreFrozen, not by measurement
   bool confirming_ = false;  // the queue holds the confirmation of challenger_ against best_
   TuneConfig challenger_;
   int confirmations_ = 0, overturned_ = 0;

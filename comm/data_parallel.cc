@@ -165,15 +165,53 @@ CommState DataParallel::commState() const {
     s.transfer_scale = g->value();
     s.transfer_good_steps = g->goodSteps();
   }
+  if (tuner_ && tuner_->frozen()) s.tuned = tuner_->current();
+  // Shares measured while still tuning belong to a trial: a set-up restored from them tunes again.
+  if (striped_->activeChannels() > 1 && !tuning()) s.channel_weights = striped_->weights();
+  s.bucket_order = reducer_->rebuiltOrder();
   return s;
 }
 
-bool DataParallel::restoreCommState(const CommState& state) {
-  GradScale* g = codec_->ownScale();
-  if (!g) return GradientSync::restoreCommState(state);  // no scale of its own to restore into
-  // A state without a scale (written by a set-up without one): this one keeps its initial scale.
-  if (state.transfer_scale != 0) g->setState(state.transfer_scale, state.transfer_good_steps);
-  return true;
+// Each part applied where this set-up can use it, in the order the uninterrupted set-up reached
+// it: the tuner's choice (which resets the channel shares), then the shares, then the order.
+std::vector<std::string> DataParallel::restoreCommState(const CommState& state) {
+  checkCommState(state, reducer_->params().size());
+  std::vector<std::string> unused;
+  if (GradScale* g = codec_->ownScale()) {
+    // A state without a scale (written by a set-up without one): this one keeps its initial scale.
+    if (state.transfer_scale != 0) g->setState(state.transfer_scale, state.transfer_good_steps);
+  } else if (state.transfer_scale != 0) {
+    unused.push_back(strCat("the transfer scale (", state.transfer_scale,
+                            ") is not used: this set-up's transfer has no scale of its own"));
+  }
+  if (state.tuned) {
+    const TuneConfig& c = *state.tuned;
+    std::string why;
+    if (!tuner_) {
+      why = "this set-up does not tune";
+    } else if (c.two_level && !two_level_) {
+      why = "this set-up has no two-level reduction";
+    } else if (c.channels > (c.two_level ? two_level_ : flat_)->channels()) {
+      why = strCat("its transport has ", (c.two_level ? two_level_ : flat_)->channels(), " channels");
+    }
+    if (why.empty()) {
+      tuner_->restoreFrozen(c);
+      apply(c);
+      if (opt_.log) opt_.log("autotune: " + tuner_->summary());
+    } else {
+      unused.push_back(strCat("the tuner's choice (", c.str(), ") is not used: ", why));
+    }
+  }
+  if (!state.channel_weights.empty()) {
+    if (static_cast<int>(state.channel_weights.size()) == striped_->activeChannels()) {
+      striped_->setWeights(state.channel_weights);
+    } else {
+      unused.push_back(strCat("the channel shares (", state.channel_weights.size(),
+                              " channels) are not used: ", "this set-up splits over ", striped_->activeChannels()));
+    }
+  }
+  if (!state.bucket_order.empty()) reducer_->restoreOrder(state.bucket_order);
+  return unused;
 }
 
 std::string DataParallel::describe() const {

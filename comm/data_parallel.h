@@ -99,7 +99,7 @@ class DataParallel : public GradientSync {
   bool tuning() const override { return tuner_ && !tuner_->frozen(); }
   bool shareLossScale(std::shared_ptr<GradScale> scale) override { return codec_->shareScale(std::move(scale)); }
   CommState commState() const override;
-  bool restoreCommState(const CommState& state) override;
+  std::vector<std::string> restoreCommState(const CommState& state) override;
   // One byte OR over the ranks, submitted now on the control channel (behind this step's
   // buckets) and read at the next call: returns the OR of the previous call's flags (0 at the
   // first call). The last vote stays in flight; later collectives queue behind it alike on

@@ -11,8 +11,11 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "comm/autotune.h"
 #include "comm/grad_scale.h"
 #include "common/error.h"
 
@@ -26,13 +29,28 @@ struct WorldInfo {
 };
 
 // The part of a data-parallel set-up's state that a checkpoint carries so that a resumed run
-// continues as the uninterrupted one: fp16 transfer's own gradient scale (transfer_scale 0: none,
-// as with fp32 or bf16 transfer, or when the AMP loss scale is shared, whose owner saves it) and
-// its clean steps since it last moved. Every rank holds the same values.
+// continues as the uninterrupted one. Every rank holds the same values.
+//   - fp16 transfer's own gradient scale (transfer_scale 0: none, as with fp32 or bf16 transfer,
+//     or when the AMP loss scale is shared, whose owner saves it) and its clean steps since it
+//     last moved: they decide every later step's rounding and skips;
+//   - the tuner's frozen choice (none while it is still tuning: a set-up restored from that tunes
+//     again from the start): a restored set-up applies it and does not tune, so the steps after a
+//     resume neither pay for trials again nor sum in other bucket and channel layouts;
+//   - striping's channel shares (a split bucket's piece boundaries, hence, with 3 or more ranks,
+//     each element's summation order), a moving average of measured speeds;
+//   - the agreed gradient arrival order the buckets were rebuilt from after the first step
+//     (empty: not rebuilt yet), which decides what each bucket holds.
 struct CommState {
   double transfer_scale = 0;
   int64_t transfer_good_steps = 0;
+  std::optional<TuneConfig> tuned;
+  std::vector<double> channel_weights;
+  std::vector<int64_t> bucket_order;  // parameter indices, in the order buckets are packed
 };
+
+// InputError for a state no set-up could have written (see GradientSync::restoreCommState);
+// `params` > 0: the bucket order must be a permutation of that many parameters.
+void checkCommState(const CommState& state, size_t params);
 
 class GradientSync {
  public:
@@ -66,16 +84,17 @@ class GradientSync {
   // false (the default) when the caller unscales after finishBackward() as usual.
   virtual bool shareLossScale(std::shared_ptr<GradScale>) { return false; }
   // The state to checkpoint (CommState), and its restoration: call restoreCommState() on every
-  // rank after shareLossScale(), before the first step. Returns false when the state holds what
-  // this set-up has no use for (a transfer scale, where this one has no scale of its own: the
-  // transfer dtype may change across a resume), which it then ignores; InputError for a scale that
-  // is not positive and finite. A state without a scale leaves this set-up's initial one.
+  // rank with the same state, after shareLossScale(), before the first step. Returns one line for
+  // each part of the state this set-up has no use for, and ignores that part (empty: all of it
+  // was applied): a transfer scale where this set-up's transfer has no scale of its own (the
+  // transfer dtype may change across a resume), a tuner's choice where this one does not tune or
+  // cannot run it (more channels than its transport has, two-level reduction without it), channel
+  // shares for another channel count. A part the state lacks leaves this set-up's own (its
+  // initial scale, its tuning, equal shares, the order the first step finds). InputError for a
+  // state no set-up could have written: a scale that is not positive and finite, shares that are
+  // not, a bucket order that is not a permutation of the parameters.
   virtual CommState commState() const { return {}; }
-  virtual bool restoreCommState(const CommState& state) {
-    AIACC_CHECK_INPUT(state.transfer_scale >= 0, "a restored transfer scale must be positive or 0 (none), not ",
-                      state.transfer_scale);
-    return state.transfer_scale == 0;
-  }
+  virtual std::vector<std::string> restoreCommState(const CommState& state);
   // Flags every rank must act on at the same step (aiacc_train: bit 0 "stop: a signal came",
   // bit 1 "checkpoint now: rank 0's clock says it is time"), agreed without a blocking
   // collective per step. `mine`: this rank's flags. Returns the OR over the ranks of the flags

@@ -315,7 +315,7 @@ bool Reducer::finish(const at::Tensor& agreed) {
     resetStep();
     return false;
   }
-  const bool rebuild = steps_ == 0 && opt_.rebuild_after_first_step;
+  const bool rebuild = steps_ == 0 && opt_.rebuild_after_first_step && !rebuilt_;
   ++steps_;
   if (rebuild) {
     rebuildFromArrivalOrder();
@@ -369,6 +369,26 @@ void Reducer::rebuildFromArrivalOrder() {
   for (size_t k = 0; k < agreed.size(); ++k)
     agreed[k] = static_cast<size_t>(t[static_cast<int64_t>(k)].item<int64_t>());
   order_ = agreed;
+  rebuilt_ = true;
+  plan_ = planBuckets(infos_, order_, capBytes(opt_.first_bucket_mb), capBytes(opt_.bucket_mb));
+  buildBuckets();
+  std::fill(ready_.begin(), ready_.end(), 0);
+  arrival_.clear();
+}
+
+std::vector<int64_t> Reducer::rebuiltOrder() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!rebuilt_) return {};
+  return std::vector<int64_t>(order_.begin(), order_.end());
+}
+
+void Reducer::restoreOrder(const std::vector<int64_t>& order) {
+  CommState only_order;
+  only_order.bucket_order = order;
+  checkCommState(only_order, params_.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  order_.assign(order.begin(), order.end());
+  rebuilt_ = true;
   plan_ = planBuckets(infos_, order_, capBytes(opt_.first_bucket_mb), capBytes(opt_.bucket_mb));
   buildBuckets();
   std::fill(ready_.begin(), ready_.end(), 0);

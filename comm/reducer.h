@@ -94,6 +94,12 @@ class Reducer {
 
   const BucketPlan& plan() const { return plan_; }
   const std::vector<ParamInfo>& params() const { return infos_; }
+  // The agreed arrival order the plan was rebuilt from after the first step (empty before), and
+  // its restoration (a checkpoint's, CommState): the plan is rebuilt from it now, and not again
+  // after the first step. On every rank alike, between steps. InputError unless a permutation of
+  // the parameters.
+  std::vector<int64_t> rebuiltOrder() const;
+  void restoreOrder(const std::vector<int64_t>& order);
   double bucketCap() const { return opt_.bucket_mb; }
   // This rank's "had a gradient" flags, one byte per parameter (the central coordinator's input).
   at::Tensor localGradientFlags() const;
@@ -125,6 +131,7 @@ class Reducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps hooks alive
   std::vector<uintptr_t> hook_keys_;
   std::vector<size_t> order_;  // agreed gradient arrival order (bucket planning)
+  bool rebuilt_ = false;       // order_ is the agreed arrival order (rebuilt or restored)
 
   BucketPlan plan_;
   std::vector<at::Tensor> buffers_;    // one flat fp32 buffer per bucket (undefined when direct_)
@@ -136,7 +143,7 @@ class Reducer {
   int64_t flags_at_ = -1;              // detect_unused: offset of the flags in the last bucket
 
   // Per-step state, touched by the autograd thread (hooks) and the training thread.
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<int> pending_;    // per bucket: parameters still without gradient
   std::vector<char> ready_;     // per param
   std::vector<char> had_grad_;  // per param: a local gradient existed at launch

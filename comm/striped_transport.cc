@@ -1,6 +1,7 @@
 #include "comm/striped_transport.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 
 namespace aiacc::comm {
@@ -37,6 +38,18 @@ void StripedTransport::setActiveChannels(int k) {
   weights_.assign(static_cast<size_t>(k), 1.0 / k);
   last_stats_.clear();
   for (int c = 0; c < k; ++c) last_stats_.push_back(inner_->channelStats(c));
+}
+
+void StripedTransport::setWeights(const std::vector<double>& weights) {
+  AIACC_CHECK(weights.size() == weights_.size(), "striping: ", weights.size(), " shares for ", weights_.size(),
+              " active channels");
+  double sum = 0;
+  for (double w : weights) {
+    AIACC_CHECK(std::isfinite(w) && w > 0, "striping: a channel share must be positive and finite, not ", w);
+    sum += w;
+  }
+  AIACC_CHECK(std::abs(sum - 1) < 1e-9, "striping: channel shares must sum to 1 (they sum to ", sum, ")");
+  weights_ = weights;  // as they were, to the bit: they decide where each split bucket is cut
 }
 
 std::shared_ptr<Work> StripedTransport::allreduce(at::Tensor t, ReduceOp op, int) {

@@ -64,6 +64,9 @@ class StripedTransport : public Transport {
   // information, and the weights stay.
   void rebalance();
   void setActiveChannels(int k);
+  // Shares measured before (a checkpoint's weights()): one positive value per active channel,
+  // summing to 1, taken to the bit. On every rank alike, between steps.
+  void setWeights(const std::vector<double>& weights);
   int activeChannels() const { return static_cast<int>(weights_.size()); }
   // Share of a split buffer per active channel (sums to 1); the same on every rank.
   const std::vector<double>& weights() const { return weights_; }

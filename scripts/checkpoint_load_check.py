@@ -61,6 +61,10 @@ def main():
     check(st["settings"] == {"--seed": "5", "dataset": "4 classes (names 1a2b), 10 train and 2 val files"}, "settings")
     check(torch.equal(st["rng_cpu"], torch.arange(64, dtype=torch.uint8)), "rng state")
     check((float(st["transfer_scale"]), st["transfer_scale_good_steps"]) == (2048.0, 5), "transfer scale")
+    tuned = st["comm_tuned"]
+    check((float(tuned["bucket_mb"]), tuned["channels"], tuned["two_level"]) == (8.0, 2, True), "tuner's choice")
+    check(st["channel_weights"].tolist() == [0.625, 0.375], "channel shares")
+    check(st["bucket_order"].tolist() == [3, 1, 0, 2], "bucket order")
     check(ck["classes"] == ["n01440764", "n01443537", "caf\u00e9", "d", "e"], "class names")
     check(ck["config"] == {"arch": "resnet18", "lr": "0.25", "data": "/data/imagenet"}, "configuration")
     print(f"torch {torch.__version__}: the checkpoint loads with weights_only=True and every value is as written")

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <map>
+#include <sstream>
 
 #include "models/torch_unpickler.h"
 #include "models/torch_values.h"
@@ -134,6 +135,48 @@ TEST(CheckpointFormat, Fp16TransferScaleIsSavedAndRestored) {
   const c10::impl::GenericDict c = newestCheckpoint(d / "c").at("training_state").toGenericDict();
   EXPECT_EQ(models::realOf(c.at("transfer_scale"), "transfer_scale"), 1024);
   EXPECT_EQ(c.at("transfer_scale_good_steps").toInt(), 3) << "counted from the resume";
+}
+
+// The tuner's choice and the rebuilt bucket order travel in the checkpoint: a 2-rank job whose
+// tuner froze within its 24 steps (--streams 1: fusion caps only, frozen after at most 19) saves
+// them; the job resumed from it says so in one line and does not tune again, and its own
+// checkpoint holds the same choice and order. (Before, every resumed job tuned again, its first
+// ~19 steps in trial layouts.)
+TEST(CheckpointFormat, TunedCommunicationIsSavedAndRestored) {
+  test::TempDir d;
+  auto job = [&d](const std::string& args) {
+    return runTrain(strCat("--nproc 2 --master 127.0.0.1:", test::freePort(),
+                           " --data synthetic --synthetic-images 384 --synthetic-classes 4 --arch resnet18 "
+                           "--batch-size 8 --image-size 16 --warmup-epochs 0 --threads 1 --streams 1 "
+                           "--progress-seconds 1000 --checkpoint-dir ",
+                           d / "ck", " ", args));
+  };
+  auto [rc, out] = job("--epochs 1");  // 384 images, 2 ranks x 8: 24 steps
+  ASSERT_EQ(rc, 0) << out;
+  ASSERT_TRUE(test::contains(out, "autotune: chose")) << out;
+  const c10::impl::GenericDict a = newestCheckpoint(d / "ck").at("training_state").toGenericDict();
+  ASSERT_TRUE(a.at("comm_tuned").isGenericDict()) << "the tuner froze: its choice is saved";
+  const c10::impl::GenericDict tuned = a.at("comm_tuned").toGenericDict();
+  const double mb = models::realOf(tuned.at("bucket_mb"), "bucket_mb");
+  EXPECT_TRUE(mb == 2 || mb == 8 || mb == 25 || mb == 64) << mb;
+  EXPECT_EQ(tuned.at("channels").toInt(), 1);
+  EXPECT_FALSE(tuned.at("two_level").toBool());
+  EXPECT_EQ(a.at("channel_weights").toTensor().numel(), 0) << "one channel: nothing split";
+  const at::Tensor order = a.at("bucket_order").toTensor();
+  EXPECT_EQ(order.numel(), 62) << "resnet18's parameters, in the order their gradients arrived";
+  EXPECT_EQ(std::get<0>(order.sort()).equal(at::arange(62, at::kLong)), true) << "each parameter once";
+
+  std::tie(rc, out) = job("--epochs 2 --resume auto");
+  ASSERT_EQ(rc, 0) << out;
+  std::ostringstream restored;
+  restored << "autotune: restored bucket " << mb << " MiB, 1 channel (chosen before; not tuned again)";
+  EXPECT_TRUE(test::contains(out, restored.str())) << out;
+  EXPECT_FALSE(test::contains(out, "autotune: chose")) << "tuned again\n" << out;
+  const c10::impl::GenericDict b = newestCheckpoint(d / "ck").at("training_state").toGenericDict();
+  EXPECT_EQ(b.at("step").toInt(), 48);
+  ASSERT_TRUE(b.at("comm_tuned").isGenericDict());
+  EXPECT_EQ(models::realOf(b.at("comm_tuned").toGenericDict().at("bucket_mb"), "bucket_mb"), mb);
+  EXPECT_TRUE(b.at("bucket_order").toTensor().equal(order));
 }
 
 }  // namespace

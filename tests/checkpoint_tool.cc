@@ -66,6 +66,9 @@ TrainingState position() {
   p.config = {{"arch", "resnet18"}, {"lr", "0.25"}, {"data", "/data/imagenet"}};
   p.comm.transfer_scale = 2048.0;
   p.comm.transfer_good_steps = 5;
+  p.comm.tuned = aiacc::comm::TuneConfig{8, 2, true};
+  p.comm.channel_weights = {0.625, 0.375};
+  p.comm.bucket_order = {3, 1, 0, 2};
   return p;
 }
 const TrainingState kPosition = position();
@@ -237,9 +240,11 @@ int verify(const std::string& path) {
   if (format >= 5 && (pos.classes != k.classes || pos.config != k.config)) {
     return fail("the class names or the configuration differ");
   }
-  if (format >= 5 && (pos.comm.transfer_scale != k.comm.transfer_scale ||
-                      pos.comm.transfer_good_steps != k.comm.transfer_good_steps)) {
-    return fail("the communication state (fp16 transfer's scale) differs");
+  if (format >= 5 &&
+      (pos.comm.transfer_scale != k.comm.transfer_scale || pos.comm.transfer_good_steps != k.comm.transfer_good_steps ||
+       pos.comm.tuned != k.comm.tuned || pos.comm.channel_weights != k.comm.channel_weights ||
+       pos.comm.bucket_order != k.comm.bucket_order)) {
+    return fail("the communication state (fp16 transfer's scale, the tuner's choice, shares, bucket order) differs");
   }
   if (full && (pos.batches_in_epoch != k.batches_in_epoch || pos.skipped_steps != k.skipped_steps ||
                pos.checkpoint_failures != k.checkpoint_failures || !sameEvals(pos.evals, k.evals) ||
