@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -23,6 +24,7 @@
 #include "app/report.h"
 #include "app/run_records.h"
 #include "app/stop_signal.h"
+#include "app/test_hooks.h"
 #include "app/trainer.h"
 #include "comm/data_parallel.h"
 #include "comm/factory.h"
@@ -185,6 +187,10 @@ int main(int argc, char** argv) {
     auto store = std::make_shared<c10::intrusive_ptr<c10d::Store>>();
     aiacc::app::Trainer trainer(config, world, makeSyncFactory(world, dist, plan.store, timeline, store), start);
     trainer.setTimeline(timeline);
+    if (const char* hold = std::getenv("AIACC_TEST_HOLD_CHECKPOINT")) {  // app/test_hooks.h
+      trainer.setCheckpointFaultHook(aiacc::app::checkpointHoldHook(hold));
+      if (world.rank == 0) LOG(WARNING) << "AIACC_TEST_HOLD_CHECKPOINT=" << hold << ": a test's fault hook is set";
+    }
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();
     if (report.preempted) return preemptedExit(report, config, world.rank);

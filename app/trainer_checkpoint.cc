@@ -9,6 +9,7 @@
 
 #include "app/checkpoint.h"
 #include "app/job_settings.h"
+#include "app/stop_signal.h"
 #include "app/trainer_state.h"
 #include "common/checkpoint_dir.h"
 #include "common/error.h"
@@ -133,6 +134,12 @@ Report Trainer::State::finishPreempted() {
   report.preempted = true;
   report.stop_signal = run.stop_signal;
   if (!cfg.checkpoint_dir.empty()) {
+    if (isRank0()) {  // said before the write: a slow disk or a write still in flight shows here
+      LOG(INFO) << "stop after step " << pos.step << " ("
+                << (run.stop_signal != 0 ? signalName(run.stop_signal) : std::string("a stop request on another rank"))
+                << "): writing its checkpoint"
+                << (checkpoints && !checkpoints->idle() ? " once the write in flight has ended" : "");
+    }
     report.checkpoint = writeCheckpoint(CheckpointWait::kDone);
     if (!report.checkpoint.empty()) report.saved_step = pos.step;
   }

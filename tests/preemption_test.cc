@@ -494,6 +494,56 @@ TEST(PreemptedJobSignals, Sigusr1StopsAndSavesPromptly) {
   EXPECT_LT(ms, 15000) << "a step (~0.2 s here) + the checkpoint write + 2 s, generously bounded on a loaded box";
 }
 
+// SIGTERM while a checkpoint is being written: the --checkpoint-every 4 write of step 4, held half
+// way through its payload by the test hook (a disk that stalls: AIACC_TEST_HOLD_CHECKPOINT), and
+// the launcher signalled then. Training goes on meanwhile (step 8's checkpoint is skipped, the
+// write still in flight), the ranks agree on a later step, and rank 0 says it will write that
+// step's checkpoint once the write in flight has ended; the test then lets the held write go. Both
+// checkpoints end whole, the stop's is the newest, every rank exits 75 at the step saved, and the
+// same command with --resume auto finishes the job from it.
+TEST(PreemptedJobSignals, SigtermDuringACheckpointWrite) {
+  test::TempDir d;
+  const std::string release = d / "release";
+  const std::string job = twoRankJob(d.path(), true) + " --checkpoint-every 4";
+  const std::string script = "AIACC_TEST_HOLD_CHECKPOINT=4:" + release + " " + job + " > " + d.path() +
+                             "/log 2>&1 & L=$!; for i in $(seq 600); do [ -f " + release +
+                             ".held ] && break; sleep 0.2; done; kill -TERM $L; "
+                             "for i in $(seq 600); do grep -q 'writing its checkpoint' " +
+                             d.path() + "/log && break; sleep 0.2; done; touch " + release +
+                             "; wait $L; echo rc=$?; cat " + d.path() + "/log";
+  test::writeText(d / "term.sh", script + "\n");
+  std::string out = test::runShell("bash " + d.path() + "/term.sh").second;
+  ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
+  EXPECT_NE(out.find("AIACC_TEST_HOLD_CHECKPOINT=4:" + release + ": a test's fault hook is set"), std::string::npos)
+      << out;
+  const auto steps = test::metricValues(d / "m.jsonl", "step", "step");
+  ASSERT_FALSE(steps.empty());
+  const int last = static_cast<int>(steps.back());
+  EXPECT_GT(last, 4) << "the signal came during step 4's write: the stop is at a later step\n" << out;
+  const std::string saved = d / ("ck/step-" + std::string(12 - std::to_string(last).size(), '0') +
+                                 std::to_string(last) + ".ckpt");
+  EXPECT_NE(out.find("[rank 0] aiacc_train: stopped by SIGTERM after step " + std::to_string(last) + "; saved " +
+                     saved),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(" after step " + std::to_string(last) + " (rank 0 saves the checkpoint)"), std::string::npos)
+      << "every rank stopped at the step saved\n"
+      << out;
+  EXPECT_NE(out.find("stop after step " + std::to_string(last) +
+                     " (SIGTERM): writing its checkpoint once the write in flight has ended"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find(" not saved in "), std::string::npos) << "no write failed\n" << out;
+  EXPECT_EQ(newest(d / "ck"), saved);
+  EXPECT_TRUE(std::filesystem::exists(d / "ck/step-000000000004.manifest")) << "the held write ended whole";
+
+  int rc = 0;
+  std::tie(rc, out) = test::runShell(job + " --resume auto 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("resumed from " + saved), std::string::npos) << out;
+  EXPECT_EQ(test::metricValues(d / "m.jsonl", "step", "step").size(), 40u) << "every step trained once";
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, PreemptedJob, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Shm" : "Gloo"; });
 

@@ -1,0 +1,32 @@
+#include "app/test_hooks.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/error.h"
+
+namespace aiacc::app {
+
+CheckpointFaultHook checkpointHoldHook(const std::string& value) {
+  const size_t colon = value.find(':');
+  char* end = nullptr;
+  const long long step = colon == std::string::npos ? -1 : std::strtoll(value.c_str(), &end, 10);
+  AIACC_CHECK_INPUT(colon != std::string::npos && colon > 0 && end == value.c_str() + colon && step >= 0 &&
+                        colon + 1 < value.size(),
+                    "AIACC_TEST_HOLD_CHECKPOINT must be STEP:FILE (got '", value, "')");
+  const std::string release = value.substr(colon + 1);
+  return [step, release](CheckpointPhase phase, int64_t at) {
+    if (phase != CheckpointPhase::kMidPayload || at != step) return;
+    std::ofstream(release + ".held") << at << "\n";
+    std::error_code ec;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    while (!std::filesystem::exists(release, ec) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+}
+
+}  // namespace aiacc::app

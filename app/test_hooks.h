@@ -1,0 +1,23 @@
+// Faults a real aiacc_train process takes from its environment, for tests of real processes that
+// need one on cue (tests/preemption_test.cc); in-process tests call Trainer's setters directly.
+// Nothing here is set in normal use, and a set variable is said on rank 0's log.
+//
+//   AIACC_TEST_HOLD_CHECKPOINT=STEP:FILE   half way through writing step STEP's checkpoint
+//       payload (rank 0's writer thread), create FILE.held and wait until FILE exists (at most
+//       10 minutes), as a disk that stalls would: the training thread goes on meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/checkpoint_dir.h"
+
+namespace aiacc::app {
+
+using CheckpointFaultHook = std::function<void(CheckpointPhase, int64_t step)>;
+
+// The hook AIACC_TEST_HOLD_CHECKPOINT's value asks for; InputError when it is not STEP:FILE.
+CheckpointFaultHook checkpointHoldHook(const std::string& value);
+
+}  // namespace aiacc::app
