@@ -84,6 +84,7 @@ c10::impl::GenericDict stateDict(const TrainingState& p) {
   d.insert("comm_tuned", tuned);
   d.insert("channel_weights", at::tensor(p.comm.channel_weights, at::kDouble));
   d.insert("bucket_order", at::tensor(p.comm.bucket_order, at::kLong));
+  d.insert("rng_cuda", p.rng_cuda.defined() ? c10::IValue(p.rng_cuda.cpu()) : c10::IValue());
   return d;
 }
 
@@ -146,6 +147,10 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
     }
     p.comm.channel_weights = vectorOf<double>(field(d, "channel_weights", w), "training_state.channel_weights");
     p.comm.bucket_order = vectorOf<int64_t>(field(d, "bucket_order", w), "training_state.bucket_order");
+  }
+  if (d.contains("rng_cuda")) {  // written since a GPU run's CUDA generator is saved
+    const c10::IValue cuda = field(d, "rng_cuda", w);
+    if (cuda.isTensor()) p.rng_cuda = cuda.toTensor().cpu();
   }
   return p;
 }

@@ -17,7 +17,8 @@
 //       transfer's own scale; 0: none), "comm_tuned" (the tuner's frozen choice: {"bucket_mb",
 //       "channels", "two_level"}, or None), "channel_weights" (float64 [active channels], empty
 //       when buckets are not split), "bucket_order" (int64 [parameters], empty before the
-//       first step rebuilt it)},
+//       first step rebuilt it), "rng_cuda" (rank 0's CUDA generator state, uint8, or None on
+//       the CPU)},
 //   "classes": [class name, ...], "config": {flag: value}.
 // Formats 2 to 4 (LibTorch archives, app/checkpoint_legacy.h) are still read. The optimizer
 // state is kept by parameter position, so a checkpoint moves between LibTorch versions.

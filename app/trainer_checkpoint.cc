@@ -74,6 +74,12 @@ void Trainer::State::resume() {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(pos.rng_cpu);
   }
+  if (pos.rng_cuda.defined() && device.is_cuda()) {
+    at::Generator gen = at::globalContext().defaultGenerator(device);  // a handle on the device's generator
+    gen.set_state(pos.rng_cuda);
+  } else if (pos.rng_cuda.defined() && isRank0()) {
+    LOG(INFO) << "resume: the checkpoint's CUDA generator state is not used: this run is on the CPU";
+  }
   if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
   if (isRank0()) {
     LOG(INFO) << "resumed from " << path << " at step " << pos.step << " (epoch " << pos.epochs_done + 1 << ", batch "
@@ -100,6 +106,7 @@ std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
   p.comm = sync().commState();
   p.settings = continuationSettings();
   p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
+  if (device.is_cuda()) p.rng_cuda = at::globalContext().defaultGenerator(device).get_state();
   p.classes = class_names;
   p.config = cfg.resolved_flags;
   std::string bytes = encodeCheckpoint(*model, *optimizer, p);

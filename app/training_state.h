@@ -67,6 +67,10 @@ struct TrainingState {
   // The communication set-up's own state (comm/gradient_sync.h): fp16 transfer's gradient scale
   // and its clean steps (0: none), the tuner's choice, the channel shares, the bucket order.
   comm::CommState comm;
+  // Rank 0's CUDA generator's state on a GPU run (uint8; undefined on the CPU): nothing in
+  // training draws from it today (augmentation is on the CPU, ResNet has no dropout), and it is
+  // kept, as rng_cpu, for anything that will.
+  at::Tensor rng_cuda;
 };
 
 }  // namespace aiacc::app

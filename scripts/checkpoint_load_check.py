@@ -65,6 +65,7 @@ def main():
     check((float(tuned["bucket_mb"]), tuned["channels"], tuned["two_level"]) == (8.0, 2, True), "tuner's choice")
     check(st["channel_weights"].tolist() == [0.625, 0.375], "channel shares")
     check(st["bucket_order"].tolist() == [3, 1, 0, 2], "bucket order")
+    check(torch.equal(st["rng_cuda"], torch.arange(16, dtype=torch.uint8) * 3), "CUDA generator state")
     check(ck["classes"] == ["n01440764", "n01443537", "caf\u00e9", "d", "e"], "class names")
     check(ck["config"] == {"arch": "resnet18", "lr": "0.25", "data": "/data/imagenet"}, "configuration")
     print(f"torch {torch.__version__}: the checkpoint loads with weights_only=True and every value is as written")

@@ -69,6 +69,7 @@ TrainingState position() {
   p.comm.tuned = aiacc::comm::TuneConfig{8, 2, true};
   p.comm.channel_weights = {0.625, 0.375};
   p.comm.bucket_order = {3, 1, 0, 2};
+  p.rng_cuda = at::arange(16, at::kByte) * 3;
   return p;
 }
 const TrainingState kPosition = position();
@@ -244,7 +245,8 @@ int verify(const std::string& path) {
       (pos.comm.transfer_scale != k.comm.transfer_scale || pos.comm.transfer_good_steps != k.comm.transfer_good_steps ||
        pos.comm.tuned != k.comm.tuned || pos.comm.channel_weights != k.comm.channel_weights ||
        pos.comm.bucket_order != k.comm.bucket_order)) {
-    return fail("the communication state (fp16 transfer's scale, the tuner's choice, shares, bucket order) differs");
+    return fail("the communication state (fp16 transfer's scale, the tuner's choice, shares, bucket order) or the CUDA "
+                "generator state differs");
   }
   if (full && (pos.batches_in_epoch != k.batches_in_epoch || pos.skipped_steps != k.skipped_steps ||
                pos.checkpoint_failures != k.checkpoint_failures || !sameEvals(pos.evals, k.evals) ||
