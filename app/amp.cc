@@ -5,8 +5,8 @@
 
 #include <map>
 
-#include "common/error.h"
-#include "common/torch_compat.h"
+#include "aiacc/common/error.h"
+#include "aiacc/common/torch_compat.h"
 
 namespace aiacc::app {
 

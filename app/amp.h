@@ -21,8 +21,8 @@
 #include <memory>
 #include <vector>
 
-#include "comm/grad_scale.h"
-#include "comm/gradient_sync.h"
+#include "aiacc/comm/grad_scale.h"
+#include "aiacc/comm/gradient_sync.h"
 
 namespace aiacc::app {
 

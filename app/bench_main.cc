@@ -16,7 +16,7 @@
 
 #include "app/bench/bench.h"
 #include "app/cli.h"
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 DEFINE_string(data, "", "folder of JPEGs in ImageNet layout (DIR/train/<class>/* or DIR/<class>/*)");
 DEFINE_int32(image_size, 224, "output image size");

@@ -11,8 +11,8 @@
 
 #include "app/checkpoint_legacy.h"
 #include "app/optim_state.h"
-#include "common/atomic_file.h"
-#include "common/error.h"
+#include "aiacc/common/atomic_file.h"
+#include "aiacc/common/error.h"
 #include "models/torch_format.h"
 #include "models/torch_unpickler.h"
 #include "models/torch_values.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "app/optim_state.h"
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "models/weights.h"
 
 namespace aiacc::app {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "comm/nccl_env.h"
+#include "aiacc/comm/nccl_env.h"
 
 namespace aiacc::app {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 

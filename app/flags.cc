@@ -13,8 +13,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "common/error.h"
-#include "common/shortest_double.h"
+#include "aiacc/common/error.h"
+#include "aiacc/common/shortest_double.h"
 
 // ---- Data ----------------------------------------------------------------------------------
 DEFINE_string(data, "",

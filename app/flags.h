@@ -9,8 +9,8 @@
 #include "app/config.h"
 #include "app/launch_env.h"
 #include "app/launcher.h"
-#include "comm/data_parallel.h"
-#include "comm/factory.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/factory.h"
 #include "data/sample_gen.h"
 
 namespace aiacc::app {

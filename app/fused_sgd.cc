@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include "common/torch_compat.h"
+#include "aiacc/common/torch_compat.h"
 
 namespace aiacc::app {
 namespace {

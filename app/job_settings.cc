@@ -4,8 +4,8 @@
 #include <cstdlib>
 
 #include "app/option_names.h"
-#include "common/error.h"
-#include "common/shortest_double.h"
+#include "aiacc/common/error.h"
+#include "aiacc/common/shortest_double.h"
 
 namespace aiacc::app {
 namespace {

@@ -13,7 +13,7 @@
 #include "app/checkpoint.h"
 #include "app/config.h"
 #include "app/flags.h"
-#include "comm/agreement.h"
+#include "aiacc/comm/agreement.h"
 
 namespace aiacc::app {
 

@@ -1,72 +1,27 @@
-// Which launcher started this process, and what the job looks like from here: a pure function of
-// the environment (an EnvMap, so that every launcher is tested with its exact variables), then a
-// pure function that combines it with the launch flags given on the command line.
-//
-// Sources, in order (the first whose variables are present wins):
-//   aiacc      AIACC_RANK, AIACC_WORLD_SIZE, AIACC_LOCAL_RANK, AIACC_LOCAL_SIZE, AIACC_MASTER
-//              (set by aiacc_train's own launcher, --nproc / --gpus)
-//   torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
-//              MASTER_ADDR, MASTER_PORT with TORCHELASTIC_RUN_ID; TORCHELASTIC_USE_AGENT_STORE=True
-//              means the agent hosts the store at MASTER_ADDR:MASTER_PORT (workers only connect)
-//   Kubeflow   PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT
-//              (Kubeflow Trainer / PyTorchJob / JobSet pods, no torchrun in between): one process
-//              per node, which starts the node's workers itself
-//   env        RANK, WORLD_SIZE (+ LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-//              MASTER_PORT), as a PyTorchJob with one process per pod or a JobSet sets them
-//   Open MPI   OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}
-//   MPICH/PMI  PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (Hydra, Intel MPI)
-//   Horovod    HOROVOD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE,CROSS_RANK,CROSS_SIZE},
-//              HOROVOD_GLOO_RENDEZVOUS_ADDR (horovodrun --gloo)
-//   Slurm      a job step only (SLURM_STEP_ID, not the batch or extern step): SLURM_PROCID,
-//              SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE,
-//              SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST (the master: its first host)
-// For the MPI, Horovod and Slurm sources, MASTER_ADDR / MASTER_PORT, when set, name the store.
+// aiacc_train's launch plan: what comm::detectLaunch (comm/launch_env.h) read from the
+// environment, combined with the launch flags given on the command line (--nproc, --gpus,
+// --nnodes, --node-rank, --master): this process is the only rank, starts the node's workers, or is
+// one worker.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "app/launcher.h"
-#include "comm/gradient_sync.h"
+#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/launch_env.h"
 
 namespace aiacc::app {
 
-using EnvMap = std::map<std::string, std::string>;
-
-// A copy of this process's environment.
-EnvMap currentEnvironment();
-
-enum class LaunchSource { kNone, kAiacc, kTorchrun, kKubeflow, kEnv, kOpenMpi, kMpich, kHorovod, kSlurm };
-
-// "torchrun", "Kubeflow", "Open MPI", ... (for messages).
-const char* sourceName(LaunchSource s);
-
-// What the environment says. Fields a launcher does not give stay at their "unknown" value.
-struct LaunchEnv {
-  LaunchSource source = LaunchSource::kNone;
-  // true: this process is one rank (world is filled); false (Kubeflow): this process is the
-  // node's launcher and starts `nproc` workers itself.
-  bool per_process = true;
-  comm::WorldInfo world;
-  int nnodes = 0;      // 0: unknown
-  int node_rank = -1;  // -1: unknown
-  int nproc = 0;       // processes per node; 0: unknown (Kubeflow's "auto": from the flags)
-  std::string master;  // host:port of the rendezvous store; empty: none given
-  // The master came from a default of this launcher (Slurm's first host, Horovod's driver), not
-  // from a variable that names the store: --master may override it.
-  bool master_is_default = false;
-  bool agent_store = false;  // the launcher's agent hosts the store at `master`: connect only
-  std::string job_key;       // part of the rendezvous key prefix (torchrun: run id, restart)
-  std::string job_id;        // the launcher's id of the job (torchrun run id, Slurm job.step, ...)
-  // The variables behind the numbers, as NAME=VALUE, for conflict messages.
-  std::string world_from, local_from, nodes_from, node_rank_from, master_from;
-};
-
-// Detects the launcher from `env`. Throws InputError when its variables are malformed or
-// inconsistent (naming them). source == kNone when no launcher variables are present.
-LaunchEnv detectLaunch(const EnvMap& env);
+using comm::currentEnvironment;
+using comm::detectLaunch;
+using comm::EnvMap;
+using comm::firstSlurmHost;
+using comm::gpuForLocalRank;
+using comm::LaunchEnv;
+using comm::LaunchSource;
+using comm::parseSlurmTasksPerNode;
+using comm::sourceName;
 
 // Launch flags as given on the command line: nullopt when left at the default.
 struct LaunchFlags {
@@ -101,16 +56,5 @@ struct LaunchPlan {
 // under a launcher". --nproc / --gpus equal to the launcher's processes per node are accepted.
 // An srun step of one task per node with --nproc / --gpus N > 1 starts N workers on each node.
 LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags);
-
-// The CUDA device of a rank: local_rank % visible (with one GPU per task, CUDA_VISIBLE_DEVICES
-// leaves each process one device, index 0). Throws InputError when visible < 1.
-int gpuForLocalRank(int local_rank, int visible);
-
-// Slurm's tasks-per-node list ("2(x3),1") expanded to one count per node: {2, 2, 2, 1}.
-// Throws InputError when malformed.
-std::vector<int> parseSlurmTasksPerNode(const std::string& s);
-
-// The first host of a Slurm host list: "node[01-03,07],gpu5" -> "node01". Throws when empty.
-std::string firstSlurmHost(const std::string& nodelist);
 
 }  // namespace aiacc::app

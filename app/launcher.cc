@@ -22,7 +22,7 @@
 
 #include "app/launch_env.h"
 #include "app/stop_signal.h"
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 extern char** environ;
 
@@ -44,18 +44,7 @@ void checkGraceSeconds(int seconds) {
                     " (got ", seconds, ")");
 }
 
-std::pair<std::string, int> parseHostPort(const std::string& s) {
-  const auto colon = s.rfind(':');
-  AIACC_CHECK_INPUT(colon != std::string::npos && colon > 0, "--master '", s, "' must be host:port");
-  int port = 0;
-  try {
-    port = std::stoi(s.substr(colon + 1));
-  } catch (const std::exception&) {
-    port = -1;
-  }
-  AIACC_CHECK_INPUT(port > 0 && port < 65536, "--master '", s, "': bad port");
-  return {s.substr(0, colon), port};
-}
+std::pair<std::string, int> parseHostPort(const std::string& s) { return comm::parseHostPort(s, "--master"); }
 
 std::optional<comm::WorldInfo> worldFromEnvironment() {
   const LaunchEnv env = detectLaunch(currentEnvironment());
@@ -385,31 +374,6 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   ::close(sfd);
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   return jobExitCode(workers, failed, forwarded.empty() ? 0 : forwarded.front());
-}
-
-std::string localAddressToward(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) {
-    AIACC_THROW(InputError, "cannot resolve master host '", host, "'");
-  }
-  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  std::string out;
-  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof(local);
-    char buf[INET_ADDRSTRLEN] = {0};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) {
-      out = buf;
-    }
-  }
-  if (fd >= 0) ::close(fd);
-  ::freeaddrinfo(res);
-  AIACC_CHECK_INPUT(!out.empty(), "no route to master host '", host, "' (check --master, or set --bind-host)");
-  return out;
 }
 
 }  // namespace aiacc::app

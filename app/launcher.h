@@ -32,7 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/gradient_sync.h"
+#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/launch_env.h"
 
 namespace aiacc::app {
 
@@ -78,10 +79,10 @@ std::optional<comm::WorldInfo> worldFromEnvironment();
 // AIACC_MASTER (host:port) split; throws InputError when malformed.
 std::pair<std::string, int> parseHostPort(const std::string& s);
 
-// The address this machine (or network namespace) uses to reach `host`: the source address the
-// routing table picks for it (a UDP connect, nothing sent). The address Gloo should listen on
-// so that peers on the master's network reach it. Throws CommError-free InputError when the
-// host cannot be resolved or reached.
-std::string localAddressToward(const std::string& host);
+// The address Gloo listens on so that peers on the master's network reach it
+// (comm::localAddressToward, with aiacc_train's flags in its errors).
+inline std::string localAddressToward(const std::string& host) {
+  return comm::localAddressToward(host, "check --master, or set --bind-host");
+}
 
 }  // namespace aiacc::app

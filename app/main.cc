@@ -26,11 +26,10 @@
 #include "app/stop_signal.h"
 #include "app/test_hooks.h"
 #include "app/trainer.h"
-#include "comm/data_parallel.h"
-#include "comm/factory.h"
-#include "comm/store.h"
-#include "common/atomic_file.h"
-#include "common/error.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/process_group.h"
+#include "aiacc/common/atomic_file.h"
+#include "aiacc/common/error.h"
 #include "models/torch_format.h"
 #include "data/sample_gen.h"
 
@@ -61,7 +60,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     if (world.rank == 0) ts.log = [](const std::string& line) { LOG(INFO) << line; };
     if (!dist.bind_host.empty()) {
       ts.bind_host = dist.bind_host;
-    } else if (host != "127.0.0.1" && host != "localhost") {
+    } else if (!aiacc::comm::isLoopbackHost(host)) {
       ts.bind_host = aiacc::app::localAddressToward(host);  // the interface that reaches the master
     }
     ts.gpu = dist.gpus > 0;
@@ -72,23 +71,24 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     ts.ranks_per_node = dist.ranks_per_node;
     // Two-level auto between nodes: the tuner chooses (or it is on when the tuner is off).
     ts.tune_two_level = dist.hierarchical == aiacc::comm::TwoLevelMode::kAuto && dist.autotune;
-    aiacc::comm::checkLayoutSupported(ts);  // every rank refuses at once, before the rendezvous
-    aiacc::comm::StoreOptions so;
-    so.host = host;
-    so.port = port;
-    so.rank = world.rank;
-    so.world = world.world;
-    so.timeout = timeout;
-    so.prefix = address.key_prefix;
-    so.client_only = address.agent_hosted;
-    so.job = address.job;
-    auto store = aiacc::comm::makeTcpStore(so);
-    *keep = store;
-    // Ranks started with different options or data stop here, all of them, naming the option.
-    aiacc::comm::Settings settings = job;
-    for (auto& x : aiacc::app::distSettings(dist, world)) settings.push_back(std::move(x));
-    aiacc::comm::agreeAcrossRanks(*store, world, settings, timeout);
-    aiacc::comm::Transports transports = aiacc::comm::makeTransports(store, ts);
+    aiacc::comm::ProcessGroupOptions pg;
+    pg.transports = ts;
+    pg.store.host = host;
+    pg.store.port = port;
+    pg.store.rank = world.rank;
+    pg.store.world = world.world;
+    pg.store.timeout = timeout;
+    pg.store.prefix = address.key_prefix;
+    pg.store.client_only = address.agent_hosted;
+    pg.store.job = address.job;
+    // Ranks started with different options or data stop there, all of them, naming the option.
+    pg.settings = job;
+    for (auto& x : aiacc::app::distSettings(dist, world)) pg.settings.push_back(std::move(x));
+    // The library's own set-up (comm/process_group.h): the layout checked on every rank before
+    // the rendezvous, the store, the agreement, the transports.
+    aiacc::comm::ProcessGroup group = aiacc::comm::connectProcessGroup(pg);
+    *keep = group.store;
+    const aiacc::comm::Transports& transports = group.transports;
     if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
     aiacc::comm::DataParallelOptions dp;
     dp.bucket_mb = dist.bucket_mb;

@@ -3,8 +3,8 @@
 #include <map>
 #include <string>
 
-#include "common/error.h"
-#include "common/torch_compat.h"
+#include "aiacc/common/error.h"
+#include "aiacc/common/torch_compat.h"
 #include "models/torch_values.h"
 
 namespace aiacc::app {

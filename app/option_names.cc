@@ -3,7 +3,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "app/config.h"
-#include "comm/data_parallel.h"
-#include "comm/factory.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/factory.h"
 
 namespace aiacc::app {
 

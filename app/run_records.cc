@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <sstream>
 
-#include "common/atomic_file.h"
-#include "common/error.h"
-#include "common/json.h"
+#include "aiacc/common/atomic_file.h"
+#include "aiacc/common/error.h"
+#include "aiacc/common/json.h"
 
 namespace aiacc::app {
 namespace {

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 namespace {

@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "common/crc32c.h"
-#include "common/error.h"
+#include "aiacc/common/crc32c.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 namespace {

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 

@@ -11,7 +11,7 @@
 #include <functional>
 #include <string>
 
-#include "common/checkpoint_dir.h"
+#include "aiacc/common/checkpoint_dir.h"
 
 namespace aiacc::app {
 

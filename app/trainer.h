@@ -13,10 +13,10 @@
 #include "app/config.h"
 #include "app/report.h"
 #include "app/stop_signal.h"
-#include "comm/agreement.h"
-#include "common/checkpoint_dir.h"
-#include "comm/gradient_sync.h"
-#include "comm/timeline.h"
+#include "aiacc/comm/agreement.h"
+#include "aiacc/common/checkpoint_dir.h"
+#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/timeline.h"
 
 namespace torch::nn {
 class Module;

@@ -11,8 +11,8 @@
 #include "app/job_settings.h"
 #include "app/stop_signal.h"
 #include "app/trainer_state.h"
-#include "common/checkpoint_dir.h"
-#include "common/error.h"
+#include "aiacc/common/checkpoint_dir.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSettings() const {

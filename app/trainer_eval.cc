@@ -8,7 +8,7 @@
 
 #include "app/option_names.h"
 #include "app/trainer_state.h"
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "data/device_input.h"
 #include "models/torch_format.h"
 #include "models/weights.h"

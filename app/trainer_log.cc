@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "app/trainer_state.h"
-#include "common/error.h"
-#include "common/json.h"
+#include "aiacc/common/error.h"
+#include "aiacc/common/json.h"
 
 namespace aiacc::app {
 

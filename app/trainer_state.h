@@ -18,7 +18,7 @@
 #include "app/tensorboard.h"
 #include "app/trainer.h"
 #include "app/training_state.h"
-#include "common/checkpoint_dir.h"
+#include "aiacc/common/checkpoint_dir.h"
 #include "data/loader.h"
 #include "models/resnet.h"
 

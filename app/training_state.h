@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "app/report.h"
-#include "comm/gradient_sync.h"
+#include "aiacc/comm/gradient_sync.h"
 
 namespace aiacc::app {
 

@@ -1,9 +1,9 @@
-#include "comm/agreement.h"
+#include "aiacc/comm/agreement.h"
 
 #include <cstdint>
 
-#include "comm/transport.h"
-#include "common/error.h"
+#include "aiacc/comm/transport.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 namespace {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/gradient_sync.h"
+#include "aiacc/comm/gradient_sync.h"
 
 namespace aiacc::comm {
 

@@ -1,9 +1,9 @@
-#include "comm/autotune.h"
+#include "aiacc/comm/autotune.h"
 
 #include <algorithm>
 #include <sstream>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 

@@ -1,7 +1,7 @@
-#include "comm/bucket_codec.h"
+#include "aiacc/comm/bucket_codec.h"
 
-#include "comm/half.h"
-#include "common/error.h"
+#include "aiacc/comm/half.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 

@@ -23,7 +23,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/grad_scale.h"
+#include "aiacc/comm/grad_scale.h"
 
 namespace aiacc::comm {
 

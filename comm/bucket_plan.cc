@@ -1,6 +1,6 @@
-#include "comm/bucket_plan.h"
+#include "aiacc/comm/bucket_plan.h"
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 namespace {

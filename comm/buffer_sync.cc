@@ -1,4 +1,4 @@
-#include "comm/buffer_sync.h"
+#include "aiacc/comm/buffer_sync.h"
 
 #include <torch/torch.h>
 

@@ -7,7 +7,7 @@
 
 #include <torch/nn/module.h>
 
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

@@ -18,10 +18,10 @@
 #include <string>
 #include <thread>
 
-#include "common/error.h"
-#include "comm/failure.h"
-#include "comm/timeline.h"
-#include "comm/transport.h"
+#include "aiacc/common/error.h"
+#include "aiacc/comm/failure.h"
+#include "aiacc/comm/timeline.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

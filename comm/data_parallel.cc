@@ -1,4 +1,4 @@
-#include "comm/data_parallel.h"
+#include "aiacc/comm/data_parallel.h"
 
 namespace aiacc::comm {
 namespace {
@@ -31,13 +31,23 @@ CodecOptions codecOptions(const DataParallelOptions& o) {
   return c;
 }
 
+std::shared_ptr<torch::nn::Module> requireModule(std::shared_ptr<torch::nn::Module> m) {
+  AIACC_CHECK_INPUT(m != nullptr, "DataParallel: the model is null");
+  return m;
+}
+
 }  // namespace
 
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport,
                            const WorldInfo& world, const DataParallelOptions& options)
-    : module_(std::move(module)), world_(world), opt_(options), buffers_(module_, options.buffers, world.world) {
-  AIACC_CHECK(transport->size() == world_.world && transport->rank() == world_.rank, "transport is rank ",
-              transport->rank(), "/", transport->size(), ", world says ", world_.rank, "/", world_.world);
+    : module_(requireModule(std::move(module))), world_(world), opt_(options),
+      buffers_(module_, options.buffers, world.world) {
+  AIACC_CHECK_INPUT(transport != nullptr,
+                    "DataParallel: the transport is null: make the process group first (comm::initProcessGroup) and "
+                    "pass its transports.primary");
+  AIACC_CHECK_INPUT(transport->size() == world_.world && transport->rank() == world_.rank,
+                    "DataParallel: the transport is rank ", transport->rank(), " of ", transport->size(),
+                    ", the world given says ", world_.rank, " of ", world_.world, ": pass the process group's world");
   if (!opt_.clock) {
     opt_.clock = [] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -1,8 +1,9 @@
-// DataParallel: LibTorch's missing DistributedDataParallel. Wrapping a model takes two lines:
+// DataParallel: LibTorch's missing DistributedDataParallel. Wrapping a model takes two lines
+// besides the set-up (examples/ddp_minimal/train_ddp.cc is a whole program):
 //
-//   auto transport = std::make_shared<comm::GlooTransport>(store, gloo_options);
-//   comm::DataParallel dp(model, transport, world_info);   // broadcasts rank 0's weights
-//   ... dp.beforeForward(); loss = f(model(x)); loss.backward(); dp.finishBackward(); opt.step();
+//   auto group = comm::initProcessGroup();                              // comm/process_group.h
+//   comm::DataParallel dp(model, group.transports.primary, group.world);   // broadcasts rank 0's weights
+//   ... dp.beforeForward(); loss = f(model(x)); loss.backward(); if (dp.finishBackward()) opt.step();
 //
 // A facade over parts that each have one job (see ../shared/docs/design.md):
 //   - Reducer (comm/reducer.h): gradient hooks, bucket plan, ordered launch during backward,
@@ -28,14 +29,14 @@
 #include <memory>
 #include <vector>
 
-#include "comm/autotune.h"
-#include "comm/bucket_codec.h"
-#include "comm/buffer_sync.h"
-#include "comm/gradient_sync.h"
-#include "comm/reducer.h"
-#include "comm/striped_transport.h"
-#include "comm/timeline.h"
-#include "comm/transport.h"
+#include "aiacc/comm/autotune.h"
+#include "aiacc/comm/bucket_codec.h"
+#include "aiacc/comm/buffer_sync.h"
+#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/reducer.h"
+#include "aiacc/comm/striped_transport.h"
+#include "aiacc/comm/timeline.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

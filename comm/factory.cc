@@ -1,21 +1,22 @@
-#include "comm/factory.h"
+#include "aiacc/comm/factory.h"
+#include "aiacc/config.h"
 
-#include "comm/gloo_transport.h"
-#include "comm/hierarchical.h"
-#include "comm/shm_transport.h"
-#ifdef AIACC_WITH_NCCL
-#include "comm/nccl_transport.h"
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/comm/shm_transport.h"
+#if AIACC_WITH_NCCL
+#include "aiacc/comm/nccl_transport.h"
 #endif
 
 namespace aiacc::comm {
 namespace {
 
-#ifndef AIACC_WITH_GLOO
+#if !AIACC_WITH_GLOO
 constexpr const char* kNoGloo =
     "built against a LibTorch that carries its own Gloo without headers, e.g. a pip wheel; see README, Gloo";
 #endif
 
-#ifdef AIACC_WITH_NCCL
+#if AIACC_WITH_NCCL
 std::shared_ptr<Transport> nccl(c10::intrusive_ptr<c10d::Store> store, const std::string& name, int rank, int world,
                                 int channels, const TransportSpec& spec) {
   NcclOptions o;
@@ -38,7 +39,7 @@ std::shared_ptr<Transport> twoLevel(c10::intrusive_ptr<c10d::Store> store, const
                     "every node: world ",
                     spec.world.world, " is not a multiple of ", R, " ranks per node");
   if (spec.gpu) {
-#ifdef AIACC_WITH_NCCL
+#if AIACC_WITH_NCCL
     const int node = spec.world.rank / R, local = spec.world.rank % R;
     auto intra = nccl(store, go.name + "/node" + std::to_string(node), local, R, 2 * spec.channels, spec);
     auto inter = nccl(store, go.name + "/local" + std::to_string(local), node, spec.world.world / R, spec.channels,
@@ -46,7 +47,7 @@ std::shared_ptr<Transport> twoLevel(c10::intrusive_ptr<c10d::Store> store, const
     return std::make_shared<HierarchicalTransport>(intra, inter);
 #endif
   }
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
   return makeGlooHierarchical(store, go, R, 4096, spec.shm);
 #else
   (void)store;
@@ -69,10 +70,10 @@ bool useTwoLevel(const TransportSpec& spec) {
 }
 
 void checkLayoutSupported(const TransportSpec& spec) {
-#ifndef AIACC_WITH_NCCL
+#if !AIACC_WITH_NCCL
   AIACC_CHECK_INPUT(!spec.gpu, "GPU ranks need a build with CUDA LibTorch and NCCL");
 #endif
-#ifndef AIACC_WITH_GLOO
+#if !AIACC_WITH_GLOO
   if (spec.gpu) return;
   const WorldInfo& w = spec.world;
   const bool one_host = w.local_size == w.world && spec.ranks_per_node == 0;
@@ -110,7 +111,7 @@ Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const Transport
   // One host, no emulated nodes: every rank can map every other's memory.
   const bool one_host = w.local_size == w.world && spec.ranks_per_node == 0;
   if (spec.gpu) {
-#ifdef AIACC_WITH_NCCL
+#if AIACC_WITH_NCCL
     out.primary = nccl(store, "nccl", w.rank, w.world, spec.channels, spec);
     out.why = "NCCL between GPUs";
 #endif
@@ -124,7 +125,7 @@ Transports makeTransports(c10::intrusive_ptr<c10d::Store> store, const Transport
     out.primary = std::make_shared<ShmTransport>(store, so);
     out.why = "shared memory: every rank on this host";
   } else {
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
     out.primary = std::make_shared<GlooTransport>(store, go);
     out.why = one_host ? "Gloo over TCP (shared memory off or emulated nodes)" : "Gloo over TCP between hosts";
 #else

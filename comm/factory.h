@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "comm/gradient_sync.h"
-#include "comm/timeline.h"
-#include "comm/transport.h"
+#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/timeline.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <utility>
 
-#include "comm/transport.h"
-#include "common/error.h"
+#include "aiacc/comm/transport.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 

@@ -1,6 +1,6 @@
-#include "comm/fault_transport.h"
+#include "aiacc/comm/fault_transport.h"
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <string>
 
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

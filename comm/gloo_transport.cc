@@ -1,4 +1,4 @@
-#include "comm/gloo_transport.h"
+#include "aiacc/comm/gloo_transport.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -12,10 +12,10 @@
 #include <functional>
 #include <mutex>
 
-#include "comm/channel_worker.h"
-#include "comm/half.h"
-#include "comm/reduce_ops.h"
-#include "comm/store.h"
+#include "aiacc/comm/channel_worker.h"
+#include "aiacc/comm/half.h"
+#include "aiacc/comm/reduce_ops.h"
+#include "aiacc/comm/store.h"
 
 namespace aiacc::comm {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/timeline.h"
-#include "comm/transport.h"
+#include "aiacc/comm/timeline.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

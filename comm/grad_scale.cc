@@ -1,8 +1,8 @@
-#include "comm/grad_scale.h"
+#include "aiacc/comm/grad_scale.h"
 
 #include <cmath>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 

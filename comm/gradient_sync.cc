@@ -1,4 +1,4 @@
-#include "comm/gradient_sync.h"
+#include "aiacc/comm/gradient_sync.h"
 
 #include <cmath>
 

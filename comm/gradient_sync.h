@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/autotune.h"
-#include "comm/grad_scale.h"
-#include "common/error.h"
+#include "aiacc/config.h"  // the build's options, and its refusal of the other C++ ABI
+#include "aiacc/comm/autotune.h"
+#include "aiacc/comm/grad_scale.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 

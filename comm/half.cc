@@ -1,4 +1,4 @@
-#include "comm/half.h"
+#include "aiacc/comm/half.h"
 
 #include <immintrin.h>
 

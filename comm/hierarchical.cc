@@ -1,7 +1,8 @@
-#include "comm/hierarchical.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/config.h"
 
-#include "comm/failure.h"
-#include "comm/shm_transport.h"
+#include "aiacc/comm/failure.h"
+#include "aiacc/comm/shm_transport.h"
 
 namespace aiacc::comm {
 
@@ -226,7 +227,7 @@ std::shared_ptr<Work> HierarchicalTransport::allgatherShards(at::Tensor t, int c
   return allreduce(t, ReduceOp::kSum, c);
 }
 
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
 std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c10d::Store> store,
                                                             const GlooOptions& base, int ranks_per_node,
                                                             int64_t min_shard_bytes, bool intra_shm) {

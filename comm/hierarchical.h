@@ -32,8 +32,11 @@
 #include <thread>
 #include <vector>
 
-#include "comm/gloo_transport.h"
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
+#include "aiacc/config.h"
+#if AIACC_WITH_GLOO
+#include "aiacc/comm/gloo_transport.h"
+#endif
 
 namespace aiacc::comm {
 
@@ -90,7 +93,7 @@ class HierarchicalTransport : public Transport {
 // Gloo between nodes, and inside the node shared memory (intra_shm) or Gloo over loopback;
 // meeting through one store: ranks_per_node consecutive ranks form a node. base's rank and world
 // are global; its name prefixes the sub-communicators.
-#ifdef AIACC_WITH_GLOO  // builds without GlooTransport: comm/CMakeLists.txt
+#if AIACC_WITH_GLOO  // builds without GlooTransport: comm/CMakeLists.txt
 std::shared_ptr<HierarchicalTransport> makeGlooHierarchical(c10::intrusive_ptr<c10d::Store> store,
                                                             const GlooOptions& base, int ranks_per_node,
                                                             int64_t min_shard_bytes = 4096, bool intra_shm = false);

@@ -1,4 +1,4 @@
-#include "comm/nccl_transport.h"
+#include "aiacc/comm/nccl_transport.h"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -12,10 +12,10 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/failure.h"
-#include "comm/nccl_env.h"
-#include "comm/op_timing.h"
-#include "comm/store.h"
+#include "aiacc/comm/failure.h"
+#include "aiacc/comm/nccl_env.h"
+#include "aiacc/comm/op_timing.h"
+#include "aiacc/comm/store.h"
 
 namespace aiacc::comm {
 // Named, not anonymous: NcclTransport::Channel (declared in the header) holds a ChannelCore, and a

@@ -56,7 +56,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

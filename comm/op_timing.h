@@ -23,7 +23,7 @@
 #include <functional>
 #include <mutex>
 
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

@@ -1,9 +1,9 @@
-#include "comm/reduce_ops.h"
+#include "aiacc/comm/reduce_ops.h"
 
 #include <cstdint>
 #include <cstring>
 
-#include "comm/half.h"
+#include "aiacc/comm/half.h"
 
 namespace aiacc::comm {
 namespace {

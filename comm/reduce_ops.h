@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/reducer.h"
+#include "aiacc/comm/reducer.h"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>

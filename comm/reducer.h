@@ -36,11 +36,11 @@
 #include <mutex>
 #include <vector>
 
-#include "comm/bucket_codec.h"
-#include "comm/bucket_plan.h"
-#include "comm/gradient_sync.h"
-#include "comm/timeline.h"
-#include "comm/transport.h"
+#include "aiacc/comm/bucket_codec.h"
+#include "aiacc/comm/bucket_plan.h"
+#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/timeline.h"
+#include "aiacc/comm/transport.h"
 
 namespace torch::autograd {
 struct Node;

@@ -1,4 +1,4 @@
-#include "comm/shm_transport.h"
+#include "aiacc/comm/shm_transport.h"
 
 #include <fcntl.h>
 #include <immintrin.h>
@@ -17,9 +17,9 @@
 #include <random>
 #include <thread>
 
-#include "comm/channel_worker.h"
-#include "comm/reduce_ops.h"
-#include "comm/store.h"
+#include "aiacc/comm/channel_worker.h"
+#include "aiacc/comm/reduce_ops.h"
+#include "aiacc/comm/store.h"
 
 namespace aiacc::comm {
 namespace {

@@ -1,4 +1,4 @@
-#include "comm/store.h"
+#include "aiacc/comm/store.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

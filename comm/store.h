@@ -8,13 +8,16 @@
 #include <chrono>
 #include <string>
 
-#include "comm/timeout.h"
+#include "aiacc/comm/timeout.h"
 
 namespace aiacc::comm {
 
+// torch.distributed's default store port (MASTER_PORT when a launcher gives none).
+inline constexpr int kDefaultStorePort = 29500;
+
 struct StoreOptions {
   std::string host = "127.0.0.1";  // rank 0's address (the server binds all interfaces)
-  int port = 29500;
+  int port = kDefaultStorePort;
   int rank = 0;
   int world = 1;
   std::chrono::milliseconds timeout = kDefaultTimeout;

@@ -1,4 +1,4 @@
-#include "comm/striped_transport.h"
+#include "aiacc/comm/striped_transport.h"
 
 #include <algorithm>
 #include <cmath>

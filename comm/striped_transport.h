@@ -22,7 +22,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/transport.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

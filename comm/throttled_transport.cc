@@ -1,4 +1,4 @@
-#include "comm/throttled_transport.h"
+#include "aiacc/comm/throttled_transport.h"
 
 #include <chrono>
 #include <thread>

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "comm/channel_worker.h"
-#include "comm/transport.h"
+#include "aiacc/comm/channel_worker.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 

@@ -1,10 +1,10 @@
-#include "comm/timeline.h"
+#include "aiacc/comm/timeline.h"
 
 #include <cmath>
 #include <ostream>
 
-#include "common/atomic_file.h"
-#include "common/json.h"
+#include "aiacc/common/atomic_file.h"
+#include "aiacc/common/json.h"
 
 namespace aiacc::comm {
 Timeline::Timeline(std::string path) : path_(std::move(path)), origin_(Clock::now()) {}

@@ -22,8 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/timeout.h"
-#include "common/error.h"
+#include "aiacc/config.h"  // the build's options, and its refusal of the other C++ ABI
+#include "aiacc/comm/timeout.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::comm {
 

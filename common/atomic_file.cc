@@ -1,4 +1,4 @@
-#include "common/atomic_file.h"
+#include "aiacc/common/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <exception>
 #include <fstream>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/checkpoint_dir.h"
+#include "aiacc/common/checkpoint_dir.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,8 +15,8 @@
 #include <exception>
 #include <utility>
 
-#include "common/atomic_file.h"
-#include "common/error.h"
+#include "aiacc/common/atomic_file.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc {
 namespace {

@@ -44,8 +44,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/crc32c.h"
-#include "common/error.h"
+#include "aiacc/common/crc32c.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc {
 

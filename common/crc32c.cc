@@ -1,4 +1,4 @@
-#include "common/crc32c.h"
+#include "aiacc/common/crc32c.h"
 
 namespace aiacc {
 namespace {

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::data {
 

@@ -1,6 +1,6 @@
 #include "data/entropy_gate.h"
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "data/jpeg_index.h"
 
 #include <cstdio>  // jpeglib.h needs FILE

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <filesystem>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace fs = std::filesystem;
 

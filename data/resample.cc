@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #endif
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::data {
 namespace {

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "data/decode.h"
 #include "data/transforms.h"
 

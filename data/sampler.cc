@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "data/transforms.h"
 
 namespace aiacc::data {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::data {
 

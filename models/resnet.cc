@@ -4,7 +4,7 @@
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::models {
 namespace F = torch::nn::functional;

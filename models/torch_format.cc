@@ -10,8 +10,8 @@
 #include <fstream>
 #include <vector>
 
-#include "common/atomic_file.h"
-#include "common/error.h"
+#include "aiacc/common/atomic_file.h"
+#include "aiacc/common/error.h"
 #include "models/torch_unpickler.h"
 
 namespace aiacc::models {

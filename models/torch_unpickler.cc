@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <variant>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::models {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::models {
 

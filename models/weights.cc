@@ -6,7 +6,7 @@
 #include <fstream>
 #include <map>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::models {
 namespace {

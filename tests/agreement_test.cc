@@ -7,9 +7,9 @@
 #include <string>
 
 #include "app/job_settings.h"
-#include "comm/agreement.h"
-#include "comm/store.h"
-#include "comm/transport.h"
+#include "aiacc/comm/agreement.h"
+#include "aiacc/comm/store.h"
+#include "aiacc/comm/transport.h"
 #include "tests/comm_test_util.h"
 #include "tests/test_util.h"
 

@@ -1,6 +1,6 @@
 // common/atomic_file.h: content lands whole, the old file stays until the rename, no temporary
 // file survives success or failure, and failures are IoErrors naming the path and the reason.
-#include "common/atomic_file.h"
+#include "aiacc/common/atomic_file.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/timeline.h"
-#include "common/error.h"
+#include "aiacc/comm/timeline.h"
+#include "aiacc/common/error.h"
 #include "tests/json_util.h"
 #include "tests/test_util.h"
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "comm/autotune.h"
+#include "aiacc/comm/autotune.h"
 
 namespace aiacc::comm {
 namespace {

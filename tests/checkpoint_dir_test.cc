@@ -1,7 +1,7 @@
 // common/checkpoint_dir.h: the newest valid checkpoint survives truncation, bit flips, a bad
 // `latest`, a writer killed mid-write and a full disk; retention keeps the newest K; the background
 // writer never blocks or throws into the submitting thread.
-#include "common/checkpoint_dir.h"
+#include "aiacc/common/checkpoint_dir.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "tests/test_util.h"
 
 namespace aiacc {

@@ -10,7 +10,7 @@
 
 #include "models/torch_unpickler.h"
 #include "models/torch_values.h"
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "tests/json_util.h"
 #include "tests/test_util.h"
 

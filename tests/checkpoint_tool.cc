@@ -26,7 +26,7 @@
 #include "app/optim_state.h"
 #include "models/torch_unpickler.h"
 #include "models/weights.h"
-#include "common/torch_compat.h"
+#include "aiacc/common/torch_compat.h"
 #include "models/resnet.h"
 
 namespace {

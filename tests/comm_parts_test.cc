@@ -14,14 +14,14 @@
 #include <stdexcept>
 #include <vector>
 
-#include "comm/bucket_codec.h"
-#include "comm/bucket_plan.h"
-#include "comm/channel_worker.h"
-#include "comm/data_parallel.h"
-#include "comm/failure.h"
-#include "comm/grad_scale.h"
-#include "comm/op_timing.h"
-#include "comm/striped_transport.h"
+#include "aiacc/comm/bucket_codec.h"
+#include "aiacc/comm/bucket_plan.h"
+#include "aiacc/comm/channel_worker.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/failure.h"
+#include "aiacc/comm/grad_scale.h"
+#include "aiacc/comm/op_timing.h"
+#include "aiacc/comm/striped_transport.h"
 #include "tests/comm_test_util.h"
 
 namespace aiacc::comm {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/data_parallel.h"
+#include "aiacc/comm/data_parallel.h"
 #include "tests/comm_test_util.h"
 #include "tests/data_parallel_test_util.h"
 

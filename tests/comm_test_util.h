@@ -11,14 +11,15 @@
 #include <thread>
 #include <vector>
 
-#include "comm/gloo_transport.h"
-#include "comm/hierarchical.h"
-#include "comm/shm_transport.h"
-#include "comm/store.h"
+#include "aiacc/config.h"
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/comm/shm_transport.h"
+#include "aiacc/comm/store.h"
 
 // Tests that exercise Gloo itself (or two-level reduction between CPU nodes, which rides on it)
 // skip in builds without GlooTransport (comm/CMakeLists.txt says which builds those are).
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
 #define AIACC_SKIP_WITHOUT_GLOO() (void)0
 #else
 #define AIACC_SKIP_WITHOUT_GLOO() \
@@ -66,11 +67,11 @@ inline std::vector<std::string> runRanks(int world, const std::function<void(int
   return runThreads(world, [&](int r) {
     GlooOptions o = glooOptions(r, world, channels, timeout);
     std::shared_ptr<Transport> t;
-#ifndef AIACC_WITH_GLOO
+#if !AIACC_WITH_GLOO
     shm = true;
 #endif
     if (ranks_per_node > 0) {
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
       t = makeGlooHierarchical(store, o, ranks_per_node, /*min_shard_bytes=*/1, shm);
 #else
       throw std::logic_error("two-level CPU reduction needs Gloo: the test must AIACC_SKIP_WITHOUT_GLOO()");
@@ -84,7 +85,7 @@ inline std::vector<std::string> runRanks(int world, const std::function<void(int
       so.chunk_bytes = 4096;  // many rounds even for small tensors
       t = std::make_shared<ShmTransport>(store, so);
     } else {
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
       t = std::make_shared<GlooTransport>(store, o);
 #endif
     }

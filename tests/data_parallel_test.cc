@@ -17,13 +17,14 @@
 #include <limits>
 #include <thread>
 
-#include "comm/data_parallel.h"
-#include "comm/factory.h"
-#include "comm/gloo_transport.h"
-#include "comm/hierarchical.h"
-#include "comm/shm_transport.h"
-#include "comm/half.h"
-#include "comm/store.h"
+#include "aiacc/config.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/factory.h"
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/comm/shm_transport.h"
+#include "aiacc/comm/half.h"
+#include "aiacc/comm/store.h"
 #include "tests/comm_test_util.h"
 #include "tests/data_parallel_test_util.h"
 
@@ -375,7 +376,7 @@ TEST(DataParallel, DeadRankFailsTheOthersWithinTheTimeout) {
       },
       1, std::chrono::seconds(3));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
   EXPECT_NE(errors[0].find("collective failed on rank 0"), std::string::npos) << errors[0];
 #else  // shared memory, the CPU transport of builds without Gloo, names the rank that never came
   EXPECT_NE(errors[0].find("rank 1 did not reach"), std::string::npos) << errors[0];
@@ -457,7 +458,7 @@ TEST(DataParallel, SplitFollowsChannelStatistics) {
 // (steps 2-4), flat (5-7), a tie that keeps two-level, frozen.
 TEST(Autotune, StartsOnTwoLevelWhenOffered) {
   AIACC_SKIP_WITHOUT_GLOO();
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
   const int W = 4;  // 2 "nodes" x 2 ranks
   auto store = makeHashStore();
   std::vector<int> started_two_level(W, -1);

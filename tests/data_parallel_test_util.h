@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/data_parallel.h"
+#include "aiacc/comm/data_parallel.h"
 #include "tests/comm_test_util.h"
 
 namespace aiacc::comm::test {

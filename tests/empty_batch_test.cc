@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "app/trainer.h"
-#include "comm/agreement.h"
-#include "comm/data_parallel.h"
-#include "comm/shm_transport.h"
-#include "comm/store.h"
+#include "aiacc/comm/agreement.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/shm_transport.h"
+#include "aiacc/comm/store.h"
 #include "data/tensor_source.h"
 #include "tests/comm_test_util.h"
 

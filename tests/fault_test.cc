@@ -14,10 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/data_parallel.h"
-#include "comm/fault_transport.h"
-#include "comm/hierarchical.h"
-#include "comm/striped_transport.h"
+#include "aiacc/config.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/fault_transport.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/comm/striped_transport.h"
 #include "tests/comm_test_util.h"
 
 namespace aiacc::comm {
@@ -106,7 +107,7 @@ class OneFaultyRank : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(OneFaultyRank, EveryRankFailsWithinOneTimeout) {
   const FaultCase& c = GetParam();
-#ifndef AIACC_WITH_GLOO
+#if !AIACC_WITH_GLOO
   if (!c.shm) AIACC_SKIP_WITHOUT_GLOO();
 #endif
   // A fault-free run gives the operation count: the fault hits the middle of step 4's buckets.

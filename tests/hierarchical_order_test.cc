@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/hierarchical.h"
-#include "comm/shm_transport.h"
-#include "comm/store.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/comm/shm_transport.h"
+#include "aiacc/comm/store.h"
 #include "tests/comm_test_util.h"
 
 namespace aiacc::comm {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "tests/test_util.h"
 
 namespace aiacc::data {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/json.h"
+#include "aiacc/common/json.h"
 #include "tests/test_util.h"
 
 namespace aiacc::test {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "app/launch_env.h"
-#include "common/error.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 namespace {

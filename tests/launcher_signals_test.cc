@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "app/launcher.h"
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "tests/test_util.h"
 
 namespace aiacc::app {

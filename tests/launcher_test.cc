@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include "aiacc/config.h"
 #include "tests/json_util.h"
 #include "tests/test_util.h"
 
@@ -142,7 +143,7 @@ TEST_P(UnderLauncher, TwoProcessesTrainOneJob) {
   auto [rc, out] = run("(" + command(1) + " > " + d.path() + "/log1 2>&1; echo $? > " + d.path() + "/rc1) & " +
                        command(0) + " 2>&1; echo rc0=$?; wait; echo rc1=$(cat " + d.path() + "/rc1); cat " + d.path() +
                        "/log1");
-#ifndef AIACC_WITH_GLOO
+#if !AIACC_WITH_GLOO
   if (l.apart) {  // CPU ranks on two hosts need Gloo: refused, saying so, on both
     EXPECT_EQ(out.find("rc0=0"), std::string::npos) << out;
     EXPECT_NE(out.find("need GlooTransport"), std::string::npos) << out;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "app/amp.h"
-#include "comm/data_parallel.h"
+#include "aiacc/comm/data_parallel.h"
 #include "tests/comm_test_util.h"
 
 namespace aiacc {

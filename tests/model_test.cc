@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "models/resnet.h"
 #include "models/weights.h"
 #include "tests/test_util.h"

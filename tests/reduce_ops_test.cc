@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "comm/reduce_ops.h"
+#include "aiacc/comm/reduce_ops.h"
 
 namespace aiacc::comm {
 namespace {

@@ -3,7 +3,7 @@
 // was raised, whichever rank raised it and however many did.
 #include <gtest/gtest.h>
 
-#include "comm/data_parallel.h"
+#include "aiacc/comm/data_parallel.h"
 #include "tests/comm_test_util.h"
 #include "tests/data_parallel_test_util.h"
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "common/crc32c.h"
-#include "common/error.h"
+#include "aiacc/common/crc32c.h"
+#include "aiacc/common/error.h"
 #include "tests/test_util.h"
 
 namespace aiacc::app {

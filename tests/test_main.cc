@@ -7,7 +7,7 @@
 
 #include <cstdlib>
 
-#include "comm/nccl_env.h"
+#include "aiacc/comm/nccl_env.h"
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);

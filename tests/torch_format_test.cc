@@ -7,7 +7,7 @@
 
 #include <cstdlib>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "models/resnet.h"
 #include "models/torch_format.h"
 #include "models/torch_unpickler.h"

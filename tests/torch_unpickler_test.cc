@@ -6,7 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "tests/test_util.h"
 
 namespace aiacc::models {

@@ -11,10 +11,11 @@
 #include <map>
 #include <string>
 
+#include "aiacc/config.h"
 #include "app/trainer.h"
-#include "comm/data_parallel.h"
-#include "comm/gloo_transport.h"
-#include "comm/store.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/store.h"
 #include "data/tensor_source.h"
 #include "models/weights.h"
 #include "tests/comm_test_util.h"
@@ -140,7 +141,7 @@ TEST(TrainGolden, TwoRanksWithDataParallelTakePyTorchDdpsSteps) {
     SyncFactory make = [&, w](std::shared_ptr<torch::nn::Module> model,
                               const comm::Settings& job) -> std::unique_ptr<comm::GradientSync> {
       comm::agreeAcrossRanks(*store, w, job, std::chrono::seconds(60));  // as aiacc_train does
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
       auto transport = std::make_shared<comm::GlooTransport>(store, comm::test::glooOptions(w.rank, 2, 1));
 #else  // the CPU transport a build without Gloo has
       comm::ShmOptions so;

@@ -20,15 +20,16 @@
 #include <map>
 #include <thread>
 
-#include "comm/data_parallel.h"
-#include "comm/factory.h"
-#include "comm/gloo_transport.h"
-#include "comm/hierarchical.h"
-#include "comm/shm_transport.h"
-#include "comm/half.h"
-#include "comm/nccl_env.h"
-#include "comm/store.h"
-#include "comm/throttled_transport.h"
+#include "aiacc/config.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/factory.h"
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/comm/shm_transport.h"
+#include "aiacc/comm/half.h"
+#include "aiacc/comm/nccl_env.h"
+#include "aiacc/comm/store.h"
+#include "aiacc/comm/throttled_transport.h"
 #include "tests/comm_test_util.h"
 
 namespace aiacc::comm {
@@ -86,7 +87,7 @@ TEST(Gloo, CollectivesMatchClosedForm) {
 // for data movement, any size (many rounds of 4 KiB slots, empty shards), dtype and channel.
 TEST(Shm, CollectivesMatchGloo) {
   AIACC_SKIP_WITHOUT_GLOO();
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
   for (int W : {2, 3}) {
     auto store = makeHashStore();
     const std::vector<std::string> errors = runThreads(W, [&](int r) {
@@ -319,7 +320,7 @@ TEST(Factory, PicksTheTransportForTheLayout) {
       });
     }
     for (auto& t : threads) t.join();
-#ifndef AIACC_WITH_GLOO
+#if !AIACC_WITH_GLOO
     // Without Gloo, every layout but one host on shared memory is refused, saying why.
     if (c.primary.rfind("shm", 0) != 0) {
       for (int r = 0; r < c.world; ++r) EXPECT_NE(errors[r].find("GlooTransport"), std::string::npos) << errors[r];
@@ -334,7 +335,7 @@ TEST(Factory, PicksTheTransportForTheLayout) {
   }
   TransportSpec gpu;
   gpu.gpu = true;
-#ifndef AIACC_WITH_NCCL
+#if !AIACC_WITH_NCCL
   EXPECT_THROW(makeTransports(makeHashStore(), gpu), InputError);
 #endif
 }
@@ -350,7 +351,7 @@ class TwoLevel : public ::testing::TestWithParam<Layout> {};
 // operations are in flight at once on two channels, so the stages of one overlap the next's.
 TEST_P(TwoLevel, MatchesFlatAllreduce) {
   AIACC_SKIP_WITHOUT_GLOO();
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
   const int N = GetParam().nodes, R = GetParam().per_node, W = N * R;
   auto store = makeHashStore();
   const std::vector<std::string> errors = runThreads(W, [&](int r) {
@@ -498,12 +499,12 @@ TEST(Store, WaitPollsWithOneRequestPerPoll) {
 }
 
 // A library leaves the process's signal dispositions alone: the program decides about SIGPIPE.
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
 void countSigpipe(int) {}
 #endif
 TEST(Gloo, LeavesSigpipeAlone) {
   AIACC_SKIP_WITHOUT_GLOO();
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
   struct sigaction mine {
   }, before{}, after{};
   mine.sa_handler = countSigpipe;

@@ -1,5 +1,6 @@
 // aiacc_bench allreduce: aiacc's allreduce modes (K channels, fp16 on the wire, shared memory,
 // two-level) against Gloo's own ring allreduce on one context, measured in the same run.
+#include "aiacc/config.h"
 #include "app/bench/bench.h"
 
 #include <algorithm>
@@ -11,16 +12,16 @@
 #include <vector>
 
 #include "app/launcher.h"
-#include "comm/gloo_transport.h"
-#include "comm/half.h"
-#include "comm/hierarchical.h"
-#include "comm/shm_transport.h"
-#include "comm/store.h"
-#include "common/error.h"
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/half.h"
+#include "aiacc/comm/hierarchical.h"
+#include "aiacc/comm/shm_transport.h"
+#include "aiacc/comm/store.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
 namespace {
 
 // One rank of the allreduce benchmark: for each size, Gloo's own ring allreduce on one context

@@ -15,7 +15,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/error.h"
+#include "aiacc/common/error.h"
 #include "data/decode.h"
 #include "data/entropy_hook.h"
 #include "data/image_folder.h"

@@ -1,5 +1,6 @@
 // aiacc_bench negotiation: what agreeing on gradient readiness costs per step, decentralized and
 // central, against no agreement, for 2, 4, ... --max-nproc local processes.
+#include "aiacc/config.h"
 #include "app/bench/bench.h"
 
 #include <torch/nn/modules/container/sequential.h>
@@ -13,14 +14,14 @@
 
 #include "app/bench/central_sync.h"
 #include "app/launcher.h"
-#include "comm/data_parallel.h"
-#include "comm/gloo_transport.h"
-#include "comm/store.h"
-#include "common/error.h"
+#include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/store.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app {
 
-#ifdef AIACC_WITH_GLOO
+#if AIACC_WITH_GLOO
 namespace {
 
 // One rank of the negotiation benchmark: a model too small to compute or transfer anything of

@@ -8,10 +8,10 @@
 
 #include <memory>
 
-#include "comm/buffer_sync.h"
-#include "comm/gradient_sync.h"
-#include "comm/reducer.h"
-#include "comm/transport.h"
+#include "aiacc/comm/buffer_sync.h"
+#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/reducer.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::app {
 

@@ -1,0 +1,451 @@
+#include "aiacc/comm/launch_env.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <optional>
+
+#include "aiacc/comm/store.h"
+#include "aiacc/common/error.h"
+
+extern char** environ;
+
+namespace aiacc::comm {
+namespace {
+
+const std::string* find(const EnvMap& env, const char* name) {
+  const auto it = env.find(name);
+  return it == env.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+bool has(const EnvMap& env, const char* name) { return find(env, name) != nullptr; }
+
+int toInt(const std::string& v, const char* name) {
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  AIACC_CHECK_INPUT(end != v.c_str() && *end == '\0' && errno == 0 && x >= -1 && x < (1L << 30),
+                    "environment variable ", name, "='", v, "' is not an integer");
+  return static_cast<int>(x);
+}
+
+std::optional<int> intVar(const EnvMap& env, const char* name) {
+  const std::string* v = find(env, name);
+  if (!v) return std::nullopt;
+  return toInt(*v, name);
+}
+
+// The first of `names` that is set: its value and "NAME=VALUE".
+struct Found {
+  int value = 0;
+  std::string from;
+};
+std::optional<Found> firstInt(const EnvMap& env, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (auto v = intVar(env, n)) return Found{*v, strCat(n, "=", *v)};
+  }
+  return std::nullopt;
+}
+
+std::string valueOr(const EnvMap& env, const char* name, const std::string& fallback) {
+  const std::string* v = find(env, name);
+  return v ? *v : fallback;
+}
+
+// MASTER_ADDR[:MASTER_PORT] (port default 29500) into `e`; false when MASTER_ADDR is unset.
+bool masterFromVars(const EnvMap& env, const char* addr, const char* port, LaunchEnv& e) {
+  const std::string* a = find(env, addr);
+  if (!a) return false;
+  const int p = intVar(env, port).value_or(kDefaultStorePort);
+  e.master = strCat(*a, ":", p);
+  e.master_from = strCat(addr, "=", *a, " ", port, "=", p);
+  e.master_is_default = false;
+  return true;
+}
+
+// Rank, world, local rank and local size from one launcher's names; checks them.
+void readWorld(const EnvMap& env, LaunchEnv& e, const char* rank, const char* world, const char* local_rank,
+               const char* local_size) {
+  e.world.rank = toInt(*find(env, rank), rank);
+  e.world.world = toInt(*find(env, world), world);
+  e.world_from = strCat(world, "=", e.world.world);
+  if (auto lr = intVar(env, local_rank)) e.world.local_rank = *lr;
+  if (auto ls = intVar(env, local_size)) {
+    e.world.local_size = *ls;
+    e.local_from = strCat(local_size, "=", *ls);
+  }
+  AIACC_CHECK_INPUT(e.world.world >= 1 && e.world.rank >= 0 && e.world.rank < e.world.world, rank, "=", e.world.rank,
+                    " and ", world, "=", e.world.world, " from ", sourceName(e.source),
+                    " are inconsistent (need 0 <= rank < world size)");
+  AIACC_CHECK_INPUT(e.world.local_size >= 1 && e.world.local_size <= e.world.world && e.world.local_rank >= 0 &&
+                        e.world.local_rank < e.world.local_size,
+                    local_rank, "=", e.world.local_rank, " and ", local_size, "=", e.world.local_size, " from ",
+                    sourceName(e.source), " are inconsistent (need 0 <= local rank < local size <= world size)");
+}
+
+// Nodes and this node's index when the launcher does not say: equal local sizes assumed.
+void nodesFromLocalSize(LaunchEnv& e) {
+  if (e.local_from.empty() || e.world.world % e.world.local_size != 0) return;
+  if (e.nnodes == 0) e.nnodes = e.world.world / e.world.local_size;
+  if (e.node_rank < 0) e.node_rank = e.world.rank / e.world.local_size;
+}
+
+LaunchEnv fromAiacc(const EnvMap& env) {
+  LaunchEnv e;
+  e.source = LaunchSource::kAiacc;
+  readWorld(env, e, "AIACC_RANK", "AIACC_WORLD_SIZE", "AIACC_LOCAL_RANK", "AIACC_LOCAL_SIZE");
+  AIACC_CHECK_INPUT(has(env, "AIACC_WORLD_SIZE"), "AIACC_RANK is set but AIACC_WORLD_SIZE is not");
+  e.master = valueOr(env, "AIACC_MASTER", "");
+  e.master_from = "AIACC_MASTER=" + e.master;
+  e.job_id = valueOr(env, "AIACC_JOB_ID", "");
+  nodesFromLocalSize(e);
+  return e;
+}
+
+bool isTrue(const std::string* v) { return v && (*v == "True" || *v == "true" || *v == "1"); }
+
+LaunchEnv fromTorchrun(const EnvMap& env) {
+  LaunchEnv e;
+  e.source = LaunchSource::kTorchrun;
+  for (const char* n : {"WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    AIACC_CHECK_INPUT(has(env, n), "torchrun set RANK but not ", n, ": is this torch.distributed.run?");
+  }
+  readWorld(env, e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  if (auto g = firstInt(env, {"GROUP_RANK"})) {
+    e.node_rank = g->value;
+    e.node_rank_from = g->from;
+  }
+  if (auto g = firstInt(env, {"GROUP_WORLD_SIZE"})) {
+    e.nnodes = g->value;
+    e.nodes_from = g->from;
+  }
+  nodesFromLocalSize(e);
+  masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e);
+  e.agent_store = isTrue(find(env, "TORCHELASTIC_USE_AGENT_STORE"));
+  // Restarts reuse the agent's store: a new attempt must not meet the last one's keys.
+  e.job_id = valueOr(env, "TORCHELASTIC_RUN_ID", "torchrun");
+  e.job_key = strCat(e.job_id, "/", valueOr(env, "TORCHELASTIC_RESTART_COUNT", "0"));
+  return e;
+}
+
+// Kubeflow Trainer / PyTorchJob / JobSet's PET_* variables, read by this process as the node's
+// launcher (what torchrun would do with them).
+LaunchEnv fromKubeflow(const EnvMap& env) {
+  LaunchEnv e;
+  e.source = LaunchSource::kKubeflow;
+  e.per_process = false;
+  if (const std::string* n = find(env, "PET_NNODES")) {
+    std::string v = *n;
+    const auto colon = v.find(':');
+    if (colon != std::string::npos) {
+      AIACC_CHECK_INPUT(v.substr(0, colon) == v.substr(colon + 1), "PET_NNODES=", v,
+                        " is an elastic range: aiacc needs a fixed node count (min = max)");
+      v = v.substr(0, colon);
+    }
+    e.nnodes = toInt(v, "PET_NNODES");
+    e.nodes_from = "PET_NNODES=" + *n;
+  }
+  if (auto r = firstInt(env, {"PET_NODE_RANK", "JOB_COMPLETION_INDEX"})) {
+    e.node_rank = r->value;
+    e.node_rank_from = r->from;
+  }
+  if (const std::string* p = find(env, "PET_NPROC_PER_NODE")) {
+    const bool named = *p == "auto" || *p == "cpu" || *p == "gpu";  // the count comes from the flags
+    if (!named) {
+      e.nproc = toInt(*p, "PET_NPROC_PER_NODE");
+      e.local_from = "PET_NPROC_PER_NODE=" + *p;
+    }
+  }
+  if (!masterFromVars(env, "PET_MASTER_ADDR", "PET_MASTER_PORT", e)) {
+    masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e);
+  }
+  if (e.nnodes == 0) e.nnodes = 1;
+  if (e.node_rank < 0) {
+    AIACC_CHECK_INPUT(e.nnodes == 1, e.nodes_from,
+                      " from Kubeflow but neither PET_NODE_RANK nor "
+                      "JOB_COMPLETION_INDEX is set: set PET_NODE_RANK on each pod");
+    e.node_rank = 0;
+  }
+  AIACC_CHECK_INPUT(e.nnodes >= 1 && e.node_rank >= 0 && e.node_rank < e.nnodes, e.node_rank_from, " and ",
+                    e.nodes_from, " from Kubeflow are inconsistent (need 0 <= node rank < nodes)");
+  AIACC_CHECK_INPUT(e.nproc >= 0, e.local_from, " from Kubeflow must be a positive count, auto, cpu or gpu");
+  return e;
+}
+
+// RANK / WORLD_SIZE without torchrun's agent: a PyTorchJob pod, a JobSet, a hand-written script.
+LaunchEnv fromEnv(const EnvMap& env) {
+  LaunchEnv e;
+  e.source = LaunchSource::kEnv;
+  readWorld(env, e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  if (auto g = firstInt(env, {"GROUP_RANK"})) {
+    e.node_rank = g->value;
+    e.node_rank_from = g->from;
+  }
+  nodesFromLocalSize(e);
+  masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e);
+  return e;
+}
+
+// Open MPI, MPICH/PMI: the store is MASTER_ADDR:MASTER_PORT when exported, else --master.
+LaunchEnv fromMpi(const EnvMap& env, LaunchSource source, const char* rank, const char* world, const char* local_rank,
+                  const char* local_size) {
+  LaunchEnv e;
+  e.source = source;
+  readWorld(env, e, rank, world, local_rank, local_size);
+  nodesFromLocalSize(e);
+  masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e);
+  if (const std::string* id = find(env, "OMPI_MCA_ess_base_jobid")) e.job_id = "ompi-" + *id;
+  return e;
+}
+
+// horovodrun --gloo: the store is rank 0's; its driver (HOROVOD_GLOO_RENDEZVOUS_ADDR, where
+// horovodrun runs, normally the first host) is the default master host between nodes.
+LaunchEnv fromHorovod(const EnvMap& env) {
+  LaunchEnv e;
+  e.source = LaunchSource::kHorovod;
+  AIACC_CHECK_INPUT(has(env, "HOROVOD_SIZE"), "HOROVOD_RANK is set but HOROVOD_SIZE is not");
+  readWorld(env, e, "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE");
+  if (auto c = firstInt(env, {"HOROVOD_CROSS_RANK"})) {
+    e.node_rank = c->value;
+    e.node_rank_from = c->from;
+  }
+  if (auto c = firstInt(env, {"HOROVOD_CROSS_SIZE"})) {
+    e.nnodes = c->value;
+    e.nodes_from = c->from;
+  }
+  nodesFromLocalSize(e);
+  if (!masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e)) {
+    const std::string* driver = find(env, "HOROVOD_GLOO_RENDEZVOUS_ADDR");
+    if (driver && e.nnodes > 1) {
+      e.master = strCat(*driver, ":", kDefaultStorePort);
+      e.master_from = "HOROVOD_GLOO_RENDEZVOUS_ADDR=" + *driver;
+      e.master_is_default = true;
+    }
+  }
+  return e;
+}
+
+// A Slurm job step (srun). The batch step (sbatch's script) and the extern step are not one:
+// their ids are above SLURM_MAX_NORMAL_STEP_ID (0xfffffff0), or named.
+bool inSlurmStep(const EnvMap& env) {
+  const std::string* id = find(env, "SLURM_STEP_ID");
+  if (!id) id = find(env, "SLURM_STEPID");
+  if (!id) return false;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(id->c_str(), &end, 10);
+  return end != id->c_str() && *end == '\0' && v < 0xfffffff0ULL;
+}
+
+LaunchEnv fromSlurm(const EnvMap& env) {
+  LaunchEnv e;
+  e.source = LaunchSource::kSlurm;
+  if (const std::string* job = find(env, "SLURM_JOB_ID")) {
+    const std::string* step = find(env, "SLURM_STEP_ID");
+    e.job_id = strCat("slurm-", *job, ".", step ? *step : valueOr(env, "SLURM_STEPID", "0"));
+  }
+  const auto world = firstInt(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"});
+  AIACC_CHECK_INPUT(world.has_value(), "a Slurm job step without SLURM_STEP_NUM_TASKS or SLURM_NTASKS");
+  e.world.world = world->value;
+  e.world_from = world->from;
+  e.world.rank = toInt(*find(env, "SLURM_PROCID"), "SLURM_PROCID");
+  e.world.local_rank = intVar(env, "SLURM_LOCALID").value_or(0);
+  const int node = intVar(env, "SLURM_NODEID").value_or(0);
+  e.node_rank = node;
+  e.node_rank_from = strCat("SLURM_NODEID=", node);
+  const char* tpn_name = has(env, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  std::vector<int> per_node;
+  if (const std::string* tpn = find(env, tpn_name)) {
+    per_node = parseSlurmTasksPerNode(*tpn);
+    AIACC_CHECK_INPUT(node >= 0 && node < static_cast<int>(per_node.size()), "SLURM_NODEID=", node, " but ", tpn_name,
+                      "='", *tpn, "' lists ", per_node.size(), " node(s)");
+    e.world.local_size = per_node[static_cast<size_t>(node)];
+    e.local_from = strCat(tpn_name, "=", *tpn);
+  }
+  if (auto n = firstInt(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"})) {
+    e.nnodes = n->value;
+    e.nodes_from = n->from;
+  } else if (!per_node.empty()) {
+    e.nnodes = static_cast<int>(per_node.size());
+    e.nodes_from = e.local_from;
+  }
+  AIACC_CHECK_INPUT(e.world.world >= 1 && e.world.rank >= 0 && e.world.rank < e.world.world,
+                    "SLURM_PROCID=", e.world.rank, " and ", e.world_from, " from Slurm are inconsistent");
+  AIACC_CHECK_INPUT(e.world.local_rank >= 0 && e.world.local_rank < e.world.local_size,
+                    "SLURM_LOCALID=", e.world.local_rank, " and ",
+                    e.local_from.empty() ? "its tasks per node" : e.local_from, " from Slurm are inconsistent");
+  if (!masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e)) {
+    const char* list_name = has(env, "SLURM_STEP_NODELIST")  ? "SLURM_STEP_NODELIST"
+                            : has(env, "SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
+                                                             : "SLURM_NODELIST";
+    if (const std::string* list = find(env, list_name)) {
+      // Task 0 runs on the step's first node. The port: MASTER_PORT, else one per job, so that
+      // two jobs sharing a node do not meet on one port.
+      const int port =
+          intVar(env, "MASTER_PORT").value_or(kDefaultStorePort + intVar(env, "SLURM_JOB_ID").value_or(0) % 1000);
+      e.master = strCat(firstSlurmHost(*list), ":", port);
+      e.master_from = strCat(list_name, "=", *list);
+      e.master_is_default = true;
+    }
+  }
+  return e;
+}
+}  // namespace
+
+EnvMap currentEnvironment() {
+  EnvMap env;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq) env.emplace(std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
+  }
+  return env;
+}
+
+const char* sourceName(LaunchSource s) {
+  switch (s) {
+    case LaunchSource::kNone: return "no launcher";
+    case LaunchSource::kAiacc: return "aiacc_train's launcher";
+    case LaunchSource::kTorchrun: return "torchrun";
+    case LaunchSource::kKubeflow: return "Kubeflow";
+    case LaunchSource::kEnv: return "the environment (PyTorchJob/JobSet)";
+    case LaunchSource::kOpenMpi: return "Open MPI";
+    case LaunchSource::kMpich: return "MPICH/PMI";
+    case LaunchSource::kHorovod: return "horovodrun";
+    case LaunchSource::kSlurm: return "the Slurm job step";
+  }
+  return "?";
+}
+
+LaunchEnv detectLaunch(const EnvMap& env) {
+  if (has(env, "AIACC_RANK")) return fromAiacc(env);
+  const bool rank_vars = has(env, "RANK") && has(env, "WORLD_SIZE");
+  if (has(env, "RANK") && (has(env, "TORCHELASTIC_RUN_ID") || has(env, "TORCHELASTIC_USE_AGENT_STORE"))) {
+    return fromTorchrun(env);
+  }
+  // A PyTorchJob with one process per pod sets both RANK/WORLD_SIZE (per process) and PET_*
+  // with PET_NPROC_PER_NODE=1: the same job either way, read per process.
+  const bool pet = has(env, "PET_NNODES") || has(env, "PET_NPROC_PER_NODE") || has(env, "PET_NODE_RANK");
+  const std::string* pet_nproc = find(env, "PET_NPROC_PER_NODE");
+  if (pet && !(rank_vars && (!pet_nproc || *pet_nproc == "1"))) return fromKubeflow(env);
+  if (rank_vars) return fromEnv(env);
+  if (has(env, "OMPI_COMM_WORLD_RANK") && has(env, "OMPI_COMM_WORLD_SIZE")) {
+    return fromMpi(env, LaunchSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                   "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
+  }
+  if (has(env, "PMI_RANK") && has(env, "PMI_SIZE")) {
+    return fromMpi(env, LaunchSource::kMpich, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
+  }
+  if (has(env, "HOROVOD_RANK")) return fromHorovod(env);
+  if (inSlurmStep(env) && has(env, "SLURM_PROCID")) return fromSlurm(env);
+  return LaunchEnv{};
+}
+
+int gpuForLocalRank(int local_rank, int visible) {
+  AIACC_CHECK_INPUT(visible >= 1, "no GPU is visible to this process (check CUDA_VISIBLE_DEVICES and the "
+                                  "launcher's GPU binding)");
+  return local_rank % visible;
+}
+
+std::vector<int> parseSlurmTasksPerNode(const std::string& s) {
+  std::vector<int> out;
+  size_t i = 0;
+  auto bad = [&]() { AIACC_THROW(InputError, "Slurm tasks per node '", s, "' is malformed (expected e.g. 2(x3),1)"); };
+  auto number = [&]() {
+    const size_t start = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    if (i == start || i - start > 6) bad();
+    return std::stoi(s.substr(start, i - start));
+  };
+  while (i < s.size()) {
+    const int count = number();
+    int repeat = 1;
+    if (i < s.size() && s[i] == '(') {
+      if (s.compare(i, 2, "(x") != 0) bad();
+      i += 2;
+      repeat = number();
+      if (i >= s.size() || s[i] != ')') bad();
+      ++i;
+    }
+    if (count < 1 || repeat < 1 || out.size() + static_cast<size_t>(repeat) > 100000) bad();
+    out.insert(out.end(), static_cast<size_t>(repeat), count);
+    if (i < s.size()) {
+      if (s[i] != ',' || i + 1 == s.size()) bad();
+      ++i;
+    }
+  }
+  if (out.empty()) bad();
+  return out;
+}
+
+std::string firstSlurmHost(const std::string& nodelist) {
+  std::string host;
+  for (size_t i = 0; i < nodelist.size() && nodelist[i] != ','; ++i) {
+    if (nodelist[i] != '[') {
+      host += nodelist[i];
+      continue;
+    }
+    const size_t close = nodelist.find(']', i);
+    AIACC_CHECK_INPUT(close != std::string::npos, "Slurm node list '", nodelist, "' has an unclosed '['");
+    const std::string inside = nodelist.substr(i + 1, close - i - 1);
+    host += inside.substr(0, inside.find_first_of(",-"));  // the first range's first number, padding kept
+    i = close;
+  }
+  while (!host.empty() && host.back() == ' ') host.pop_back();
+  AIACC_CHECK_INPUT(!host.empty(), "Slurm node list '", nodelist, "' names no host");
+  return host;
+}
+
+std::string defaultJobId(const LaunchEnv& env) {
+  return env.job_id.empty() ? strCat(sourceName(env.source), ", world ", env.world.world) : env.job_id;
+}
+
+bool isLoopbackHost(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string localAddressToward(const std::string& host, const std::string& hint) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) {
+    AIACC_THROW(InputError, "cannot resolve the store's host '", host, "': ", hint);
+  }
+  const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  std::string out;
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    char buf[INET_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) {
+      out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  AIACC_CHECK_INPUT(!out.empty(), "no route to the store's host '", host, "': ", hint);
+  return out;
+}
+
+std::pair<std::string, int> parseHostPort(const std::string& s, const std::string& what) {
+  const auto colon = s.rfind(':');
+  AIACC_CHECK_INPUT(colon != std::string::npos && colon > 0, what, " '", s, "' must be host:port");
+  int port = 0;
+  try {
+    port = std::stoi(s.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = -1;
+  }
+  AIACC_CHECK_INPUT(port > 0 && port < 65536, what, " '", s, "': bad port");
+  return {s.substr(0, colon), port};
+}
+
+}  // namespace aiacc::comm

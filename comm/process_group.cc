@@ -1,0 +1,70 @@
+#include "aiacc/comm/process_group.h"
+
+#include "aiacc/common/error.h"
+
+namespace aiacc::comm {
+namespace {}  // namespace
+
+std::string ProcessGroup::describe() const {
+  return strCat("rank ", world.rank, " of ", world.world, " (", sourceName(source), "; ", world.local_size,
+                " on this host): ", transports.why.empty() ? "no transport" : transports.why);
+}
+
+ProcessGroup connectProcessGroup(const ProcessGroupOptions& options) {
+  const WorldInfo& w = options.transports.world;
+  AIACC_CHECK_INPUT(options.store.rank == w.rank && options.store.world == w.world, "the store's rank and world (",
+                    options.store.rank, " of ", options.store.world, ") are not the transports' (", w.rank, " of ",
+                    w.world, ")");
+  checkLayoutSupported(options.transports);
+  ProcessGroup g;
+  g.world = w;
+  g.store = makeTcpStore(options.store);
+  agreeAcrossRanks(*g.store, w, options.settings, options.store.timeout);
+  g.transports = makeTransports(g.store, options.transports);
+  return g;
+}
+
+ProcessGroup initProcessGroup(ProcessGroupOptions options, const EnvMap& env) {
+  const LaunchEnv launch = detectLaunch(env);
+  AIACC_CHECK_INPUT(launch.per_process, sourceName(launch.source), "'s variables describe a node, not a rank (",
+                    launch.nodes_from,
+                    "): start this program under a launcher that starts one process per rank (torchrun reads "
+                    "these variables)");
+  if (launch.source == LaunchSource::kNone || launch.world.world == 1) {
+    ProcessGroup g;
+    g.source = launch.source;
+    options.transports.world = g.world;  // world 1
+    g.store = makeHashStore();
+    g.transports = makeTransports(g.store, options.transports);
+    return g;
+  }
+  const WorldInfo& w = launch.world;
+  std::string master = launch.master;
+  if (master.empty()) {
+    // As aiacc_train's launch plan: ranks known to span hosts cannot meet at a loopback address.
+    const bool several_hosts = launch.nnodes > 1 || (!launch.local_from.empty() && w.local_size < w.world);
+    AIACC_CHECK_INPUT(!several_hosts, sourceName(launch.source), " gives ", launch.world_from, " on several hosts (",
+                      launch.local_from.empty() ? launch.nodes_from : launch.local_from,
+                      ") and no store address: export MASTER_ADDR and MASTER_PORT (rank 0's host and a free port) "
+                      "to every rank");
+    master = strCat("127.0.0.1:", kDefaultStorePort);
+  }
+  const auto [host, port] = parseHostPort(master, strCat("the store address from ", sourceName(launch.source)));
+  options.transports.world = w;
+  // Left at its default, Gloo listens on the interface that reaches the store's host.
+  if (!isLoopbackHost(host) && options.transports.bind_host == TransportSpec{}.bind_host) {
+    options.transports.bind_host = localAddressToward(host);
+  }
+  options.store.host = host;
+  options.store.port = port;
+  options.store.rank = w.rank;
+  options.store.world = w.world;
+  options.store.client_only = launch.agent_store;
+  if (!launch.job_key.empty()) options.store.prefix += "/" + launch.job_key;
+  if (options.store.job.empty()) options.store.job = defaultJobId(launch);
+  ProcessGroup g = connectProcessGroup(options);
+  g.source = launch.source;
+  return g;
+}
+
+}  // namespace aiacc::comm

@@ -1,0 +1,32 @@
+// ddp_minimal: a small network fitted to a fixed batch with SGD. train.cc runs on one process;
+// train_ddp.cc is the same program on N processes with aiacc::comm (torchrun --no_python
+// --nproc_per_node N train_ddp [PARAMS_FILE]); `diff -u train.cc train_ddp.cc` is the whole change.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <string>
+
+int main(int argc, char** argv) {
+  torch::manual_seed(0);  // the same batch and initial weights in every process
+  auto x = torch::randn({64, 8});
+  auto y = torch::sin(x.matmul(torch::linspace(-1, 1, 8)).unsqueeze(1));
+  torch::nn::Sequential model(torch::nn::Linear(8, 32), torch::nn::Tanh(), torch::nn::Linear(32, 1));
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int step = 1; step <= 30; ++step) {
+    opt.zero_grad();
+    auto loss = torch::mse_loss(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    if (step % 10 == 0) std::printf("step %d: loss %.6f\n", step, loss.item<double>());
+  }
+  if (argc > 1) {  // the trained parameters, one value per line
+    std::ofstream out(argv[1]);
+    for (const auto& p : model->parameters()) {
+      const auto v = p.detach().flatten();
+      for (int64_t i = 0; i < v.numel(); ++i) out << std::setprecision(9) << v[i].item<float>() << '\n';
+    }
+  }
+  return 0;
+}
