@@ -7,8 +7,10 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -143,7 +145,7 @@ DEFINE_string(bind_host, "",
               "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else the local address that routes to the --master host");
 DEFINE_double(bucket_mb, aiacc::comm::kDefaultBucketMb, "gradient fusion bucket cap, MiB");
-DEFINE_string(allreduce_dtype, "fp32",
+DEFINE_string(allreduce_dtype, aiacc::comm::transferDtypeName(aiacc::comm::CodecOptions{}.dtype),
               "gradient transfer dtype: fp32 | fp16 (scaled by a dynamic "
               "gradient scale, F16C conversion) | bf16 (unscaled); a non-finite reduce skips the step on "
               "every rank (fp16: and halves the scale). Gradients stay fp32 in the model. With --amp "
@@ -153,7 +155,7 @@ DEFINE_string(streams, "auto",
               "parallel communication channels (Gloo contexts), 1..16, or auto "
               "(the tuner tries 1, 2, 4; without --autotune: 2); a large bucket is split across them "
               "in proportion to each channel's measured speed");
-DEFINE_bool(autotune, true,
+DEFINE_bool(autotune, aiacc::app::defaultDataParallelOptions().autotune,
             "during the first 20-40 steps try fusion sizes (and channel counts with "
             "--streams auto, two-level reduction with --hierarchical auto between nodes), a few steps "
             "each, from step times averaged over ranks; re-time each change against the incumbent "
@@ -175,9 +177,9 @@ DEFINE_string(bn_sync, aiacc::app::optionName(aiacc::comm::kDefaultBufferSync),
               "as 'average', with no collective per step | average: averaged before each forward | "
               "broadcast: rank 0's, before each forward (PyTorch DDP's default) | none: each rank "
               "keeps its own (evaluation mixes them)");
-DEFINE_bool(find_unused, false,
-            "agree each step (one bitmask allreduce) which parameters got no "
-            "gradient on any rank; they are left out of the optimizer step");
+DEFINE_bool(find_unused, aiacc::comm::ReducerOptions{}.detect_unused,
+            "agree each step which parameters got no gradient on any rank (one flag per parameter, "
+            "carried in the last gradient bucket); they are left out of the optimizer step");
 DEFINE_double(comm_timeout, static_cast<double>(aiacc::comm::kDefaultTimeout.count()) / 1000.0,
               "seconds before a stalled rendezvous or collective is an error");
 // ---- Outputs -------------------------------------------------------------------------------
@@ -239,7 +241,24 @@ std::string makeSampleFlag() { return FLAGS_make_sample; }
 std::pair<std::string, std::string> convertWeightsFlags() { return {FLAGS_convert_weights, FLAGS_save_weights}; }
 bool keepFreedMemoryFlag() { return FLAGS_keep_freed_memory; }
 
-DistSpec distSpecFromFlags() {
+namespace {
+// The flag an AIACC_* variable stands for: AIACC_BUCKET_MB, bucket_mb (which may not exist).
+std::string flagOfVariable(const char* variable) {
+  std::string flag = std::string(variable).substr(std::strlen("AIACC_"));
+  std::transform(flag.begin(), flag.end(), flag.begin(), [](unsigned char c) { return std::tolower(c); });
+  return flag;
+}
+}  // namespace
+
+comm::DataParallelOptions defaultDataParallelOptions() {
+  comm::DataParallelOptions o;
+  o.autotune = true;
+  o.tune.bucket_mb = {2, 8, 64};
+  o.tune.channels = {2, 4};
+  return o;
+}
+
+DistSpec distSpecFromFlags(const comm::EnvMap& env) {
   DistSpec d;
   d.launch.nproc = FLAGS_gpus > 0 ? FLAGS_gpus : FLAGS_nproc;
   d.launch.nnodes = FLAGS_nnodes;
@@ -261,7 +280,6 @@ DistSpec distSpecFromFlags() {
   if (given("master")) d.launch_flags.master = FLAGS_master;
   d.gpus = FLAGS_gpus;
   d.bind_host = FLAGS_bind_host;
-  d.bucket_mb = FLAGS_bucket_mb;
   d.timeout_s = FLAGS_comm_timeout;
   if (FLAGS_streams == "auto") {
     d.streams = 0;
@@ -272,16 +290,29 @@ DistSpec distSpecFromFlags() {
                       "')");
     d.streams = static_cast<int>(k);
   }
-  d.autotune = FLAGS_autotune;
+  d.dp.reducer.bucket_mb = FLAGS_bucket_mb;
+  AIACC_CHECK_INPUT(d.dp.reducer.bucket_mb > 0, "--bucket-mb must be positive");
+  d.dp.autotune = FLAGS_autotune;
+  d.dp.codec.dtype = parseOption<comm::TransferDtype>("--allreduce-dtype", FLAGS_allreduce_dtype);
+  d.dp.buffers = parseOption<comm::BufferSync>("--bn-sync", FLAGS_bn_sync);
+  d.dp.reducer.detect_unused = FLAGS_find_unused;
+  // AIACC_BUCKET_MB sets what --bucket-mb does, and so on: the variable of a flag the command line
+  // did not give applies (a recipe's values are defaults, which a variable overrides); those
+  // without a flag (AIACC_FIRST_BUCKET_MB, AIACC_GRAD_SCALE) always.
+  comm::EnvMap vars = env;
+  for (const comm::EnvKnob& k : comm::envKnobs()) {
+    if (given(flagOfVariable(k.name).c_str())) vars.erase(k.name);
+  }
+  const std::vector<std::string> applied = comm::applyEnvironment(d.dp, vars);
+  if (std::find(applied.begin(), applied.end(), "AIACC_STREAMS") != applied.end()) d.streams = d.dp.striping.channels;
+  // Streams: the tuner starts from one channel and tries 2 and 4 (auto), else the number given.
+  d.dp.striping.channels = d.streams > 0 ? d.streams : (d.dp.autotune ? 1 : 2);
+  if (d.streams > 0) d.dp.tune.channels.clear();
   d.shm = FLAGS_shm;
   d.timeline = FLAGS_timeline;
-  d.allreduce_dtype = parseOption<comm::TransferDtype>("--allreduce-dtype", FLAGS_allreduce_dtype);
-  d.bn_sync = parseOption<comm::BufferSync>("--bn-sync", FLAGS_bn_sync);
-  d.find_unused = FLAGS_find_unused;
   d.hierarchical = parseOption<comm::TwoLevelMode>("--hierarchical", FLAGS_hierarchical);
   AIACC_CHECK_INPUT(FLAGS_ranks_per_node >= 0, "--ranks-per-node must be >= 0");
   d.ranks_per_node = FLAGS_ranks_per_node;
-  AIACC_CHECK_INPUT(d.bucket_mb > 0, "--bucket-mb must be positive");
   AIACC_CHECK_INPUT(d.timeout_s > 0, "--comm-timeout must be positive");
   return d;
 }
@@ -317,6 +348,16 @@ void printHelp(const char* program) {
                "--flag / --noflag.\n\n";
   printFlagsFrom("app/flags.cc", std::cout);
   std::cout << kLogDirHelp;
+  std::cout << "\nEnvironment: each variable sets what its flag does where the command line does not give the "
+               "flag (over a recipe's value); a value it cannot read is an error naming it\n";
+  for (const comm::EnvKnob& k : comm::envKnobs()) {
+    const std::string flag = flagOfVariable(k.name);
+    gflags::CommandLineFlagInfo info;
+    const std::string what = gflags::GetCommandLineFlagInfo(flag.c_str(), &info)
+                                 ? "--" + hyphens(flag)
+                                 : strCat("DataParallelOptions::", k.sets, ", no flag");
+    std::cout << "  " << k.name << " (" << k.values << ")\n      " << what << "\n";
+  }
 }
 
 std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {

@@ -40,6 +40,10 @@ Recipe applyRecipeFlag();
 // Builds the Config from the parsed flags and the applied recipe. Validates ranges.
 Config configFromFlags(const Recipe& recipe);
 
+// aiacc_train's own defaults for DataParallel where they differ from the library's: autotune on,
+// from 1 channel, trying fusion caps of 2, 8 and 64 MiB and 2 or 4 channels.
+comm::DataParallelOptions defaultDataParallelOptions();
+
 // Distribution flags: how to launch, and the communication settings of each worker. Every
 // value is validated here, once (names: app/option_names.h).
 struct DistSpec {
@@ -47,20 +51,21 @@ struct DistSpec {
   LaunchFlags launch_flags;  // which launch flags the command line gave, for planLaunch()
   int gpus = 0;
   std::string bind_host;
-  double bucket_mb = comm::kDefaultBucketMb;
-  int streams = 0;  // 0: auto
-  bool autotune = true;
-  bool shm = true;                                                      // shared memory between the ranks of one host
-  comm::TransferDtype allreduce_dtype = comm::TransferDtype::kFloat32;  // --allreduce-dtype
-  std::string timeline;                                                 // --timeline FILE (rank 0)
+  // DataParallel's options: --bucket-mb, --allreduce-dtype, --bn-sync, --find-unused, --autotune
+  // and --streams (the tuner's start and search space), and the AIACC_* variables
+  // (comm::applyEnvironment) for those the command line did not give. Precedence: the command
+  // line, then the variable, then the recipe, then the default.
+  // The transports, the timeline and the log are added where they exist (main.cc).
+  comm::DataParallelOptions dp = defaultDataParallelOptions();
+  int streams = 0;                                                                 // 0: auto
+  bool shm = true;                                                                 // between the ranks of one host
+  std::string timeline;                                                            // --timeline FILE (rank 0)
   double timeout_s = static_cast<double>(comm::kDefaultTimeout.count()) / 1000.0;  // --comm-timeout
-  comm::BufferSync bn_sync = comm::kDefaultBufferSync;                             // --bn-sync
-  bool find_unused = false;
-  comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;  // --hierarchical
-  int ranks_per_node = 0;                                       // 0: the launcher's local size
+  comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;                     // --hierarchical
+  int ranks_per_node = 0;                                                          // 0: the launcher's local size
 };
-// From the flags, after applyRecipeFlag().
-DistSpec distSpecFromFlags();
+// From the flags, after applyRecipeFlag(); `env`: where the AIACC_* variables are read.
+DistSpec distSpecFromFlags(const comm::EnvMap& env = comm::currentEnvironment());
 
 // --make-sample DIR (empty when not given) and the generated dataset's shape.
 std::string makeSampleFlag();

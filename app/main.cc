@@ -55,7 +55,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     ts.world = world;
     ts.timeout = timeout;
     // --streams auto: the tuner picks among 1, 2, 4 channels (2 without it).
-    ts.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 4 : 2);
+    ts.channels = dist.streams > 0 ? dist.streams : (dist.dp.autotune ? 4 : 2);
     ts.timeline = timeline;
     if (world.rank == 0) ts.log = [](const std::string& line) { LOG(INFO) << line; };
     if (!dist.bind_host.empty()) {
@@ -70,7 +70,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     ts.hierarchical = dist.hierarchical;
     ts.ranks_per_node = dist.ranks_per_node;
     // Two-level auto between nodes: the tuner chooses (or it is on when the tuner is off).
-    ts.tune_two_level = dist.hierarchical == aiacc::comm::TwoLevelMode::kAuto && dist.autotune;
+    ts.tune_two_level = dist.hierarchical == aiacc::comm::TwoLevelMode::kAuto && dist.dp.autotune;
     aiacc::comm::ProcessGroupOptions pg;
     pg.transports = ts;
     pg.store.host = host;
@@ -90,16 +90,8 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     *keep = group.store;
     const aiacc::comm::Transports& transports = group.transports;
     if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
-    aiacc::comm::DataParallelOptions dp;
-    dp.bucket_mb = dist.bucket_mb;
-    dp.buffers = dist.bn_sync;
-    dp.detect_unused = dist.find_unused;
-    dp.transfer = dist.allreduce_dtype;
-    dp.channels = dist.streams > 0 ? dist.streams : (dist.autotune ? 1 : 2);  // the tuner starts from 1
-    dp.autotune = dist.autotune;
-    dp.tune_space.bucket_mb = {2, 8, 64};
-    if (dist.streams == 0) dp.tune_space.channels = {2, 4};
-    dp.tune_space.try_two_level = transports.alternative != nullptr;
+    aiacc::comm::DataParallelOptions dp = dist.dp;  // the flags' and the AIACC_* variables'
+    dp.tune.try_two_level = transports.alternative != nullptr;
     dp.two_level = transports.alternative;
     dp.timeline = timeline;
     if (world.rank == 0) dp.log = [](const std::string& line) { LOG(INFO) << line; };

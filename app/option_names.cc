@@ -19,16 +19,16 @@ template <typename E>
 constexpr std::initializer_list<Named<E>> kNames = {};
 template <>
 constexpr std::initializer_list<Named<comm::TransferDtype>> kNames<comm::TransferDtype> = {
-    {comm::TransferDtype::kFloat32, "fp32"},
-    {comm::TransferDtype::kFloat16, "fp16"},
-    {comm::TransferDtype::kBFloat16, "bf16"},
+    {comm::TransferDtype::kFloat32, comm::transferDtypeName(comm::TransferDtype::kFloat32)},
+    {comm::TransferDtype::kFloat16, comm::transferDtypeName(comm::TransferDtype::kFloat16)},
+    {comm::TransferDtype::kBFloat16, comm::transferDtypeName(comm::TransferDtype::kBFloat16)},
 };
 template <>
 constexpr std::initializer_list<Named<comm::BufferSync>> kNames<comm::BufferSync> = {
-    {comm::BufferSync::kAverageWhenRead, "lazy"},
-    {comm::BufferSync::kAverage, "average"},
-    {comm::BufferSync::kBroadcast, "broadcast"},
-    {comm::BufferSync::kNone, "none"},
+    {comm::BufferSync::kAverageWhenRead, comm::bufferSyncName(comm::BufferSync::kAverageWhenRead)},
+    {comm::BufferSync::kAverage, comm::bufferSyncName(comm::BufferSync::kAverage)},
+    {comm::BufferSync::kBroadcast, comm::bufferSyncName(comm::BufferSync::kBroadcast)},
+    {comm::BufferSync::kNone, comm::bufferSyncName(comm::BufferSync::kNone)},
 };
 template <>
 constexpr std::initializer_list<Named<comm::TwoLevelMode>> kNames<comm::TwoLevelMode> = {

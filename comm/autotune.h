@@ -19,9 +19,10 @@
 // dimension replaces the current best, both run one more trial, in the reverse of the order they
 // were first measured (so a machine that speeds up or slows down during the search favours
 // neither), and the change stands only if it still wins on the median of all its counted steps
-// (with the same margin and tie-break). One lucky step can no longer make the choice. With the
-// defaults (2 x 4 x 3 candidates, 3 steps each) it is frozen after at most 39 steps (21 without
-// confirmation).
+// (with the same margin and tie-break). One lucky step can no longer make the choice. TuneSpace
+// tries nothing by default (the program names the candidates); with aiacc_train's space (two-level
+// on and off, 4 fusion caps, 3 channel counts: 2 x 4 x 3 candidates, 3 steps each) it is frozen
+// after at most 39 steps (21 without confirmation).
 //
 // Pure logic: DataParallel feeds it measurements and applies what it returns.
 #pragma once
@@ -31,10 +32,12 @@
 #include <tuple>
 #include <vector>
 
+#include "aiacc/comm/bucket_plan.h"
+
 namespace aiacc::comm {
 
 struct TuneConfig {
-  double bucket_mb = 25;
+  double bucket_mb = kDefaultBucketMb;
   int channels = 1;
   bool two_level = false;
   bool operator==(const TuneConfig& o) const {

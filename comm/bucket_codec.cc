@@ -5,15 +5,6 @@
 
 namespace aiacc::comm {
 
-const char* transferDtypeName(TransferDtype t) {
-  switch (t) {
-    case TransferDtype::kFloat16: return "fp16";
-    case TransferDtype::kBFloat16: return "bf16";
-    case TransferDtype::kFloat32: break;
-  }
-  return "fp32";
-}
-
 namespace {
 
 class Fp32Codec : public BucketCodec {

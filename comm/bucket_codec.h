@@ -30,7 +30,14 @@ namespace aiacc::comm {
 enum class TransferDtype { kFloat32, kFloat16, kBFloat16 };
 
 // "fp32", "fp16", "bf16": the --allreduce-dtype names.
-const char* transferDtypeName(TransferDtype t);
+constexpr const char* transferDtypeName(TransferDtype t) {
+  switch (t) {
+    case TransferDtype::kFloat16: return "fp16";
+    case TransferDtype::kBFloat16: return "bf16";
+    case TransferDtype::kFloat32: break;
+  }
+  return "fp32";
+}
 
 class BucketCodec {
  public:

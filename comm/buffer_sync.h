@@ -32,6 +32,17 @@ enum class BufferSync {
 // kAverage without a collective per step. kBroadcast is PyTorch DDP's.
 inline constexpr BufferSync kDefaultBufferSync = BufferSync::kAverageWhenRead;
 
+// The names of BufferSync's values as AIACC_BN_SYNC and aiacc_train's --bn-sync write them.
+constexpr const char* bufferSyncName(BufferSync b) {
+  switch (b) {
+    case BufferSync::kAverageWhenRead: return "lazy";
+    case BufferSync::kAverage: return "average";
+    case BufferSync::kBroadcast: return "broadcast";
+    case BufferSync::kNone: break;
+  }
+  return "none";
+}
+
 class BufferPolicy {
  public:
   BufferPolicy(std::shared_ptr<torch::nn::Module> module, BufferSync mode, int world)
@@ -43,6 +54,9 @@ class BufferPolicy {
   // Before the buffers are read: makes them agree, per the mode, unless no training forward ran
   // since they last agreed (values that already agree need no collective).
   void beforeRead(Transport& transport);
+  // After a training step (DataParallel::finishBackward(), on every rank alike): a forward ran, so
+  // the next beforeRead() makes the buffers agree even in a loop that never calls beforeForward().
+  void markChanged() { dirty_ = true; }
 
  private:
   void average(Transport& transport);

@@ -1,45 +1,87 @@
 #include "aiacc/comm/data_parallel.h"
 
+#include <chrono>
+#include <cstring>
+
+#include "aiacc/comm/buffer_sync.h"
+#include "aiacc/comm/reducer.h"
+#include "aiacc/comm/striped_transport.h"
+
 namespace aiacc::comm {
 namespace {
-
-StripingOptions stripingOptions(const DataParallelOptions& o) {
-  StripingOptions s;
-  s.channels = o.channels;
-  s.balance = o.balance_channels;
-  s.balance_alpha = o.balance_alpha;
-  s.min_split_bytes = o.min_split_bytes;
-  return s;
-}
-
-ReducerOptions reducerOptions(const DataParallelOptions& o) {
-  ReducerOptions r;
-  r.bucket_mb = o.bucket_mb;
-  r.first_bucket_mb = o.first_bucket_mb;
-  r.detect_unused = o.detect_unused;
-  r.rebuild_after_first_step = o.rebuild_after_first_step;
-  r.timeline = o.timeline;
-  r.clock = o.clock;
-  return r;
-}
-
-CodecOptions codecOptions(const DataParallelOptions& o) {
-  CodecOptions c;
-  c.dtype = o.transfer;
-  c.grad_scale = o.grad_scale;
-  c.scale_growth_steps = o.scale_growth_steps;
-  return c;
-}
 
 std::shared_ptr<torch::nn::Module> requireModule(std::shared_ptr<torch::nn::Module> m) {
   AIACC_CHECK_INPUT(m != nullptr, "DataParallel: the model is null");
   return m;
 }
 
+// Every rank's options against rank 0's, over the transport (two allgathers: the lengths, then the
+// settings padded to the longest): InputError on every rank naming the first rank and option that
+// differ. Before anything else is exchanged, so that ranks set up differently stop here, and not
+// in a bucket plan or a collective of another size.
+void agreeOnOptions(Transport& t, const WorldInfo& world, const Settings& mine) {
+  if (world.world == 1) return;
+  const std::string bytes = encodeSettings(mine);
+  at::Tensor len = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  at::Tensor lens = at::empty({world.world}, at::kLong);
+  t.allgather(len, lens, 0)->wait();
+  const int64_t longest = lens.max().item<int64_t>();
+  at::Tensor padded = at::zeros({longest}, at::kByte);
+  std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
+  at::Tensor all = at::empty({world.world * longest}, at::kByte);
+  t.allgather(padded, all, 0)->wait();
+  auto settingsOf = [&](int r) {
+    const char* p = reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + r * longest;
+    return decodeSettings(std::string(p, static_cast<size_t>(lens[r].item<int64_t>())));
+  };
+  const Settings first = settingsOf(0);
+  for (int r = 1; r < world.world; ++r) {
+    const std::string diff = firstDifference(settingsOf(r), r, first, 0);
+    AIACC_CHECK_INPUT(diff.empty(), "DataParallel: the ranks were given different options: ", diff,
+                      " (DataParallelOptions, or the AIACC_* variables that set them, must be the same on every rank)");
+  }
+}
+
 }  // namespace
 
-DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport,
-                           const WorldInfo& world, const DataParallelOptions& options)
+struct DataParallel::Impl {
+  Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport, const WorldInfo& world,
+       const DataParallelOptions& options);
+  ~Impl();
+  Transport& control() const { return *striped_->inner(); }
+  // Runs f; a CommError aborts every transport, then propagates.
+  template <typename F>
+  auto abortOnFailure(F&& f) -> decltype(f());
+  bool finishBackward();
+  void synchronizeTransports();
+  void tune(double exposed_this_step);
+  void apply(const TuneConfig& c);
+  double now() const { return opt_.clock(); }
+  CommState commState() const;
+  std::vector<std::string> restoreCommState(const CommState& state);
+  std::string describe() const;
+  uint8_t voteFlags(uint8_t mine);
+  bool tuning() const { return tuner_ && !tuner_->frozen(); }
+
+  std::shared_ptr<torch::nn::Module> module_;
+  WorldInfo world_;
+  DataParallelOptions opt_;
+  std::shared_ptr<StripedTransport> flat_;       // over the transport given
+  std::shared_ptr<StripedTransport> two_level_;  // over options.two_level, when given
+  std::shared_ptr<StripedTransport> striped_;    // the one in use
+  std::shared_ptr<BucketCodec> codec_;
+  std::unique_ptr<Reducer> reducer_;
+  BufferPolicy buffers_;
+  std::unique_ptr<Autotuner> tuner_;
+  double last_finish_ = 0;
+  int64_t steps_ = 0;
+  // The vote in flight (voteFlags), on the parameters' device; destruction waits for it.
+  at::Tensor vote_;
+  std::shared_ptr<Work> pending_vote_;
+};
+
+DataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport,
+                         const WorldInfo& world, const DataParallelOptions& options)
     : module_(requireModule(std::move(module))), world_(world), opt_(options),
       buffers_(module_, options.buffers, world.world) {
   AIACC_CHECK_INPUT(transport != nullptr,
@@ -53,23 +95,28 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     };
   }
-  flat_ = std::make_shared<StripedTransport>(transport, stripingOptions(opt_));
+  AIACC_CHECK_INPUT(opt_.reducer.launch_in_backward,
+                    "DataParallel: reducer.launch_in_backward must be on (off is a central coordinator's Reducer)");
+  agreeOnOptions(*transport, world_, optionSettings(opt_));
+  flat_ = std::make_shared<StripedTransport>(transport, opt_.striping);
   striped_ = flat_;
-  codec_ = makeCodec(codecOptions(opt_));
-  reducer_ = std::make_unique<Reducer>(module_, striped_, striped_->inner(), codec_, world_, reducerOptions(opt_));
+  codec_ = makeCodec(opt_.codec);
+  reducer_ = std::make_unique<Reducer>(module_, striped_, striped_->inner(), codec_, world_, opt_.reducer,
+                                       opt_.timeline, opt_.clock);
   broadcastModuleState(*module_, control(), /*parameters=*/true, /*buffers=*/true);
   if (opt_.autotune && world_.world > 1) {
     AIACC_CHECK(!opt_.two_level || (opt_.two_level->size() == world_.world && opt_.two_level->rank() == world_.rank),
                 "DataParallel: the two-level transport spans other ranks");
-    if (opt_.two_level) two_level_ = std::make_shared<StripedTransport>(opt_.two_level, stripingOptions(opt_));
-    TuneSpace space = opt_.tune_space;
+    if (opt_.two_level) two_level_ = std::make_shared<StripedTransport>(opt_.two_level, opt_.striping);
+    TuneSpace space = opt_.tune;
     space.try_two_level = space.try_two_level && two_level_ != nullptr;
     for (int& k : space.channels) k = std::min(k, transport->channels());
     // Two-level first where it is available: between nodes it sends 1/ranks-per-node of the
     // flat ring's bytes over the network and, on hosts whose cores are all busy, leaves them
     // less TCP work; flat must then beat it by more than noise. (Starting flat, a tie within
     // the lab's step-to-step noise kept flat, 5-10% slower there: 85-90 against 93-98 images/s.)
-    tuner_ = std::make_unique<Autotuner>(TuneConfig{opt_.bucket_mb, striped_->activeChannels(), space.try_two_level},
+    tuner_ = std::make_unique<Autotuner>(TuneConfig{opt_.reducer.bucket_mb, striped_->activeChannels(),
+                                                    space.try_two_level},
                                          space);
     apply(tuner_->current());
   }
@@ -79,7 +126,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::share
                                                                                     : params.front().device()));
 }
 
-DataParallel::~DataParallel() {
+DataParallel::Impl::~Impl() {
   // The last vote is still in flight: its buffer must outlive it. Its error, if any, was or will be met by the caller's
   // other collectives.
   if (pending_vote_) {
@@ -90,10 +137,8 @@ DataParallel::~DataParallel() {
   }
 }
 
-double DataParallel::now() const { return opt_.clock(); }
-
 template <typename F>
-auto DataParallel::abortOnFailure(F&& f) -> decltype(f()) {
+auto DataParallel::Impl::abortOnFailure(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const CommError& e) {
@@ -104,31 +149,13 @@ auto DataParallel::abortOnFailure(F&& f) -> decltype(f()) {
   }
 }
 
-void DataParallel::beforeForward() {
-  abortOnFailure([&] { buffers_.beforeForward(control()); });
-}
-
-void DataParallel::syncBuffers() {
-  abortOnFailure([&] {
-    buffers_.beforeRead(control());
-    synchronizeTransports();
-  });
-}
-
-void DataParallel::synchronize() {
-  abortOnFailure([&] { synchronizeTransports(); });
-}
-
-void DataParallel::synchronizeTransports() {
+void DataParallel::Impl::synchronizeTransports() {
   flat_->synchronize();
   if (two_level_) two_level_->synchronize();
 }
 
-bool DataParallel::finishBackward() {
-  return abortOnFailure([&] { return finishBackwardImpl(); });
-}
-
-bool DataParallel::finishBackwardImpl() {
+bool DataParallel::Impl::finishBackward() {
+  buffers_.markChanged();
   if (!reducer_->syncing()) return true;
   if (!reducer_->finish()) {
     last_finish_ = now();
@@ -143,7 +170,7 @@ bool DataParallel::finishBackwardImpl() {
 
 // The step's time (end of the previous finishBackward to now) and exposed wait, averaged over
 // ranks with one allreduce: every rank feeds the tuner the same numbers.
-void DataParallel::tune(double exposed_this_step) {
+void DataParallel::Impl::tune(double exposed_this_step) {
   const double step_s = now() - last_finish_;
   at::Tensor m = at::tensor({step_s, exposed_this_step}, at::kDouble);
   control().allreduce(m, ReduceOp::kSum, 0)->wait();
@@ -159,7 +186,7 @@ void DataParallel::tune(double exposed_this_step) {
 }
 
 // Switches fusion cap, channel count and transport; every rank does the same between steps.
-void DataParallel::apply(const TuneConfig& c) {
+void DataParallel::Impl::apply(const TuneConfig& c) {
   const std::shared_ptr<StripedTransport> want = c.two_level && two_level_ ? two_level_ : flat_;
   const bool new_transport = want != striped_;
   striped_ = want;
@@ -169,7 +196,7 @@ void DataParallel::apply(const TuneConfig& c) {
   reducer_->setBucketCap(c.bucket_mb);
 }
 
-CommState DataParallel::commState() const {
+CommState DataParallel::Impl::commState() const {
   CommState s;
   if (const GradScale* g = codec_->ownScale()) {
     s.transfer_scale = g->value();
@@ -184,7 +211,7 @@ CommState DataParallel::commState() const {
 
 // Each part applied where this set-up can use it, in the order the uninterrupted set-up reached
 // it: the tuner's choice (which resets the channel shares), then the shares, then the order.
-std::vector<std::string> DataParallel::restoreCommState(const CommState& state) {
+std::vector<std::string> DataParallel::Impl::restoreCommState(const CommState& state) {
   checkCommState(state, reducer_->params().size());
   std::vector<std::string> unused;
   if (GradScale* g = codec_->ownScale()) {
@@ -224,14 +251,16 @@ std::vector<std::string> DataParallel::restoreCommState(const CommState& state) 
   return unused;
 }
 
-std::string DataParallel::describe() const {
+std::string DataParallel::Impl::describe() const {
   const std::string tuned = tuner_ ? strCat("; autotune ", tuner_->summary()) : std::string();
   const int k = striped_->activeChannels();
-  return strCat(striped_->describe(), "; ", transferDtypeName(codec_->dtype()), " transfer; ", plan().buckets.size(),
-                " buckets (cap ", reducer_->bucketCap(), " MiB) over ", k, k == 1 ? " channel" : " channels", tuned);
+  const std::string transfer = opt_.reducer.hook ? strCat("comm hook ", opt_.reducer.hook->name())
+                                                 : strCat(transferDtypeName(codec_->dtype()), " transfer");
+  return strCat(striped_->describe(), "; ", transfer, "; ", reducer_->plan().buckets.size(), " buckets (cap ",
+                reducer_->bucketCap(), " MiB) over ", k, k == 1 ? " channel" : " channels", tuned);
 }
 
-uint8_t DataParallel::voteFlags(uint8_t mine) {
+uint8_t DataParallel::Impl::voteFlags(uint8_t mine) {
   return abortOnFailure([&] {
     uint8_t agreed = 0;
     if (pending_vote_) {
@@ -244,10 +273,58 @@ uint8_t DataParallel::voteFlags(uint8_t mine) {
   });
 }
 
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport,
+                           const WorldInfo& world, const DataParallelOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(module), std::move(transport), world, options)) {}
+
+DataParallel::~DataParallel() = default;
+
+const WorldInfo& DataParallel::world() const { return impl_->world_; }
+
+void DataParallel::beforeForward() {
+  impl_->abortOnFailure([&] { impl_->buffers_.beforeForward(impl_->control()); });
+}
+
+void DataParallel::syncBuffers() {
+  impl_->abortOnFailure([&] {
+    impl_->buffers_.beforeRead(impl_->control());
+    impl_->synchronizeTransports();
+  });
+}
+
+void DataParallel::synchronize() {
+  impl_->abortOnFailure([&] { impl_->synchronizeTransports(); });
+}
+
+bool DataParallel::finishBackward() {
+  return impl_->abortOnFailure([&] { return impl_->finishBackward(); });
+}
+
 void DataParallel::allreduceSum(at::Tensor& t) {
   at::Tensor c = t.contiguous();
-  abortOnFailure([&] { control().allreduce(c, ReduceOp::kSum, 0)->wait(); });
+  impl_->abortOnFailure([&] { impl_->control().allreduce(c, ReduceOp::kSum, 0)->wait(); });
   if (!c.is_same(t)) t.copy_(c);
 }
+
+double DataParallel::exposedCommSeconds() const { return impl_->reducer_->exposedSeconds(); }
+std::string DataParallel::describe() const { return impl_->describe(); }
+bool DataParallel::tuning() const { return impl_->tuning(); }
+bool DataParallel::shareLossScale(std::shared_ptr<GradScale> scale) {
+  return impl_->codec_->shareScale(std::move(scale));
+}
+CommState DataParallel::commState() const { return impl_->commState(); }
+std::vector<std::string> DataParallel::restoreCommState(const CommState& state) {
+  return impl_->restoreCommState(state);
+}
+uint8_t DataParallel::voteFlags(uint8_t mine) { return impl_->voteFlags(mine); }
+const Autotuner* DataParallel::tuner() const { return impl_->tuner_.get(); }
+void DataParallel::setSync(bool on) { impl_->reducer_->setSync(on); }
+const BucketPlan& DataParallel::plan() const { return impl_->reducer_->plan(); }
+const std::vector<double>& DataParallel::channelWeights() const { return impl_->striped_->weights(); }
+double DataParallel::gradScale() const { return impl_->codec_->scale(); }
+int64_t DataParallel::skippedSteps() const {
+  return impl_->codec_->skippedSteps() + impl_->reducer_->hookSkippedSteps();
+}
+const std::vector<ParamInfo>& DataParallel::params() const { return impl_->reducer_->params(); }
 
 }  // namespace aiacc::comm

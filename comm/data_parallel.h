@@ -15,79 +15,48 @@
 //     first steps from step times every rank averaged; DataParallel feeds it and applies its
 //     choice through the Reducer's and the StripedTransport's setters.
 // DataParallel itself composes them and keeps the order of their collectives, which must be the
-// same on every rank. A CommError from any of them aborts every transport (the flat one and the
-// two-level one) before it reaches the caller, so nothing left in flight, on any channel, waits
-// out its timeout afterwards (the Reducer aborts before it waits for the rest of a failed step). No rank coordinates:
-// every rank launches buckets in plan order as they fill (the classic coordinator, kept for comparison, is aiacc_bench
-// negotiation's CentralSync). Calls only comm/.
+// same on every rank. Its parts live behind a pointer (pimpl): their layout can change without a
+// program built against this header noticing (the option structs, which it includes, are part
+// of the interface). At construction the ranks compare their options
+// (optionSettings) and the model's parameters: a difference is an error on every rank, naming it.
+// A CommError from any part aborts every transport (the flat one and the two-level one) before it
+// reaches the caller, so nothing left in flight, on any channel, waits out its timeout afterwards
+// (the Reducer aborts before it waits for the rest of a failed step). No rank coordinates: every
+// rank launches buckets in plan order as they fill (the classic coordinator, kept for comparison,
+// is aiacc_bench negotiation's CentralSync). Calls only comm/.
 #pragma once
 
 #include <torch/nn/module.h>
 
-#include <chrono>
-#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "aiacc/comm/autotune.h"
-#include "aiacc/comm/bucket_codec.h"
-#include "aiacc/comm/buffer_sync.h"
+#include "aiacc/comm/bucket_plan.h"
+#include "aiacc/comm/data_parallel_options.h"
 #include "aiacc/comm/gradient_sync.h"
-#include "aiacc/comm/reducer.h"
-#include "aiacc/comm/striped_transport.h"
-#include "aiacc/comm/timeline.h"
 #include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 
-struct DataParallelOptions {
-  double bucket_mb = kDefaultBucketMb;  // cap of a fused bucket
-  double first_bucket_mb = 1;           // small first bucket: communication starts early in backward
-  BufferSync buffers = kDefaultBufferSync;
-  // Agree each step which parameters got a gradient on any rank; those that got none anywhere
-  // keep an undefined .grad (the optimizer skips them). Off: every parameter gets the averaged
-  // gradient (zeros where unused).
-  bool detect_unused = false;
-  // Channels a bucket is split across (0: all of the transport's); see StripingOptions.
-  int channels = 0;
-  bool balance_channels = true;
-  double balance_alpha = 0.5;  // weight of the newest measurement in the moving average
-  int64_t min_split_bytes = 256 * 1024;
-  // Transfer dtype and fp16's own gradient scale (BucketCodec). Under AMP fp16 the loss
-  // scaler's scale replaces it (shareLossScale): gradients arrive scaled once, never twice.
-  // A non-finite reduced gradient is seen identically by every rank: all skip the step
-  // (finishBackward returns false) and the scale halves; after scale_growth_steps clean steps it
-  // doubles. Gradients stay fp32 in the model.
-  TransferDtype transfer = TransferDtype::kFloat32;
-  double grad_scale = 1024;
-  int scale_growth_steps = 200;
-  bool rebuild_after_first_step = true;
-  // Autotune: from the second step on, try fusion caps, channel counts and (when two_level is
-  // given) two-level reduction, a few steps each, and freeze the fastest (comm/autotune.h).
-  // Every rank averages its step times with one allreduce, so all decide alike.
-  bool autotune = false;
-  TuneSpace tune_space;
-  // A second transport over the same ranks (two-level reduction) the tuner may switch to.
-  std::shared_ptr<Transport> two_level;
-  // Tuner decisions and bucket readiness as instant events (rank 0).
-  std::shared_ptr<Timeline> timeline;
-  // Seconds on a monotonic clock, for the tuner's step times and the exposed communication
-  // (tests inject a fake one).
-  std::function<double()> clock;
-  // Notices, one line each (the tuner's choice when it freezes), on every rank it is given to;
-  // default: none (a library writes nothing to the process's streams).
-  std::function<void(const std::string&)> log;
-};
-
 class DataParallel : public GradientSync {
  public:
+  // Expects: `module` on one device, with the same parameters (names, shapes, dtypes) on every
+  // rank; `transport` the process group's (rank and size those of `world`); the same options on
+  // every rank. A collective: every rank constructs its DataParallel at the same point.
+  // Guarantees: rank 0's parameters and buffers are in every rank's module on return.
+  // Throws InputError for a null model or transport, a transport of another world, parameters on
+  // several devices, options or a hook that differ across ranks (naming the first differing
+  // option and both values), a comm hook with a reduced-precision transfer; CommError for a model
+  // that differs across ranks, or a rank that does not arrive.
   DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport, const WorldInfo& world,
                const DataParallelOptions& options = {});
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  const WorldInfo& world() const override { return world_; }
+  const WorldInfo& world() const override;
   void beforeForward() override;
   void syncBuffers() override;
   bool finishBackward() override;
@@ -95,10 +64,10 @@ class DataParallel : public GradientSync {
   // Both transports' synchronize() (the tuner may have switched between them); syncBuffers()
   // ends with it, as the buffers are read next.
   void synchronize() override;
-  double exposedCommSeconds() const override { return reducer_->exposedSeconds(); }
+  double exposedCommSeconds() const override;
   std::string describe() const override;
-  bool tuning() const override { return tuner_ && !tuner_->frozen(); }
-  bool shareLossScale(std::shared_ptr<GradScale> scale) override { return codec_->shareScale(std::move(scale)); }
+  bool tuning() const override;
+  bool shareLossScale(std::shared_ptr<GradScale> scale) override;
   CommState commState() const override;
   std::vector<std::string> restoreCommState(const CommState& state) override;
   // One byte OR over the ranks, submitted now on the control channel (behind this step's
@@ -106,45 +75,25 @@ class DataParallel : public GradientSync {
   // first call). The last vote stays in flight; later collectives queue behind it alike on
   // every rank, and destruction waits for it.
   uint8_t voteFlags(uint8_t mine) override;
-  const Autotuner* tuner() const { return tuner_.get(); }
+  // The tuner (null without autotune, or alone).
+  const Autotuner* tuner() const;
 
   // Gradient accumulation: while sync is off, backward only accumulates into .grad locally
   // (no communication); the first backward with sync on reduces the accumulated sum.
-  void setSync(bool on) { reducer_->setSync(on); }
+  void setSync(bool on);
 
-  const BucketPlan& plan() const { return reducer_->plan(); }
+  const BucketPlan& plan() const;
   // Current share of a split bucket per channel (sums to 1); identical on every rank.
-  const std::vector<double>& channelWeights() const { return striped_->weights(); }
-  double gradScale() const { return codec_->scale(); }
-  int64_t skippedSteps() const { return codec_->skippedSteps(); }
-  const std::vector<ParamInfo>& params() const { return reducer_->params(); }
+  const std::vector<double>& channelWeights() const;
+  double gradScale() const;
+  // Steps every rank skipped: a non-finite reduced gradient (the codec's check), or a comm hook's
+  // verdict.
+  int64_t skippedSteps() const;
+  const std::vector<ParamInfo>& params() const;
 
  private:
-  Transport& control() const { return *striped_->inner(); }
-  // Runs f; a CommError aborts every transport, then propagates.
-  template <typename F>
-  auto abortOnFailure(F&& f) -> decltype(f());
-  bool finishBackwardImpl();
-  void synchronizeTransports();
-  void tune(double exposed_this_step);
-  void apply(const TuneConfig& c);
-  double now() const;
-
-  std::shared_ptr<torch::nn::Module> module_;
-  WorldInfo world_;
-  DataParallelOptions opt_;
-  std::shared_ptr<StripedTransport> flat_;       // over the transport given
-  std::shared_ptr<StripedTransport> two_level_;  // over options.two_level, when given
-  std::shared_ptr<StripedTransport> striped_;    // the one in use
-  std::shared_ptr<BucketCodec> codec_;
-  std::unique_ptr<Reducer> reducer_;
-  BufferPolicy buffers_;
-  std::unique_ptr<Autotuner> tuner_;
-  double last_finish_ = 0;
-  int64_t steps_ = 0;
-  // The vote in flight (voteFlags), on the parameters' device; destruction waits for it.
-  at::Tensor vote_;
-  std::shared_ptr<Work> pending_vote_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace aiacc::comm

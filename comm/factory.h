@@ -31,8 +31,8 @@ struct TransportSpec {
   bool gpu = false;                     // tensors live on CUDA device `device`: NCCL
   int device = -1;                      // this rank's CUDA device; -1: world.local_rank
   bool shm = true;                      // shared memory between ranks of one host
-  // Two-level reduction; with kAuto and tune_two_level the flat transport is primary and the
-  // two-level one the tuner's alternative.
+  // Two-level reduction; where it applies (kOn, or kAuto between nodes) and tune_two_level is
+  // set, the flat transport is primary and the two-level one the tuner's alternative.
   TwoLevelMode hierarchical = TwoLevelMode::kAuto;
   int ranks_per_node = 0;  // 0: world.local_size (consecutive ranks form a node)
   bool tune_two_level = false;

@@ -1,5 +1,9 @@
 #include "aiacc/comm/process_group.h"
 
+#include <algorithm>
+
+#include "aiacc/comm/data_parallel_options.h"
+
 #include "aiacc/common/error.h"
 
 namespace aiacc::comm {
@@ -30,6 +34,9 @@ ProcessGroup initProcessGroup(ProcessGroupOptions options, const EnvMap& env) {
                     launch.nodes_from,
                     "): start this program under a launcher that starts one process per rank (torchrun reads "
                     "these variables)");
+  // AIACC_STREAMS asks DataParallel to stripe over that many channels: the transports get them.
+  const DataParallelOptions from_env = optionsFromEnvironment(env);
+  options.transports.channels = std::max(options.transports.channels, from_env.striping.channels);
   if (launch.source == LaunchSource::kNone || launch.world.world == 1) {
     ProcessGroup g;
     g.source = launch.source;

@@ -50,8 +50,11 @@ struct ProcessGroup {
 // rank does not arrive within the store's timeout.
 ProcessGroup connectProcessGroup(const ProcessGroupOptions& options);
 
-// Reads the launcher's environment (detectLaunch(env)), fills options.transports.world and the
-// store's address, rank, world, key prefix and job id, then connects. The store is at the
+// Reads the launcher's environment (detectLaunch(env)) and AIACC_STREAMS (at least that many
+// channels; comm/data_parallel_options.h parses every AIACC_* variable, and refuses, here
+// already, a value of any of them it cannot read), fills
+// options.transports.world and the store's address, rank, world, key prefix and job id, then
+// connects. The store is at the
 // launcher's MASTER_ADDR:MASTER_PORT (or its own variables; Slurm: the step's first host); with
 // torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) every rank connects as a client.
 // Without a launcher, or with a world of 1, the group is this process alone, over an in-memory

@@ -29,8 +29,15 @@ int64_t capBytes(double mb) { return std::max<int64_t>(1, static_cast<int64_t>(m
 
 Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> data,
                  std::shared_ptr<Transport> control, std::shared_ptr<BucketCodec> codec, const WorldInfo& world,
-                 const ReducerOptions& options)
-    : data_(std::move(data)), control_(std::move(control)), codec_(std::move(codec)), world_(world), opt_(options) {
+                 const ReducerOptions& options, std::shared_ptr<Timeline> timeline, std::function<double()> clock)
+    : data_(std::move(data)), control_(std::move(control)), codec_(std::move(codec)), world_(world), opt_(options),
+      timeline_(std::move(timeline)), clock_(std::move(clock)) {
+  AIACC_CHECK_INPUT(!opt_.hook || codec_->dtype() == TransferDtype::kFloat32, "DataParallel: a comm hook (",
+                    opt_.hook->name(),
+                    ") decides what travels: leave the transfer at fp32 "
+                    "(codec.dtype), not ",
+                    transferDtypeName(codec_->dtype()));
+  AIACC_CHECK_INPUT(!opt_.hook || opt_.launch_in_backward, "Reducer: a comm hook needs launch_in_backward");
   for (const auto& p : module->named_parameters()) {
     if (!p.value().requires_grad()) continue;
     params_.push_back(p.value());
@@ -144,7 +151,7 @@ void Reducer::buildBuckets() {
     // (any rank's 1 makes the sum positive). The last bucket launches only after every other, so
     // every flag is known by then.
     const bool last = b + 1 == plan_.buckets.size();
-    if (last && opt_.detect_unused && opt_.launch_in_backward &&
+    if (last && opt_.detect_unused && opt_.launch_in_backward && !opt_.hook &&
         params_[plan_.buckets[b].front()].is_floating_point()) {
       flags_at_ = numel;
       numel += static_cast<int64_t>(params_.size());
@@ -157,6 +164,17 @@ void Reducer::buildBuckets() {
     buffers_.push_back(direct_ ? at::Tensor() : at::zeros({numel}, options));
     wire_.push_back(cast ? at::empty({numel}, options.dtype(codec_->wireType())) : buffers_.back());
     pending_[b] = static_cast<int>(plan_.buckets[b].size());
+  }
+  hooked_.clear();
+  if (opt_.hook) {
+    for (size_t b = 0; b < buffers_.size(); ++b) {
+      GradBucket g;
+      g.index = b;
+      g.world = world_.world;
+      g.buffer = buffers_[b];
+      g.last = b + 1 == buffers_.size();
+      hooked_.push_back(std::move(g));
+    }
   }
   next_launch_ = 0;
 }
@@ -186,11 +204,22 @@ void Reducer::launch(size_t b) {
     fillDirect(b);
   } else {
     fill(b);
-    codec_->encode(buffers_[b], wire_[b], world_.world);
+    if (!opt_.hook) codec_->encode(buffers_[b], wire_[b], world_.world);
   }
-  if (opt_.timeline) {  // when each bucket's gradients were complete: the scaling model's input
+  if (timeline_) {  // when each bucket's gradients were complete: the scaling model's input
     const int64_t bytes = bucket_numel_[b] * static_cast<int64_t>(params_[plan_.buckets[b].front()].element_size());
-    opt_.timeline->instant("bucket ready", 0, {{"bucket", static_cast<int64_t>(b)}, {"bytes", bytes}});
+    timeline_->instant("bucket ready", 0, {{"bucket", static_cast<int64_t>(b)}, {"bytes", bytes}});
+  }
+  if (opt_.hook) {
+    try {
+      std::shared_ptr<Work> w = opt_.hook->launch(hooked_[b], *data_);
+      AIACC_CHECK_INPUT(w != nullptr, "DataParallel: the comm hook '", opt_.hook->name(), "' returned no Work");
+      works_.push_back(std::move(w));
+    } catch (const CommError& e) {
+      abortTransports(abortReason(e));
+      throw;
+    }
+    return;
   }
   if (flags_at_ >= 0 && b + 1 == wire_.size()) {  // this rank's gradient flags, as 1 or 0
     const at::Tensor flags = at::from_blob(had_grad_.data(), {static_cast<int64_t>(had_grad_.size())}, at::kByte);
@@ -266,22 +295,32 @@ bool Reducer::finish(const at::Tensor& agreed) {
     throw;
   }
   const auto now = [this] {
-    return opt_.clock ? opt_.clock()
-                      : std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return clock_ ? clock_()
+                  : std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
   const double t0 = now();
   // Over a device-ordered transport (NCCL) wait() only orders the streams. Where the host reads
   // the reduced buckets next (a reduced-precision wire's finiteness check, the unused-parameter
   // flags), the host blocks for them here instead, so that a failed reduction raises before its
   // values are read (elsewhere the next operation, or synchronize(), raises it).
-  waitAll(/*host=*/codec_->wireType() != at::kFloat || flags_at_ >= 0);
+  waitAll(/*host=*/codec_->wireType() != at::kFloat || flags_at_ >= 0 || opt_.hook != nullptr);
   last_exposed_s_ = now() - t0;
   exposed_s_ += last_exposed_s_;
   at::NoGradGuard no_grad;
   bool finite = true;
   if (!direct_) {
-    for (size_t b = 0; b < wire_.size(); ++b) finite &= codec_->decode(wire_[b], buffers_[b]);
+    for (size_t b = 0; b < wire_.size(); ++b) {
+      if (opt_.hook) {
+        finite &= opt_.hook->finish(hooked_[b]);
+        hooked_[b].state = at::Tensor();
+        AIACC_CHECK_INPUT(hooked_[b].buffer.is_same(buffers_[b]), "DataParallel: the comm hook '", opt_.hook->name(),
+                          "' replaced bucket.buffer: write the result into it (copy_)");
+      } else {
+        finite &= codec_->decode(wire_[b], buffers_[b]);
+      }
+    }
     if (!finite) {
+      if (opt_.hook) ++hook_skipped_;
       codec_->endStep(false);
       resetStep();
       return false;

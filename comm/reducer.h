@@ -19,8 +19,9 @@
 //     boundaries) against everyone else's with one allgather: a mismatch is a CommError naming
 //     the rank and the first differing parameter. No rank coordinates the steps.
 //   - detect_unused: which parameters got a gradient on any rank rides on the last bucket as one
-//     flag per parameter (summed with the gradients: no collective of its own); those that got
-//     none anywhere keep an undefined .grad (the optimizer skips them).
+//     flag per parameter (summed with the gradients: no collective of its own; with a comm hook,
+//     one bitwise-or allreduce of their own); those that got none anywhere keep an undefined
+//     .grad (the optimizer skips them).
 //
 // Two transports, which may be the same: `data` carries the buckets (a StripedTransport spreads
 // them over channels; the Reducer does not know channels), `control` the small collectives
@@ -38,6 +39,7 @@
 
 #include "aiacc/comm/bucket_codec.h"
 #include "aiacc/comm/bucket_plan.h"
+#include "aiacc/comm/comm_hook.h"
 #include "aiacc/comm/gradient_sync.h"
 #include "aiacc/comm/timeline.h"
 #include "aiacc/comm/transport.h"
@@ -48,29 +50,34 @@ struct Node;
 
 namespace aiacc::comm {
 
-// The default cap of a fused bucket, MiB (ReducerOptions, DataParallelOptions; --bucket-mb):
-// PyTorch DDP's bucket_cap_mb.
-inline constexpr double kDefaultBucketMb = 25;
-
 struct ReducerOptions {
-  double bucket_mb = kDefaultBucketMb;  // cap of a fused bucket
-  double first_bucket_mb = 1;           // small first bucket: communication starts early in backward
+  // Cap of a fused bucket, MiB (kDefaultBucketMb, PyTorch DDP's bucket_cap_mb): larger buckets
+  // mean fewer, more efficient collectives but a later start; the tuner tries others.
+  double bucket_mb = kDefaultBucketMb;
+  double first_bucket_mb = 1;  // small first bucket: communication starts early in backward
+  // Agree each step which parameters got a gradient on any rank; those that got none anywhere keep
+  // an undefined .grad (the optimizer skips them). Off: every parameter gets the averaged gradient
+  // (zeros where unused). PyTorch DDP's find_unused_parameters.
   bool detect_unused = false;
   // Launch buckets as they fill during backward (overlap). Off: nothing launches before finish(),
   // which is then given the agreed set of parameters with a gradient (a central coordinator's).
   bool launch_in_backward = true;
+  // After the first step, rebuild the buckets once in the order gradients arrived on rank 0.
   bool rebuild_after_first_step = true;
-  std::shared_ptr<Timeline> timeline;  // "bucket ready" instants (rank 0)
-  // Seconds on a monotonic clock, for the exposed wait (empty: steady_clock; tests inject one).
-  std::function<double()> clock;
+  // The user's own gradient transform (comm/comm_hook.h) instead of the codec's transfer; the
+  // codec must then be fp32's.
+  std::shared_ptr<CommHook> hook;
 };
 
 class Reducer {
  public:
   // Installs the hooks and verifies the plan across ranks (a collective over `control`).
+  // `timeline`: "bucket ready" instants (rank 0); `clock`: seconds on a monotonic clock, for the
+  // exposed wait (empty: steady_clock; tests inject one).
   Reducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> data,
           std::shared_ptr<Transport> control, std::shared_ptr<BucketCodec> codec, const WorldInfo& world,
-          const ReducerOptions& options);
+          const ReducerOptions& options, std::shared_ptr<Timeline> timeline = nullptr,
+          std::function<double()> clock = {});
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -86,6 +93,8 @@ class Reducer {
   bool finish(const at::Tensor& agreed = at::Tensor());
   // Seconds finish() waited for communication: the last call's, and the sum since construction.
   double lastExposedSeconds() const { return last_exposed_s_; }
+  // Steps a comm hook said to skip (finish() returned false through it).
+  int64_t hookSkippedSteps() const { return hook_skipped_; }
   double exposedSeconds() const { return exposed_s_; }
 
   // Between steps, on every rank alike (the tuner).
@@ -125,6 +134,9 @@ class Reducer {
   std::shared_ptr<BucketCodec> codec_;
   WorldInfo world_;
   ReducerOptions opt_;
+  std::shared_ptr<Timeline> timeline_;
+  std::function<double()> clock_;
+  std::vector<GradBucket> hooked_;  // opt_.hook: per bucket, what the hook sees
 
   std::vector<at::Tensor> params_;
   std::vector<ParamInfo> infos_;
@@ -153,6 +165,7 @@ class Reducer {
   int64_t steps_ = 0;
   std::atomic<bool> sync_{true};
   double last_exposed_s_ = 0;
+  int64_t hook_skipped_ = 0;
   double exposed_s_ = 0;
 };
 

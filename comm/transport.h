@@ -36,7 +36,7 @@ class CommError : public Error {
   enum class Remedy {
     kNone,
     kStore,         // the rendezvous store's address or port, or the job id (StoreOptions)
-    kBucketSize,    // the bucket size (DataParallelOptions::bucket_mb)
+    kBucketSize,    // the bucket size (ReducerOptions::bucket_mb; a Reducer without DataParallel's check)
     kModel,         // the model (its parameters) on every rank
     kSharedMemory,  // shared memory between the ranks of a host (TransportSpec::shm)
   };

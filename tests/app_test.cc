@@ -307,17 +307,58 @@ TEST(Flags, RecipeDistributionKeysReachTheDistSpec) {
   gflags::SetCommandLineOption("streams", "4");  // as if given on the command line
   gflags::SetCommandLineOption("recipe", (d / "dist.recipe").c_str());
   const Recipe recipe = applyRecipeFlag();
-  const DistSpec dist = distSpecFromFlags();
+  const DistSpec dist = distSpecFromFlags({});
   EXPECT_EQ(dist.launch.nproc, 3);
   EXPECT_FALSE(dist.launch_flags.nproc.has_value()) << "a recipe value is a default, not a command-line flag";
-  EXPECT_DOUBLE_EQ(dist.bucket_mb, 7);
-  EXPECT_STREQ(optionName(dist.allreduce_dtype), "bf16");
+  EXPECT_DOUBLE_EQ(dist.dp.reducer.bucket_mb, 7);
+  EXPECT_DOUBLE_EQ(distSpecFromFlags({{"AIACC_BUCKET_MB", "3"}}).dp.reducer.bucket_mb, 3)
+      << "a recipe's values are defaults: an AIACC_* variable overrides them";
+  EXPECT_STREQ(optionName(dist.dp.codec.dtype), "bf16");
   EXPECT_EQ(dist.streams, 4) << "the command line wins";
-  EXPECT_STREQ(optionName(dist.bn_sync), "broadcast");
+  EXPECT_STREQ(optionName(dist.dp.buffers), "broadcast");
   EXPECT_DOUBLE_EQ(dist.timeout_s, 9);
   EXPECT_EQ(dist.timeline, "/tmp/t.json");
   EXPECT_STREQ(optionName(dist.hierarchical), "off");
   EXPECT_EQ(configFromFlags(recipe).recipe, d / "dist.recipe");
+}
+
+// The AIACC_* variables fill the same DataParallelOptions as the flags: a variable applies where
+// the command line did not give its flag; a flag given wins; a bad value is one line.
+TEST(Flags, AiaccVariablesFillWhatTheFlagsLeft) {
+  gflags::FlagSaver saver;
+  const comm::EnvMap env = {{"AIACC_BUCKET_MB", "3"},
+                            {"AIACC_ALLREDUCE_DTYPE", "bf16"},
+                            {"AIACC_STREAMS", "2"},
+                            {"AIACC_FIRST_BUCKET_MB", "0.5"},
+                            {"AIACC_AUTOTUNE", "0"}};
+  DistSpec dist = distSpecFromFlags(env);
+  EXPECT_DOUBLE_EQ(dist.dp.reducer.bucket_mb, 3);
+  EXPECT_DOUBLE_EQ(dist.dp.reducer.first_bucket_mb, 0.5);
+  EXPECT_EQ(dist.dp.codec.dtype, comm::TransferDtype::kBFloat16);
+  EXPECT_FALSE(dist.dp.autotune);
+  EXPECT_EQ(dist.streams, 2);
+  EXPECT_EQ(dist.dp.striping.channels, 2);
+  EXPECT_TRUE(dist.dp.tune.channels.empty()) << "a stream count given is not tuned";
+  gflags::SetCommandLineOption("bucket_mb", "7");
+  gflags::SetCommandLineOption("streams", "auto");  // given: wins over AIACC_STREAMS
+  gflags::SetCommandLineOption("autotune", "true");
+  dist = distSpecFromFlags(env);
+  EXPECT_DOUBLE_EQ(dist.dp.reducer.bucket_mb, 7);
+  EXPECT_EQ(dist.dp.codec.dtype, comm::TransferDtype::kBFloat16);
+  EXPECT_EQ(dist.streams, 0);
+  EXPECT_EQ(dist.dp.striping.channels, 1) << "the tuner starts from one channel";
+  EXPECT_EQ(dist.dp.tune.channels, (std::vector<int>{2, 4}));
+  // Without variables, aiacc_train's defaults.
+  const DistSpec plain = distSpecFromFlags({});
+  EXPECT_EQ(plain.dp.codec.dtype, comm::CodecOptions{}.dtype);
+  EXPECT_EQ(plain.dp.tune.bucket_mb, defaultDataParallelOptions().tune.bucket_mb);
+  try {
+    distSpecFromFlags({{"AIACC_BN_SYNC", "often"}});
+    ADD_FAILURE() << "AIACC_BN_SYNC=often was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("AIACC_BN_SYNC='often': must be lazy, average, broadcast or none", 0), 0u)
+        << e.what();
+  }
 }
 
 // Each typed option parses from its flag's names, once, and gives the same name back (the
@@ -345,9 +386,9 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
   gflags::SetCommandLineOption("allreduce_dtype", "fp16");
   gflags::SetCommandLineOption("bn_sync", "none");
   gflags::SetCommandLineOption("hierarchical", "on");
-  const DistSpec dist = distSpecFromFlags();
-  EXPECT_EQ(dist.allreduce_dtype, comm::TransferDtype::kFloat16);
-  EXPECT_EQ(dist.bn_sync, comm::BufferSync::kNone);
+  const DistSpec dist = distSpecFromFlags({});
+  EXPECT_EQ(dist.dp.codec.dtype, comm::TransferDtype::kFloat16);
+  EXPECT_EQ(dist.dp.buffers, comm::BufferSync::kNone);
   EXPECT_EQ(dist.hierarchical, comm::TwoLevelMode::kOn);
   const comm::Settings settings = distSettings(dist, comm::WorldInfo{0, 2, 0, 2});
   auto value = [&](const std::string& name) {
@@ -369,14 +410,14 @@ TEST(Flags, TypedOptionsParseFromTheirNames) {
     return std::string("(no error)");
   };
   gflags::SetCommandLineOption("bn_sync", "sometimes");
-  EXPECT_EQ(message([] { distSpecFromFlags(); }),
+  EXPECT_EQ(message([] { distSpecFromFlags({}); }),
             "--bn-sync must be lazy, average, broadcast or none (got 'sometimes')");
   gflags::SetCommandLineOption("bn_sync", "lazy");
   gflags::SetCommandLineOption("hierarchical", "maybe");
-  EXPECT_EQ(message([] { distSpecFromFlags(); }), "--hierarchical must be on, off or auto (got 'maybe')");
+  EXPECT_EQ(message([] { distSpecFromFlags({}); }), "--hierarchical must be on, off or auto (got 'maybe')");
   gflags::SetCommandLineOption("hierarchical", "auto");
   gflags::SetCommandLineOption("allreduce_dtype", "fp8");
-  EXPECT_EQ(message([] { distSpecFromFlags(); }), "--allreduce-dtype must be fp32, fp16 or bf16 (got 'fp8')");
+  EXPECT_EQ(message([] { distSpecFromFlags({}); }), "--allreduce-dtype must be fp32, fp16 or bf16 (got 'fp8')");
 
   EXPECT_EQ(configFromFlags(Recipe{}).amp_dtype, AmpDtype::kBf16) << "auto on the CPU";
   gflags::SetCommandLineOption("amp_dtype", "fp8");
@@ -403,11 +444,11 @@ TEST(Flags, DefaultsAreTheLibrarysDefaults) {
   EXPECT_DOUBLE_EQ(std::stod(flagDefault("bucket_mb")), comm::kDefaultBucketMb);
   const DistSpec d;
   EXPECT_DOUBLE_EQ(d.timeout_s * 1000.0, static_cast<double>(comm::kDefaultTimeout.count()));
-  EXPECT_EQ(d.bn_sync, comm::kDefaultBufferSync);
-  EXPECT_DOUBLE_EQ(d.bucket_mb, comm::kDefaultBucketMb);
+  EXPECT_EQ(d.dp.buffers, comm::kDefaultBufferSync);
+  EXPECT_DOUBLE_EQ(d.dp.reducer.bucket_mb, comm::kDefaultBucketMb);
   const comm::DataParallelOptions o;
   EXPECT_EQ(o.buffers, comm::kDefaultBufferSync);
-  EXPECT_DOUBLE_EQ(o.bucket_mb, comm::kDefaultBucketMb);
+  EXPECT_DOUBLE_EQ(o.reducer.bucket_mb, comm::kDefaultBucketMb);
   EXPECT_EQ(comm::ReducerOptions{}.bucket_mb, comm::kDefaultBucketMb);
   EXPECT_EQ(comm::TransportSpec{}.timeout, comm::kDefaultTimeout);
   EXPECT_EQ(comm::StoreOptions{}.timeout, comm::kDefaultTimeout);

@@ -181,7 +181,7 @@ TEST(DataParallelInput, SparseGradientsAreRefusedByName) {
     torch::nn::Sequential net(torch::nn::Embedding(torch::nn::EmbeddingOptions(10, 4).sparse(true)),
                               torch::nn::Linear(4, 2));
     DataParallelOptions o;
-    o.transfer = transfer;
+    o.codec.dtype = transfer;
     DataParallel dp(net.ptr(), std::make_shared<test::ImmediateTransport>(1), WorldInfo{}, o);
     dp.beforeForward();
     try {

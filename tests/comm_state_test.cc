@@ -62,8 +62,8 @@ ScaleRun fp16Run(Resume resume, int stop) {
     test::restore(*net, init);
     torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     DataParallelOptions o;
-    o.transfer = TransferDtype::kFloat16;
-    o.scale_growth_steps = 2;  // the scale doubles after steps 2, 4, 6 and 8
+    o.codec.dtype = TransferDtype::kFloat16;
+    o.codec.scale_growth_steps = 2;  // the scale doubles after steps 2, 4, 6 and 8
     auto dp = std::make_unique<DataParallel>(net.ptr(), t, WorldInfo{r, W, r, W}, o);
     for (int s = 0; s < steps; ++s) {
       if (s == stop && resume != Resume::kNone) {
@@ -108,7 +108,7 @@ TEST(DataParallel, CommStateHoldsOnlyAScaleOfTheTransfersOwn) {
   test::expectNoErrors(test::runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
     Net net;  // rank 0's weights are broadcast
     DataParallelOptions o;
-    o.transfer = TransferDtype::kFloat16;
+    o.codec.dtype = TransferDtype::kFloat16;
     DataParallel fp16(net.ptr(), t, WorldInfo{r, 2, r, 2}, o);
     EXPECT_EQ(fp16.commState().transfer_scale, 1024);
     EXPECT_THROW(fp16.restoreCommState(scaleState(-1, 0)), InputError);
@@ -163,13 +163,13 @@ TunedRun tunedRun(Resume resume, int stop) {
     // broadcast).
     auto rated = std::make_shared<test::RatedTransport>(t, std::vector<double>{0x1p28, 0x1p26});
     DataParallelOptions o;
-    o.bucket_mb = 1e-4;  // ~100 bytes: one tensor per bucket
-    o.first_bucket_mb = 1e-4;
-    o.min_split_bytes = 256;
-    o.channels = 1;
+    o.reducer.bucket_mb = 1e-4;  // ~100 bytes: one tensor per bucket
+    o.reducer.first_bucket_mb = 1e-4;
+    o.striping.min_split_bytes = 256;
+    o.striping.channels = 1;
     o.autotune = true;
-    o.tune_space.bucket_mb = {1e-4, 25};
-    o.tune_space.channels = {1, 2};
+    o.tune.bucket_mb = {1e-4, 25};
+    o.tune.channels = {1, 2};
     double now = 0;
     o.clock = [&now] { return now; };
     auto dp = std::make_unique<DataParallel>(net.ptr(), rated, WorldInfo{r, W, r, W}, o);

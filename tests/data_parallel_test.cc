@@ -70,8 +70,8 @@ TEST_P(Equivalence, GradientEqualsSingleProcessOnConcatenatedBatch) {
   if (GetParam().ranks_per_node > 0) AIACC_SKIP_WITHOUT_GLOO();
   const int W = 3, b = 4;
   DataParallelOptions o;
-  o.first_bucket_mb = GetParam().first_mb;
-  o.bucket_mb = GetParam().mb;
+  o.reducer.first_bucket_mb = GetParam().first_mb;
+  o.reducer.bucket_mb = GetParam().mb;
   Net ref{nullptr};  // built by rankGradients
   const auto grads = rankGradients(ref, W, b, o, GetParam().ranks_per_node, GetParam().shm);
   auto rp = ref->named_parameters();
@@ -217,8 +217,8 @@ TEST(DataParallel, DetectUnusedLeavesNeverUsedParametersWithoutGradient) {
     expectNoErrors(runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
       Net net;
       DataParallelOptions o;
-      o.detect_unused = true;
-      o.transfer = dtype;
+      o.reducer.detect_unused = true;
+      o.codec.dtype = dtype;
       DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2}, o);
       torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
       dp.finishBackward();
@@ -303,6 +303,30 @@ TEST(DataParallel, BatchNormBuffersAveragedWhenReadEqualAveragedEveryStep) {
       EXPECT_EQ(bc[r][i], bc_before[0][i]);  // rank 0's, as they were after its last forward
     }
   }
+}
+
+// A loop that never calls beforeForward(): finishBackward() marks the buffers, and syncBuffers()
+// still averages them (the default mode), so every rank evaluates with the same statistics.
+TEST(DataParallel, SyncBuffersAveragesWithoutBeforeForward) {
+  const int W = 2;
+  std::vector<std::vector<float>> before(W), after(W);
+  expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
+    auto seq = torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::BatchNorm1d(4));
+    DataParallel dp(seq.ptr(), t, WorldInfo{r, W, r, W});
+    for (int s = 0; s < 3; ++s) {
+      seq->forward(at::randn({8, 4}, at::detail::createCPUGenerator(10 * s + r), at::kFloat) * (1.0 + r) + r)
+          .sum()
+          .backward();
+      ASSERT_TRUE(dp.finishBackward());
+    }
+    const at::Tensor mean = seq->named_buffers()["1.running_mean"];
+    before[r].assign(mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
+    dp.syncBuffers();
+    after[r].assign(mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
+  }));
+  ASSERT_NE(before[0], before[1]) << "the ranks' batches should give different statistics";
+  EXPECT_EQ(after[0], after[1]);
+  for (size_t i = 0; i < after[0].size(); ++i) EXPECT_FLOAT_EQ(after[0][i], (before[0][i] + before[1][i]) / 2);
 }
 
 TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
@@ -419,7 +443,7 @@ TEST(DataParallel, SplitFollowsChannelStatistics) {
     Wide net;
     restore(*net, init);
     DataParallelOptions o;
-    o.first_bucket_mb = 100;  // one bucket of 2 MiB
+    o.reducer.first_bucket_mb = 100;  // one bucket of 2 MiB
     DataParallel dp(net.ptr(), rated, WorldInfo{r, W, r, W}, o);
     for (int step = 0; step < kSteps; ++step) {
       for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
@@ -475,7 +499,7 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
     Net net;  // arbitrary weights: DataParallel broadcasts rank 0's
     DataParallelOptions o;
     o.autotune = true;
-    o.tune_space.try_two_level = true;
+    o.tune.try_two_level = true;
     o.two_level = makeGlooHierarchical(store, two_o, /*ranks_per_node=*/2, /*min_shard_bytes=*/1, /*shm=*/false);
     double now = 0;
     o.clock = [&now] { return now; };
@@ -492,7 +516,7 @@ TEST(Autotune, StartsOnTwoLevelWhenOffered) {
       for (auto& p : net->parameters()) sum += p.grad().abs().sum().item<float>();
       step_sums[r].push_back(sum);
     }
-    flat_score[r] = dp.tuner()->score(TuneConfig{o.bucket_mb, 1, false});
+    flat_score[r] = dp.tuner()->score(TuneConfig{o.reducer.bucket_mb, 1, false});
     frozen_two_level[r] = dp.tuner()->frozen() && dp.tuner()->current().two_level ? 1 : 0;
   }));
   for (int r = 0; r < W; ++r) {
@@ -529,11 +553,11 @@ TEST(Autotune, ManySmallTensorsFusionWins) {
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
     auto net = std::make_shared<Many>();
     DataParallelOptions o;
-    o.bucket_mb = 1e-6;  // one tensor per bucket: 240 allreduces a step
-    o.first_bucket_mb = 1e-6;
+    o.reducer.bucket_mb = 1e-6;  // one tensor per bucket: 240 allreduces a step
+    o.reducer.first_bucket_mb = 1e-6;
     o.autotune = true;
     if (r == 1) o.log = [&logged](const std::string& line) { logged.push_back(line); };
-    o.tune_space.bucket_mb = {1e-6, 25};
+    o.tune.bucket_mb = {1e-6, 25};
     double now = 0;
     o.clock = [&now] { return now; };
     DataParallel dp(net, t, WorldInfo{r, W, r, W}, o);
@@ -553,7 +577,7 @@ TEST(Autotune, ManySmallTensorsFusionWins) {
       EXPECT_NEAR(tuner.score(c), mb == 25 ? 2e-3 : 240e-3, 1e-12) << summaries[r];
       EXPECT_EQ(tuner.exposed(c), 0) << summaries[r];
     }
-    EXPECT_EQ(tuner.margin(), o.tune_space.min_gain) << "no step-to-step spread: " << summaries[r];
+    EXPECT_EQ(tuner.margin(), o.tune.min_gain) << "no step-to-step spread: " << summaries[r];
     EXPECT_EQ(tuner.stepsRecorded(), 12) << summaries[r];     // 3 steps each: 1e-6, 25, then both re-timed
     ASSERT_EQ(dp.plan().buckets.size(), 2u) << summaries[r];  // the small first bucket, then all the rest
   }));

@@ -62,9 +62,9 @@ Outcome train(FaultSpec fault, bool shm) {
     w.world = kWorld;
     auto net = deepNet();
     DataParallelOptions o;
-    o.bucket_mb = 1.0 / 1024;
-    o.first_bucket_mb = 1.0 / 1024;
-    o.channels = 2;
+    o.reducer.bucket_mb = 1.0 / 1024;
+    o.reducer.first_bucket_mb = 1.0 / 1024;
+    o.striping.channels = 2;
     try {
       DataParallel dp(net, t, w, o);
       auto* seq = dynamic_cast<torch::nn::SequentialImpl*>(net.get());
@@ -245,9 +245,9 @@ TEST(AbortBeforeWait, DataParallelAbortsWhenABucketFails) {
     return s.ptr();
   };
   DataParallelOptions o;
-  o.bucket_mb = 1.0 / (1 << 20);  // every parameter its own bucket: 4 buckets over 2 channels
-  o.first_bucket_mb = 1.0 / (1 << 20);
-  o.channels = 2;
+  o.reducer.bucket_mb = 1.0 / (1 << 20);  // every parameter its own bucket: 4 buckets over 2 channels
+  o.reducer.first_bucket_mb = 1.0 / (1 << 20);
+  o.striping.channels = 2;
   // The operations of construction come first; the step's first bucket is the one after them.
   int64_t setup_ops = 0;
   {
@@ -361,7 +361,7 @@ TEST(DeviceOrderedErrors, RaiseWhereTheHostBlocks) {
     auto t = std::make_shared<DeviceOrderedTransport>();
     torch::nn::Linear net(8, 2);
     DataParallelOptions o;
-    o.transfer = transfer;
+    o.codec.dtype = transfer;
     DataParallel dp(net.ptr(), t, WorldInfo{}, o);
     t->failAllreduces();
     dp.beforeForward();

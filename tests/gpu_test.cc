@@ -223,13 +223,13 @@ TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
     torch::nn::functional::cross_entropy(ref->forward(x), y).backward();
 
     comm::DataParallelOptions o;
-    o.bucket_mb = 0.005;  // several buckets
-    o.first_bucket_mb = 0.001;
-    o.channels = 2;
-    o.transfer = transfer;
+    o.reducer.bucket_mb = 0.005;  // several buckets
+    o.reducer.first_bucket_mb = 0.001;
+    o.striping.channels = 2;
+    o.codec.dtype = transfer;
     o.autotune = false;
     o.buffers = comm::BufferSync::kAverageWhenRead;  // nothing travels in beforeForward()
-    o.rebuild_after_first_step = false;              // nor after the step
+    o.reducer.rebuild_after_first_step = false;      // nor after the step
     auto transport = ncclWorldOne(2);
     comm::DataParallel dp(net.ptr(), transport, comm::WorldInfo{}, o);
     EXPECT_GT(dp.plan().buckets.size(), 2u);
@@ -272,8 +272,8 @@ TEST(Gpu, DataParallelOverNcclMatchesTwoCpuRanks) {
   const at::Tensor x = at::randn({8, 3, 16, 16});
   const at::Tensor y = at::randint(0, 10, {8}, at::kLong);
   comm::DataParallelOptions o;
-  o.bucket_mb = 0.005;
-  o.first_bucket_mb = 0.001;
+  o.reducer.bucket_mb = 0.005;
+  o.reducer.first_bucket_mb = 0.001;
   o.autotune = false;
   {
     comm::DataParallel dp(gpu_net.ptr(), ncclWorldOne(1), comm::WorldInfo{}, o);

@@ -37,7 +37,7 @@ std::vector<RankRun> runSteps(comm::TransferDtype transfer, const std::function<
     auto net = std::make_shared<torch::nn::Module>();
     at::Tensor w = net->register_parameter("w", at::zeros({3}));
     comm::DataParallelOptions o;
-    o.transfer = transfer;
+    o.codec.dtype = transfer;
     comm::DataParallel dp(net, t, comm::WorldInfo{r, W, r, W}, o);
     app::GradScaler scaler;  // 65536, as PyTorch's
     run.sync_unscales = dp.shareLossScale(scaler.shared());

@@ -46,6 +46,13 @@ TEST(ProcessGroup, WithoutALauncherIsAGroupOfOne) {
   EXPECT_TRUE(t.equal(at::arange(4, at::kFloat)));
 }
 
+// AIACC_STREAMS gives the transports the channels DataParallel will stripe over.
+TEST(ProcessGroup, AiaccStreamsGivesTheTransportsTheirChannels) {
+  EXPECT_EQ(initProcessGroup(quick(), EnvMap{{"AIACC_STREAMS", "3"}}).transports.primary->channels(), 3);
+  EXPECT_EQ(initProcessGroup(quick(), EnvMap{}).transports.primary->channels(), TransportSpec{}.channels);
+  EXPECT_THROW(initProcessGroup(quick(), EnvMap{{"AIACC_STREAMS", "x"}}), InputError);
+}
+
 TEST(ProcessGroup, TwoRanksFromTorchrunsVariablesReduceTogether) {
   const int port = aiacc::test::freePort();
   std::vector<ProcessGroup> groups(2);

@@ -33,7 +33,7 @@ class ReducedPrecision : public ::testing::TestWithParam<Precision> {};
 TEST_P(ReducedPrecision, TransferIsCloseToFp32) {
   const int W = 3, b = 4;
   DataParallelOptions o;
-  o.transfer = GetParam().dtype;
+  o.codec.dtype = GetParam().dtype;
   Net ref{nullptr};  // built by rankGradients
   const auto grads = rankGradients(ref, W, b, o);
   auto rp = ref->parameters();
@@ -53,7 +53,7 @@ TEST_P(ReducedPrecision, TransferIsCloseToFp32) {
 TEST(DataParallel, Fp16TransferOfChannelsLastGradients) {
   const int W = 2, b = 3;
   DataParallelOptions o;
-  o.transfer = TransferDtype::kFloat16;
+  o.codec.dtype = TransferDtype::kFloat16;
   Net ref{nullptr};
   const auto plain = rankGradients(ref, W, b, o);
   const auto last = rankGradients(ref, W, b, o, 0, false, /*channels_last=*/true);
@@ -94,7 +94,7 @@ TEST(DataParallel, TwoHundredStepsReachTheSameAccuracyInEveryTransferDtype) {
       restore(*net, init);
       torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
       DataParallelOptions o;
-      o.transfer = dtype;
+      o.codec.dtype = dtype;
       DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
       for (int s = 0; s < steps; ++s) {
         at::Tensor y;
@@ -125,8 +125,8 @@ TEST(DataParallel, Fp16OverflowSkipsTheStepEverywhere) {
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
     Net net;
     DataParallelOptions o;
-    o.transfer = TransferDtype::kFloat16;
-    o.grad_scale = 256;
+    o.codec.dtype = TransferDtype::kFloat16;
+    o.codec.grad_scale = 256;
     DataParallel dp(net.ptr(), t, WorldInfo{r, W, r, W}, o);
     for (int s = 0; s < 3; ++s) {
       for (auto& p : net->parameters()) p.mutable_grad() = at::Tensor();
@@ -165,7 +165,7 @@ TEST(DataParallel, Fp16TransferSharesTheLossScale) {
     auto net = std::make_shared<torch::nn::Module>();
     at::Tensor w = net->register_parameter("w", at::zeros({4}));
     DataParallelOptions o;
-    o.transfer = TransferDtype::kFloat16;
+    o.codec.dtype = TransferDtype::kFloat16;
     DataParallel dp(net, t, WorldInfo{r, W, r, W}, o);
     auto scale = std::make_shared<GradScale>();
     shared[r] = dp.shareLossScale(scale);
@@ -207,7 +207,7 @@ TEST(DataParallel, OnlyFp16TransferTakesTheLossScale) {
       auto net = std::make_shared<torch::nn::Module>();
       net->register_parameter("w", at::zeros({4}));
       DataParallelOptions o;
-      o.transfer = d;
+      o.codec.dtype = d;
       DataParallel dp(net, t, WorldInfo{r, 2, r, 2}, o);
       EXPECT_FALSE(dp.shareLossScale(std::make_shared<GradScale>())) << transferDtypeName(d);
     }));

@@ -48,7 +48,7 @@ int benchNegotiationWorker(const NegotiationBenchOptions& opts, const comm::Worl
     auto unused = torch::nn::Linear(8, 8);
     net->register_module("unused", unused);
     DataParallelOptions o;
-    o.detect_unused = detect_unused;
+    o.reducer.detect_unused = detect_unused;
     std::unique_ptr<GradientSync> sync;
     if (central) {
       sync = std::make_unique<CentralSync>(net.ptr(), transport, w);

@@ -4,12 +4,14 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <string>
 
 #include "aiacc/comm/data_parallel.h"
 #include "aiacc/comm/process_group.h"
+#include "fp16_compress.h"
 
 int main(int argc, char** argv) {
   auto group = aiacc::comm::initProcessGroup();  // torchrun's (or Slurm's, MPI's, ...) variables
@@ -19,7 +21,10 @@ int main(int argc, char** argv) {
   auto y = torch::sin(x.matmul(torch::linspace(-1, 1, 8)).unsqueeze(1));
   x = x.chunk(world)[rank], y = y.chunk(world)[rank];  // this rank's share (world divides 64)
   torch::nn::Sequential model(torch::nn::Linear(8, 32), torch::nn::Tanh(), torch::nn::Linear(32, 1));
-  aiacc::comm::DataParallel dp(model.ptr(), group.transports.primary, group.world);  // rank 0's weights
+  auto options = aiacc::comm::optionsFromEnvironment();  // AIACC_BUCKET_MB, ... (docs/comm.md)
+  if (std::getenv("DDP_MINIMAL_FP16")) options.reducer.hook = std::make_shared<Fp16Compress>();  // fp16_compress.h
+  aiacc::comm::DataParallel dp(model.ptr(), group.transports.primary, group.world, options);  // rank 0's weights
+  if (rank == 0) std::printf("%s\n", dp.describe().c_str());  // transport, buckets, what travels
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   for (int step = 1; step <= 30; ++step) {
     opt.zero_grad();

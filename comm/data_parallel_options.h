@@ -1,0 +1,84 @@
+// DataParallelOptions: DataParallel's settings, made of its parts' own options (each default is
+// declared once, in the part's header, and read from there by aiacc_train's --help and by
+// docs/comm.md), plus the few things that belong to DataParallel itself.
+//
+// The main knobs can also come from the environment, parsed here and only here
+// (applyEnvironment): a launcher's job spec can tune a program without a rebuild, and aiacc_train
+// reads the same variables into the same struct before its flags (a flag given on the command line
+// wins over the variable).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aiacc/comm/agreement.h"
+#include "aiacc/comm/autotune.h"
+#include "aiacc/comm/bucket_codec.h"
+#include "aiacc/comm/buffer_sync.h"
+#include "aiacc/comm/comm_hook.h"
+#include "aiacc/comm/launch_env.h"
+#include "aiacc/comm/reducer.h"
+#include "aiacc/comm/striped_transport.h"
+#include "aiacc/comm/timeline.h"
+#include "aiacc/comm/transport.h"
+
+namespace aiacc::comm {
+
+struct DataParallelOptions {
+  // Buckets: fusion cap, first bucket, unused parameters, the rebuild after step 1, a comm hook
+  // (comm/reducer.h). reducer.launch_in_backward must stay on (off is a central coordinator's).
+  ReducerOptions reducer;
+  // What a bucket sends: fp32, fp16 with its own dynamic scale, bf16 (comm/bucket_codec.h). Under
+  // AMP fp16 the loss scaler's scale replaces fp16's own (shareLossScale): gradients arrive scaled
+  // once, never twice. A non-finite reduced gradient is seen identically by every rank: all skip
+  // the step (finishBackward returns false). Gradients stay fp32 in the model.
+  CodecOptions codec;
+  // How a bucket is spread over the transport's channels (comm/striped_transport.h).
+  StripingOptions striping;
+  // BatchNorm running statistics across ranks (comm/buffer_sync.h).
+  BufferSync buffers = kDefaultBufferSync;
+  // Autotune: from the second step on, try the fusion caps and channel counts of `tune` (and
+  // two-level reduction when `two_level` is given), a few steps each, and freeze the fastest
+  // (comm/autotune.h). Every rank averages its step times with one allreduce, so all decide alike.
+  bool autotune = false;
+  TuneSpace tune;
+  // A second transport over the same ranks (two-level reduction) the tuner may switch to.
+  std::shared_ptr<Transport> two_level;
+  // Tuner decisions and bucket readiness as instant events (rank 0).
+  std::shared_ptr<Timeline> timeline;
+  // Seconds on a monotonic clock, for the tuner's step times and the exposed communication
+  // (empty: steady_clock; tests inject a fake one).
+  std::function<double()> clock;
+  // Notices, one line each (the tuner's choice when it freezes), on every rank it is given to;
+  // default: none (a library writes nothing to the process's streams).
+  std::function<void(const std::string&)> log;
+};
+
+// The settings every rank must share, by name ("reducer.bucket_mb", "codec.dtype", ...; the hook
+// by its name, the two-level transport by whether there is one): DataParallel compares them
+// across ranks at construction.
+Settings optionSettings(const DataParallelOptions& o);
+
+// One environment variable and the option it sets.
+struct EnvKnob {
+  const char* name;    // e.g. "AIACC_BUCKET_MB"
+  const char* sets;    // e.g. "reducer.bucket_mb"
+  const char* values;  // e.g. "MiB > 0"
+};
+// Every variable applyEnvironment reads, in the order docs/comm.md lists them:
+//   AIACC_BUCKET_MB, AIACC_FIRST_BUCKET_MB, AIACC_ALLREDUCE_DTYPE (fp32|fp16|bf16),
+//   AIACC_GRAD_SCALE, AIACC_STREAMS (channels, 1..16), AIACC_BN_SYNC (lazy|average|broadcast|none),
+//   AIACC_FIND_UNUSED and AIACC_AUTOTUNE (1|on|true|yes, 0|off|false|no).
+const std::vector<EnvKnob>& envKnobs();
+
+// Sets each option whose variable `env` holds (an empty value counts as unset) and returns the
+// names of the variables applied. Throws InputError naming the variable and the values it takes
+// for a value it cannot parse (never a silent default).
+std::vector<std::string> applyEnvironment(DataParallelOptions& options, const EnvMap& env = currentEnvironment());
+
+// The defaults with the environment applied: DataParallelOptions{} then applyEnvironment.
+DataParallelOptions optionsFromEnvironment(const EnvMap& env = currentEnvironment());
+
+}  // namespace aiacc::comm
