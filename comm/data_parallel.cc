@@ -95,9 +95,9 @@ DataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> module, std::shared_
       return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
     };
   }
+  agreeOnOptions(*transport, world_, optionSettings(opt_));  // first: every rank refuses alike after it
   AIACC_CHECK_INPUT(opt_.reducer.launch_in_backward,
                     "DataParallel: reducer.launch_in_backward must be on (off is a central coordinator's Reducer)");
-  agreeOnOptions(*transport, world_, optionSettings(opt_));
   flat_ = std::make_shared<StripedTransport>(transport, opt_.striping);
   striped_ = flat_;
   codec_ = makeCodec(opt_.codec);

@@ -119,6 +119,7 @@ Settings optionSettings(const DataParallelOptions& o) {
       {"reducer.bucket_mb", exact(o.reducer.bucket_mb)},
       {"reducer.first_bucket_mb", exact(o.reducer.first_bucket_mb)},
       {"reducer.detect_unused", onOff(o.reducer.detect_unused)},
+      {"reducer.launch_in_backward", onOff(o.reducer.launch_in_backward)},
       {"reducer.rebuild_after_first_step", onOff(o.reducer.rebuild_after_first_step)},
       {"reducer.hook", o.reducer.hook ? o.reducer.hook->name() : "none"},
       {"codec.dtype", transferDtypeName(o.codec.dtype)},
@@ -151,13 +152,15 @@ const std::vector<EnvKnob>& envKnobs() {
 
 std::vector<std::string> applyEnvironment(DataParallelOptions& options, const EnvMap& env) {
   std::vector<std::string> applied;
+  DataParallelOptions o = options;  // all or nothing: `options` changes only when every value reads
   for (const Knob& k : knobs()) {
     const auto it = env.find(k.doc.name);
     if (it == env.end() || it->second.empty()) continue;
-    AIACC_CHECK_INPUT(k.apply(it->second, options), k.doc.name, "='", it->second, "': must be ", k.doc.values,
+    AIACC_CHECK_INPUT(k.apply(it->second, o), k.doc.name, "='", it->second, "': must be ", k.doc.values,
                       " (it sets DataParallelOptions::", k.doc.sets, "; unset it for the default)");
     applied.push_back(k.doc.name);
   }
+  options = std::move(o);
   return applied;
 }
 

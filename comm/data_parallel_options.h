@@ -75,7 +75,7 @@ const std::vector<EnvKnob>& envKnobs();
 
 // Sets each option whose variable `env` holds (an empty value counts as unset) and returns the
 // names of the variables applied. Throws InputError naming the variable and the values it takes
-// for a value it cannot parse (never a silent default).
+// for a value it cannot parse (never a silent default), and then leaves `options` as it was.
 std::vector<std::string> applyEnvironment(DataParallelOptions& options, const EnvMap& env = currentEnvironment());
 
 // The defaults with the environment applied: DataParallelOptions{} then applyEnvironment.

@@ -166,6 +166,7 @@ void Reducer::buildBuckets() {
     pending_[b] = static_cast<int>(plan_.buckets[b].size());
   }
   hooked_.clear();
+  ++plan_generation_;
   if (opt_.hook) {
     for (size_t b = 0; b < buffers_.size(); ++b) {
       GradBucket g;
@@ -173,6 +174,8 @@ void Reducer::buildBuckets() {
       g.world = world_.world;
       g.buffer = buffers_[b];
       g.last = b + 1 == buffers_.size();
+      g.params = plan_.buckets[b];
+      g.plan = plan_generation_;
       hooked_.push_back(std::move(g));
     }
   }
@@ -211,11 +214,13 @@ void Reducer::launch(size_t b) {
     timeline_->instant("bucket ready", 0, {{"bucket", static_cast<int64_t>(b)}, {"bytes", bytes}});
   }
   if (opt_.hook) {
+    // Whatever the hook throws (its own check, a CommError), this rank will not send what its
+    // peers wait for: the transports are aborted before the error leaves, as for a failed launch.
     try {
       std::shared_ptr<Work> w = opt_.hook->launch(hooked_[b], *data_);
       AIACC_CHECK_INPUT(w != nullptr, "DataParallel: the comm hook '", opt_.hook->name(), "' returned no Work");
       works_.push_back(std::move(w));
-    } catch (const CommError& e) {
+    } catch (const std::exception& e) {
       abortTransports(abortReason(e));
       throw;
     }
@@ -292,6 +297,7 @@ bool Reducer::finish(const at::Tensor& agreed) {
       waitAll(false);  // launch() aborted the transports: the buckets already launched end at once
     } catch (...) {    // the launch failure is the one to report
     }
+    resetStep();
     throw;
   }
   const auto now = [this] {
@@ -309,15 +315,10 @@ bool Reducer::finish(const at::Tensor& agreed) {
   at::NoGradGuard no_grad;
   bool finite = true;
   if (!direct_) {
-    for (size_t b = 0; b < wire_.size(); ++b) {
-      if (opt_.hook) {
-        finite &= opt_.hook->finish(hooked_[b]);
-        hooked_[b].state = at::Tensor();
-        AIACC_CHECK_INPUT(hooked_[b].buffer.is_same(buffers_[b]), "DataParallel: the comm hook '", opt_.hook->name(),
-                          "' replaced bucket.buffer: write the result into it (copy_)");
-      } else {
-        finite &= codec_->decode(wire_[b], buffers_[b]);
-      }
+    if (opt_.hook) {
+      finite = finishHook();
+    } else {
+      for (size_t b = 0; b < wire_.size(); ++b) finite &= codec_->decode(wire_[b], buffers_[b]);
     }
     if (!finite) {
       if (opt_.hook) ++hook_skipped_;
@@ -362,6 +363,31 @@ bool Reducer::finish(const at::Tensor& agreed) {
     resetStep();
   }
   return true;
+}
+
+// The hook's finish() for every bucket, in plan order; false when any says to skip the step. A
+// hook that throws, or that replaced a bucket's buffer, leaves the Reducer ready for the next step
+// (buffers restored, no state kept) before the error leaves.
+bool Reducer::finishHook() {
+  bool keep = true;
+  std::string replaced;
+  try {
+    for (GradBucket& g : hooked_) {
+      keep &= opt_.hook->finish(g);
+      if (!g.buffer.is_same(buffers_[g.index]) && replaced.empty()) replaced = std::to_string(g.index);
+    }
+  } catch (...) {
+    for (GradBucket& g : hooked_) g.buffer = buffers_[g.index], g.state = at::Tensor();
+    resetStep();
+    throw;
+  }
+  for (GradBucket& g : hooked_) g.buffer = buffers_[g.index], g.state = at::Tensor();
+  if (!replaced.empty()) {
+    resetStep();
+    AIACC_THROW(InputError, "DataParallel: the comm hook '", opt_.hook->name(), "' replaced bucket.buffer (bucket ",
+                replaced, "): write the result into it (copy_)");
+  }
+  return keep;
 }
 
 // Parameter i's reduced gradient from the wire into its .grad (allocated when this rank had

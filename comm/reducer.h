@@ -89,7 +89,8 @@ class Reducer {
 
   // After backward: see above. `agreed` (launch_in_backward off): one byte per parameter, 0 for
   // those that got a gradient on no rank. Returns false when the codec found a non-finite
-  // reduced gradient: every rank skips the step, and .grad is unspecified.
+  // reduced gradient, or a comm hook's finish() said to skip: every rank skips the step, and .grad
+  // is unspecified.
   bool finish(const at::Tensor& agreed = at::Tensor());
   // Seconds finish() waited for communication: the last call's, and the sum since construction.
   double lastExposedSeconds() const { return last_exposed_s_; }
@@ -126,6 +127,7 @@ class Reducer {
   void checkDense(size_t param, const at::Tensor& grad) const;
   void fillDirect(size_t bucket);
   bool decodeInto(size_t param);
+  bool finishHook();
   void rebuildFromArrivalOrder();
   void resetStep();
 
@@ -166,6 +168,7 @@ class Reducer {
   std::atomic<bool> sync_{true};
   double last_exposed_s_ = 0;
   int64_t hook_skipped_ = 0;
+  int64_t plan_generation_ = 0;  // buildBuckets() calls so far (GradBucket::plan)
   double exposed_s_ = 0;
 };
 

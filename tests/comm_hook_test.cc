@@ -139,6 +139,11 @@ TEST(CommHook, AccumulationUnusedParametersAndASkippedStep) {
     m->loss(c).backward();
     EXPECT_FALSE(dp.finishBackward()) << "rank " << r;
     EXPECT_EQ(dp.skippedSteps(), 1);
+    // The next step runs as usual.
+    for (auto& p : m->parameters()) p.mutable_grad() = at::Tensor();
+    m->loss(c).backward();
+    EXPECT_TRUE(dp.finishBackward()) << "rank " << r;
+    EXPECT_TRUE(m->w[1].grad().equal((quarter(gradOf(0, 1, kSizes[1])) + quarter(gradOf(1, 1, kSizes[1]))) / W));
   }));
 }
 
@@ -156,13 +161,94 @@ TEST(CommHook, RefusedWithAReducedPrecisionTransfer) {
   }
 }
 
-TEST(CommHook, AllOfWaitsForEveryWork) {
+// A Work that records when it is waited for, and fails if told to.
+class Recorded : public Work {
+ public:
+  Recorded(std::vector<std::string>& log, std::string name, Transport& t, bool fail)
+      : log_(log), name_(std::move(name)), t_(t), fail_(fail) {}
+  void wait() override {
+    // Whether the transport was aborted by then: an aborted one fails what it is given.
+    bool aborted = false;
+    try {
+      t_.allreduce(at::zeros({1}))->wait();
+    } catch (const CommError&) {
+      aborted = true;
+    }
+    log_.push_back(name_ + (aborted ? " after abort" : ""));
+    if (fail_) throw CommError(name_ + " failed");
+  }
+
+ private:
+  std::vector<std::string>& log_;
+  std::string name_;
+  Transport& t_;
+  bool fail_;
+};
+
+TEST(CommHook, AllOfWaitsForEveryWorkAndAbortsAtTheFirstFailure) {
   test::ImmediateTransport one(1);
   Transport& t = one;
-  at::Tensor a = at::ones({3}), b = at::ones({5});
-  allOf({t.allreduce(a), t.allreduce(b)})->wait();
-  EXPECT_TRUE(a.equal(at::ones({3})));
-  EXPECT_THROW(allOf({nullptr}), InputError);
+  std::vector<std::string> log;
+  auto work = [&](const char* name, bool fail) { return std::make_shared<Recorded>(log, name, t, fail); };
+  allOf({work("a", false), work("b", false)}, t)->wait();
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b"}));
+  log.clear();
+  try {
+    allOf({work("a", false), work("b", true), work("c", true)}, t)->wait();
+    ADD_FAILURE() << "a failed work was not rethrown";
+  } catch (const CommError& e) {
+    EXPECT_EQ(std::string(e.what()), "b failed");  // the first failure, not c's
+  }
+  EXPECT_EQ(log, (std::vector<std::string>{"a", "b", "c after abort"}));
+  EXPECT_THROW(allOf({nullptr}, t), InputError);
+}
+
+// A hook that returns no Work, or that replaces the bucket's buffer: a one-line error, and the
+// next step runs (world 1: nothing waits on a peer).
+class Misbehaving : public CommHook {
+ public:
+  std::shared_ptr<Work> launch(GradBucket& b, Transport& t) override {
+    if (mode == 1) return nullptr;
+    return t.allreduce(b.buffer);
+  }
+  bool finish(GradBucket& b) override {
+    if (mode == 2) b.buffer = b.buffer.clone();
+    return true;
+  }
+  std::string name() const override { return "misbehaving"; }
+  int mode = 0;
+};
+
+TEST(CommHook, AHookThatBreaksTheContractIsOneLineAndTheNextStepRuns) {
+  auto hook = std::make_shared<Misbehaving>();
+  auto m = std::make_shared<Linearly>(kSizes);
+  DataParallel dp(m, std::make_shared<test::ImmediateTransport>(1), WorldInfo{}, smallBuckets(hook));
+  std::vector<at::Tensor> c;
+  for (size_t i = 0; i < kSizes.size(); ++i) c.push_back(gradOf(0, i, kSizes[i]));
+  auto step = [&] {
+    for (auto& p : m->parameters()) p.mutable_grad() = at::Tensor();
+    m->loss(c).backward();
+    return dp.finishBackward();
+  };
+  hook->mode = 2;
+  try {
+    step();
+    ADD_FAILURE() << "a replaced bucket.buffer was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the comm hook 'misbehaving' replaced bucket.buffer"), std::string::npos)
+        << e.what();
+  }
+  hook->mode = 0;
+  EXPECT_TRUE(step());
+  for (size_t i = 0; i < kSizes.size(); ++i) EXPECT_TRUE(m->w[i].grad().equal(c[i])) << "parameter " << i;
+  hook->mode = 1;
+  try {
+    step();
+    ADD_FAILURE() << "a hook without a Work was accepted";
+  } catch (const std::exception& e) {  // from backward(): autograd may wrap it
+    EXPECT_NE(std::string(e.what()).find("the comm hook 'misbehaving' returned no Work"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
