@@ -43,10 +43,18 @@ class CompletionWork : public Work {
   std::shared_ptr<Completion> c_;
 };
 
+// Code a transport runs on the worker's own thread: on_start before the first job, on_exit after
+// the last; neither may throw. ShmTransport holds its liveness lock there, so the lock lives exactly as long as the
+// thread that runs the channel's collectives (a process that dies releases it at once).
+struct ThreadHooks {
+  std::function<void()> on_start;
+  std::function<void()> on_exit;
+};
+
 class ChannelWorker {
  public:
-  explicit ChannelWorker(std::shared_ptr<Timeline> timeline = nullptr, int row = 0)
-      : timeline_(std::move(timeline)), row_(row), thread_([this] { loop(); }) {}
+  explicit ChannelWorker(std::shared_ptr<Timeline> timeline = nullptr, int row = 0, ThreadHooks hooks = {})
+      : timeline_(std::move(timeline)), row_(row), hooks_(std::move(hooks)), thread_([this] { run(); }) {}
   ~ChannelWorker() { shutdown(); }
   ChannelWorker(const ChannelWorker&) = delete;
   ChannelWorker& operator=(const ChannelWorker&) = delete;
@@ -68,7 +76,8 @@ class ChannelWorker {
   }
 
   // Fails every queued and later job with `why` (unless an earlier error came first). The job
-  // running now finishes or fails on its own (within its timeout).
+  // running now finishes or fails on its own (within its timeout), or sooner where it polls
+  // firstError() (shared memory's barrier does, through its own abort flag).
   void abort(const std::string& why) { fail(Failure::comm(why)); }
 
   // The first error, or none.
@@ -112,6 +121,12 @@ class ChannelWorker {
     if (!first_error_) first_error_ = std::move(f);
   }
 
+  void run() {
+    if (hooks_.on_start) hooks_.on_start();
+    loop();
+    if (hooks_.on_exit) hooks_.on_exit();
+  }
+
   void loop() {
     for (;;) {
       std::function<void()> job;
@@ -128,6 +143,7 @@ class ChannelWorker {
 
   std::shared_ptr<Timeline> timeline_;
   int row_;
+  ThreadHooks hooks_;
   mutable std::mutex mu_;
   ChannelStats stats_;
   std::condition_variable cv_;

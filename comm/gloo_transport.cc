@@ -8,6 +8,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -78,7 +79,30 @@ class GlooTransport::Channel {
   ~Channel() { worker_->shutdown(); }  // before the context goes
 
   ChannelStats stats() const { return worker_->stats(); }
-  void abort(const std::string& why) { worker_->abort(why); }
+
+  // Queued and later operations fail with `why`; so does the one in flight, at once: Gloo has no
+  // call that interrupts a collective, but an application timeout does. A receive posted on a
+  // slot nobody sends to, awaited for 1 ms, makes Gloo signal the timeout to every pair of the
+  // context: each pending operation of every collective fails, and each pair closes its socket,
+  // so the peers' operations with this rank fail at once too. Once per channel.
+  void abort(const std::string& why) {
+    worker_->abort(why);
+    if (context_->size == 1 || interrupted_.exchange(true)) return;
+    char byte = 0;
+    auto buf = context_->createUnboundBuffer(&byte, 1);
+    for (int i = 1; i < context_->size; ++i) {  // a peer whose pair still works
+      try {
+        buf->recv((context_->rank + i) % context_->size, kInterruptSlot);
+      } catch (const std::exception&) {  // this pair failed already (and signalled its operations)
+        continue;
+      }
+      try {
+        buf->waitRecv(std::chrono::milliseconds(1));
+      } catch (const std::exception&) {  // the timeout, as intended
+      }
+      return;
+    }
+  }
 
   std::shared_ptr<Work> submit(const char* what, std::function<void(const std::shared_ptr<gloo::Context>&)> fn,
                                size_t bytes = 0) {
@@ -88,6 +112,7 @@ class GlooTransport::Channel {
       } catch (const CommError&) {
         throw;
       } catch (const std::exception& e) {
+        if (Failure f = worker_->firstError()) f.raise();  // abort() interrupted it: say why
         AIACC_THROW(CommError, "collective failed on rank ", context_->rank, ": ", firstLine(e.what()),
                     " (a peer died or timed out)");
       }
@@ -99,7 +124,10 @@ class GlooTransport::Channel {
   int index_;
   int row_base_;
   std::shared_ptr<Timeline> timeline_;
+  // A slot no collective uses (theirs count up from 0): abort()'s receive.
+  static constexpr uint64_t kInterruptSlot = ~uint64_t{0};
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::atomic<bool> interrupted_{false};
   std::unique_ptr<ChannelWorker> worker_;
 };
 

@@ -5,6 +5,8 @@
 // SIGPIPE (signal(SIGPIPE, SIG_IGN), as Python does) before it starts threads, so that a dead
 // peer becomes a CommError naming the collective. aiacc_train does at start-up; the transport
 // leaves the process's signal dispositions alone.
+// abort() ends the collective in flight at once as well as the queued ones, and closes the
+// channel's sockets, so the peers' operations with this rank fail at once too.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>

@@ -1,6 +1,7 @@
 #include "aiacc/comm/shm_transport.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <immintrin.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -10,10 +11,14 @@
 #include <climits>
 #include <ctime>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -22,19 +27,36 @@
 #include "aiacc/comm/store.h"
 
 namespace aiacc::comm {
-namespace {
+// The segment header; in a named namespace because Channel (of an exported class) uses it.
+namespace shm_segment {
 
-constexpr size_t kHeader = 64;  // one cache line: the barrier sequence number
+constexpr size_t kHeader = 64;  // one cache line: the barrier and the rank's liveness
+
+// What a rank's channel says of itself to its peers.
+enum State : uint32_t { kOpen = 0, kAborted = 1, kClosed = 2 };
 
 // seq: the last barrier this rank reached. word: its low 32 bits, the futex others sleep on.
 // waiters: how many threads (of any rank) sleep or are about to sleep on word; the publisher
-// makes the wake-up system call only when there is one.
+// makes the wake-up system call only when there is one. state: kAborted once abort() was
+// called, kClosed once its worker ran its last operation (the transport is going). beat: bumped by the rank's heartbeat
+// thread. life: a process-shared robust mutex the channel's worker thread holds for as long as
+// it runs; the kernel releases it, marked "owner died", the moment that thread's process dies
+// (in any PID namespace), so a peer's try-lock that succeeds means the rank is gone.
 struct Header {
   std::atomic<uint64_t> seq;
   std::atomic<uint32_t> word;
   std::atomic<uint32_t> waiters;
+  std::atomic<uint32_t> state;
+  std::atomic<uint32_t> beat;
+  pthread_mutex_t life;
 };
 static_assert(sizeof(Header) <= kHeader);
+
+}  // namespace shm_segment
+using namespace shm_segment;
+
+namespace {
+
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32 bits");
 
 // Process-shared futexes (no FUTEX_PRIVATE_FLAG): the word lives in a MAP_SHARED segment that
@@ -61,7 +83,7 @@ class ShmTransport::Channel {
  public:
   Channel(c10d::Store& store, const ShmOptions& o, const std::string& job, int index)
       : rank_(o.rank), world_(o.world), chunk_(static_cast<size_t>(o.chunk_bytes)), timeout_(o.timeout),
-        timeline_(o.timeline), row_(1 + o.row_base + index) {
+        heartbeat_timeout_(o.heartbeat_timeout), timeline_(o.timeline), row_(1 + o.row_base + index) {
     if (timeline_) timeline_->nameRow(row_, o.row_label + " " + std::to_string(index));
     size_ = kHeader + 2 * chunk_;
     area_ = chunk_ / static_cast<size_t>(world_) / 64 * 64;
@@ -86,20 +108,41 @@ class ShmTransport::Channel {
       connect(store, o, fd, mine, index, name);
     } catch (...) {  // a failed start (a peer missing, a mapping refused) leaves nothing behind
       ::shm_unlink(mine.c_str());
+      if (worker_) worker_->shutdown();  // releases the liveness lock, in this rank's segment
       for (char* b : base_) {
         if (b) ::munmap(b, size_);
       }
       throw;
     }
-    worker_ = std::make_unique<ChannelWorker>(timeline_, row_);
   }
 
   // Maps this rank's segment (fd, named `mine`) and, once every rank created its own, every
-  // peer's; unlinks `mine` once every rank mapped it.
+  // peer's; starts the worker, which takes the liveness lock; unlinks `mine` once every rank
+  // mapped it and holds its lock.
   template <typename NameFn>
   void connect(c10d::Store& store, const ShmOptions& o, int fd, const std::string& mine, int index, NameFn name) {
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
-    new (header(rank_)) Header{};  // value-initialized: seq, word and waiters start at 0
+    Header* h = new (header(rank_)) Header{};  // value-initialized: seq, word, waiters, state, beat 0
+    pthread_mutexattr_t attr;
+    ::pthread_mutexattr_init(&attr);
+    ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    ::pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    const int rc = ::pthread_mutex_init(&h->life, &attr);
+    ::pthread_mutexattr_destroy(&attr);
+    if (rc != 0) AIACC_THROW(CommError, "shm: cannot make the liveness lock: ", std::strerror(rc));
+    auto locked = std::make_shared<std::promise<void>>();
+    ThreadHooks hooks;
+    hooks.on_start = [h, locked] {
+      ::pthread_mutex_lock(&h->life);
+      locked->set_value();
+    };
+    hooks.on_exit = [h] {  // after the last queued operation: this rank leaves in order
+      uint32_t open = kOpen;
+      h->state.compare_exchange_strong(open, kClosed, std::memory_order_acq_rel);
+      ::pthread_mutex_unlock(&h->life);
+    };
+    worker_ = std::make_unique<ChannelWorker>(timeline_, row_, std::move(hooks));
+    locked->get_future().wait();  // peers may test the lock from now on
     const std::string key = strCat(o.name, "/shm/c", index);
     store.set(strCat(key, "/created/", rank_), std::vector<uint8_t>{1});
     waitForRanks(store, key + "/created", world_, timeout_);
@@ -117,14 +160,23 @@ class ShmTransport::Channel {
   }
 
   ~Channel() {
-    if (worker_) worker_->shutdown();  // before the mappings go
+    if (worker_) worker_->shutdown();  // before the mappings go; marks this rank closed
     for (char* b : base_) {
       if (b) ::munmap(b, size_);
     }
   }
 
   ChannelStats stats() const { return worker_->stats(); }
-  void abort(const std::string& why) { worker_->abort(why); }
+
+  // Queued and later operations fail at once; one in flight leaves its barrier within one
+  // sleep (20 ms), and so do the peers waiting for this rank there (they read kAborted).
+  void abort(const std::string& why) {
+    worker_->abort(why);
+    aborted_.store(true, std::memory_order_release);
+    header(rank_)->state.store(kAborted, std::memory_order_release);
+  }
+
+  void beat() { header(rank_)->beat.fetch_add(1, std::memory_order_relaxed); }
 
   std::shared_ptr<Work> submit(const char* what, size_t bytes, std::function<void()> fn) {
     return worker_->submit(what, bytes, std::move(fn));
@@ -234,6 +286,12 @@ class ShmTransport::Channel {
   // spinning or yielding, is what keeps a waiting channel thread off the cores: on a host with
   // fewer cores than busy threads, a spinning waiter takes CPU time from the very computation
   // it waits for.
+  //
+  // Between sleeps a waiter checks, in this order: its own abort(); the peer's: aborted, closed,
+  // gone (its liveness lock free: the process died), silent (no heartbeat for
+  // heartbeat_timeout: stopped or hung); then the timeout. Each is a CommError naming the rank,
+  // raised only if the peer has still not reached the barrier after it was seen (a peer that
+  // arrived and then left is no failure of this barrier).
   void barrier() {
     ++seq_;
     Header* mine = header(rank_);
@@ -246,8 +304,10 @@ class ShmTransport::Channel {
     for (int q = 0; q < world_; ++q) {
       if (q == rank_) continue;
       Header* h = header(q);
+      const auto arrived = [&] { return h->seq.load(std::memory_order_acquire) >= seq_; };
+      Silence silence{h->beat.load(std::memory_order_relaxed), start};
       int spins = 0;
-      while (h->seq.load(std::memory_order_acquire) < seq_) {
+      while (!arrived()) {
         if (++spins < 256) {
           _mm_pause();
           continue;
@@ -255,20 +315,62 @@ class ShmTransport::Channel {
         h->waiters.fetch_add(1, std::memory_order_seq_cst);
         const uint32_t seen = h->word.load(std::memory_order_seq_cst);
         if (h->seq.load(std::memory_order_seq_cst) < seq_) {
-          futexWait(&h->word, seen, 20 * 1000 * 1000);  // 20 ms: the timeout check below runs
+          futexWait(&h->word, seen, 20 * 1000 * 1000);  // 20 ms: the checks below run
         }
         h->waiters.fetch_sub(1, std::memory_order_seq_cst);
+        const std::string lost = peerLost(q, silence);
+        if (!lost.empty() && !arrived()) throw CommError(lost);
         if (std::chrono::steady_clock::now() - start > timeout_) {
           AIACC_THROW(CommError, "shm: rank ", q, " did not reach the barrier within ", timeout_.count() / 1000.0,
-                      " s (it died or stalled)");
+                      " s (it is alive and sends heartbeats, but stalled: a different sequence of operations?)");
         }
       }
     }
   }
 
+  // The last heartbeat seen from a peer, and when it changed.
+  struct Silence {
+    uint32_t beat;
+    std::chrono::steady_clock::time_point since;
+  };
+
+  // Why a barrier can no longer complete because of rank q (or this rank's own abort), or "".
+  std::string peerLost(int q, Silence& silence) {
+    if (aborted_.load(std::memory_order_acquire)) {
+      return strCat("shm: aborted while waiting for rank ", q, ": ", worker_->firstError().what());
+    }
+    Header* h = header(q);
+    const uint32_t state = h->state.load(std::memory_order_acquire);
+    if (state == kAborted) return strCat("shm: rank ", q, " aborted its collectives (it met a failure first)");
+    if (state == kClosed) return strCat("shm: rank ", q, " closed its transport (it left the job)");
+    if (ownerGone(h)) return strCat("shm: rank ", q, " died (its process is gone)");
+    const auto now = std::chrono::steady_clock::now();
+    const uint32_t beat = h->beat.load(std::memory_order_relaxed);
+    if (beat != silence.beat) {
+      silence = {beat, now};
+    } else if (heartbeat_timeout_.count() > 0 && now - silence.since > heartbeat_timeout_) {
+      return strCat("shm: rank ", q, " stopped responding: no heartbeat for ",
+                    std::chrono::duration<double>(now - silence.since).count(),
+                    " s (its process is stopped, e.g. by SIGSTOP or a debugger, or hangs)");
+    }
+    return "";
+  }
+
+  // Whether the thread holding h's liveness lock is gone. A try-lock that fails with EBUSY: it
+  // runs. EOWNERDEAD: its process died (the lock is made consistent and released, so that every
+  // other peer sees it free too). 0: released, by a worker that exited.
+  static bool ownerGone(Header* h) {
+    const int rc = ::pthread_mutex_trylock(&h->life);
+    if (rc == EBUSY) return false;
+    if (rc == EOWNERDEAD) ::pthread_mutex_consistent(&h->life);
+    if (rc == 0 || rc == EOWNERDEAD) ::pthread_mutex_unlock(&h->life);
+    return true;  // also ENOTRECOVERABLE: nobody can hold it any more
+  }
+
   int rank_, world_;
   size_t chunk_, size_ = 0, area_ = 0;  // area_: a slot's share per rank, 64-byte aligned
-  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds timeout_, heartbeat_timeout_;
+  std::atomic<bool> aborted_{false};
   std::shared_ptr<Timeline> timeline_;
   int row_;
   std::vector<char*> base_;
@@ -277,9 +379,40 @@ class ShmTransport::Channel {
   std::unique_ptr<ChannelWorker> worker_;
 };
 
+// The rank's heartbeat: a thread that bumps every channel's beat until the transport goes.
+class ShmTransport::Heart {
+ public:
+  Heart(std::vector<Channel*> channels, std::chrono::milliseconds period)
+      : channels_(std::move(channels)), period_(period), thread_([this] { loop(); }) {}
+  ~Heart() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      for (Channel* ch : channels_) ch->beat();
+      cv_.wait_for(lock, period_, [&] { return stop_; });
+    }
+  }
+  std::vector<Channel*> channels_;
+  std::chrono::milliseconds period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once everything above exists
+};
+
 ShmTransport::ShmTransport(c10::intrusive_ptr<c10d::Store> store, const ShmOptions& options) : opt_(options) {
   AIACC_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "rank ", opt_.rank, " of ", opt_.world);
   AIACC_CHECK_INPUT(opt_.channels >= 1 && opt_.channels <= 16, "channels must be 1..16");
+  AIACC_CHECK_INPUT(opt_.heartbeat_timeout.count() >= 0, "heartbeat_timeout must be >= 0");
   AIACC_CHECK(opt_.chunk_bytes >= 4096 && opt_.chunk_bytes % 64 == 0, "shm chunk must be >= 4 KiB, a multiple of 64");
   // A job id from rank 0, so concurrent jobs on one host never share segment names.
   const std::string id_key = opt_.name + "/shm/id";
@@ -293,6 +426,12 @@ ShmTransport::ShmTransport(c10::intrusive_ptr<c10d::Store> store, const ShmOptio
   const auto id = store->get(id_key);
   const std::string job(id.begin(), id.end());
   for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(*store, opt_, job, c));
+  if (opt_.heartbeat_timeout.count() > 0) {
+    std::vector<Channel*> all;
+    for (auto& ch : channels_) all.push_back(ch.get());
+    heart_ = std::make_unique<Heart>(std::move(all),
+                                     std::max(std::chrono::milliseconds(50), opt_.heartbeat_timeout / 6));
+  }
 }
 
 ShmTransport::~ShmTransport() = default;

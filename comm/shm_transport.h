@@ -14,6 +14,15 @@
 // acquire loads (spin briefly, then yield); a peer that stops arriving is a CommError after the
 // timeout, naming it.
 //
+// Liveness: a waiter does not wait out the timeout for a peer that can never come. Between
+// sleeps it reads the peer's state in its segment: aborted (abort() there), closed (its transport
+// destroyed), died (a robust process-shared lock its channel thread holds is free: the kernel
+// releases it when the process dies, whatever the PID namespace), or silent (a heartbeat thread
+// per rank bumps a counter every heartbeat_timeout / 6; none seen for heartbeat_timeout: the
+// process is stopped or hangs). Each ends the operation with a CommError naming the rank within
+// a sleep (20 ms) of the cause, or heartbeat_timeout for a silent one. abort() ends this rank's
+// operation in flight the same way, and its peers', which read it.
+//
 // Segments are created under a random job id agreed through the store, mapped by everyone, then
 // unlinked at once: nothing is left in /dev/shm even if the job is killed later; a start that
 // fails (a peer missing, a segment refused) unlinks and unmaps what it made. Each channel has
@@ -37,6 +46,9 @@ struct ShmOptions {
   int world = 1;
   int channels = 1;
   std::chrono::milliseconds timeout = kDefaultTimeout;
+  // A peer with no heartbeat for this long is lost (0: never; then only the timeout ends a wait
+  // for a stopped peer). Above a scheduler's worst delay for a sleeping thread on a loaded host.
+  std::chrono::milliseconds heartbeat_timeout{3000};
   std::string name = "shm";            // key prefix in the store
   int64_t chunk_bytes = 4 << 20;       // per slot; each rank maps 2 slots per channel of every rank
   std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + row_base + channel
@@ -65,9 +77,11 @@ class ShmTransport : public Transport {
 
  private:
   class Channel;
+  class Heart;
   Channel& channel(int c);
   ShmOptions opt_;
   std::vector<std::unique_ptr<Channel>> channels_;
+  std::unique_ptr<Heart> heart_;  // after channels_: stops before they go
 };
 
 }  // namespace aiacc::comm

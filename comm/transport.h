@@ -132,9 +132,11 @@ class Transport {
   // operations produced (a device-ordered transport's wait() returns before). Nothing to do for
   // a transport whose wait() blocks the host (the default); a composite one forwards it.
   virtual void synchronize() {}
-  // Gives up: every queued and later operation fails at once with a CommError saying `why`
-  // (an operation already running ends on its own, within its timeout). For a rank that knows
-  // the job is lost (a peer died, a signal) and must not wait out each queued operation.
+  // Gives up: every queued and later operation fails at once with a CommError saying `why`. An
+  // operation already running ends at once too where the transport can interrupt it (shared
+  // memory within 20 ms, Gloo at once; on this rank and on the peers waiting for it), otherwise
+  // within its timeout. The transport is unusable afterwards. For a rank that knows the job is
+  // lost (a peer died, a signal) and must not wait out each queued operation.
   virtual void abort(const std::string& why) = 0;
 
   // In place: t becomes the elementwise reduction of every rank's t. float16/float32/float64 (sum) or
