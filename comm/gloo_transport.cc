@@ -5,8 +5,6 @@
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,94 +12,32 @@
 #include <mutex>
 
 #include "aiacc/comm/channel_worker.h"
+#include "aiacc/comm/gloo_connect.h"
+#include "aiacc/comm/gloo_pulse.h"
 #include "aiacc/comm/half.h"
 #include "aiacc/comm/reduce_ops.h"
 #include "aiacc/comm/store.h"
 
 namespace aiacc::comm {
-namespace {
-
-// Gloo's rendezvous talks to a gloo::rendezvous::Store; this adapts a c10d store to it, under a
-// key prefix (one per channel).
-class GlooStoreAdapter : public gloo::rendezvous::Store {
- public:
-  GlooStoreAdapter(c10::intrusive_ptr<c10d::Store> store, std::string prefix, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), prefix_(std::move(prefix)), timeout_(timeout) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    store_->set(prefix_ + key, std::vector<uint8_t>(data.begin(), data.end()));
-  }
-  std::vector<char> get(const std::string& key) override {
-    wait({key});
-    const auto v = store_->get(prefix_ + key);
-    return {v.begin(), v.end()};
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    std::vector<std::string> full;
-    for (const auto& k : keys) full.push_back(prefix_ + k);
-    try {
-      store_->wait(full, timeout);
-    } catch (const std::exception& e) {
-      AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0, " s waiting for peers to connect (", prefix_,
-                  keys.front(), "): a rank did not start or died");
-    }
-  }
-
- private:
-  c10::intrusive_ptr<c10d::Store> store_;
-  std::string prefix_;
-  std::chrono::milliseconds timeout_;
-};
-
-}  // namespace
-
 // One Gloo context and the thread that runs its collectives, in submission order.
 class GlooTransport::Channel {
  public:
   Channel(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& o, int index)
       : index_(index), row_base_(o.row_base), timeline_(o.timeline) {
     if (timeline_) timeline_->nameRow(row(), o.row_label + " " + std::to_string(index));
-    gloo::transport::tcp::attr attr;
-    attr.hostname = o.bind_host;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    context_ = std::make_shared<gloo::rendezvous::Context>(o.rank, o.world);
-    context_->setTimeout(o.timeout);
-    GlooStoreAdapter adapter(std::move(store), o.name + "/ch" + std::to_string(index) + "/", o.timeout);
-    try {
-      context_->connectFullMesh(adapter, device);
-    } catch (const CommError&) {
-      throw;
-    } catch (const std::exception& e) {
-      AIACC_THROW(CommError, "channel ", index, ": connecting to peers failed: ", firstLine(e.what()));
-    }
+    context_ = connectGloo(std::move(store), o.name + "/ch" + std::to_string(index) + "/", o.rank, o.world, o.bind_host,
+                           o.timeout, "channel " + std::to_string(index));
     worker_ = std::make_unique<ChannelWorker>(timeline_, row());
   }
   ~Channel() { worker_->shutdown(); }  // before the context goes
 
   ChannelStats stats() const { return worker_->stats(); }
 
-  // Queued and later operations fail with `why`; so does the one in flight, at once: Gloo has no
-  // call that interrupts a collective, but an application timeout does. A receive posted on a
-  // slot nobody sends to, awaited for 1 ms, makes Gloo signal the timeout to every pair of the
-  // context: each pending operation of every collective fails, and each pair closes its socket,
-  // so the peers' operations with this rank fail at once too. Once per channel.
+  // Queued and later operations fail with `why`; so does the one in flight, at once, and the
+  // peers' operations with this rank (interruptGloo).
   void abort(const std::string& why) {
     worker_->abort(why);
-    if (context_->size == 1 || interrupted_.exchange(true)) return;
-    char byte = 0;
-    auto buf = context_->createUnboundBuffer(&byte, 1);
-    for (int i = 1; i < context_->size; ++i) {  // a peer whose pair still works
-      try {
-        buf->recv((context_->rank + i) % context_->size, kInterruptSlot);
-      } catch (const std::exception&) {  // this pair failed already (and signalled its operations)
-        continue;
-      }
-      try {
-        buf->waitRecv(std::chrono::milliseconds(1));
-      } catch (const std::exception&) {  // the timeout, as intended
-      }
-      return;
-    }
+    if (!interrupted_.exchange(true)) interruptGloo(*context_);
   }
 
   std::shared_ptr<Work> submit(const char* what, std::function<void(const std::shared_ptr<gloo::Context>&)> fn,
@@ -124,8 +60,6 @@ class GlooTransport::Channel {
   int index_;
   int row_base_;
   std::shared_ptr<Timeline> timeline_;
-  // A slot no collective uses (theirs count up from 0): abort()'s receive.
-  static constexpr uint64_t kInterruptSlot = ~uint64_t{0};
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::atomic<bool> interrupted_{false};
   std::unique_ptr<ChannelWorker> worker_;
@@ -142,7 +76,14 @@ GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Store> store, const GlooOp
   // Join first, so a rank that never comes is named (Gloo's own wait only names a key).
   store->set(opt_.name + "/joined/" + std::to_string(opt_.rank), std::vector<uint8_t>{1});
   waitForRanks(*store, opt_.name + "/joined", opt_.world, opt_.timeout);
+  AIACC_CHECK_INPUT(opt_.heartbeat_timeout.count() >= 0, "heartbeat_timeout must be >= 0");
   for (int c = 0; c < opt_.channels; ++c) channels_.push_back(std::make_unique<Channel>(store, opt_, c));
+  if (opt_.heartbeat_timeout.count() > 0 && opt_.world > 1) {
+    auto context = connectGloo(store, opt_.name + "/pulse/", opt_.rank, opt_.world, opt_.bind_host, opt_.timeout,
+                               "heartbeats");
+    pulse_ = std::make_unique<GlooPulse>(std::move(context), opt_.heartbeat_timeout,
+                                         [this](const std::string& why) { abort(why); });
+  }
 }
 
 GlooTransport::~GlooTransport() = default;

@@ -6,7 +6,9 @@
 // peer becomes a CommError naming the collective. aiacc_train does at start-up; the transport
 // leaves the process's signal dispositions alone.
 // abort() ends the collective in flight at once as well as the queued ones, and closes the
-// channel's sockets, so the peers' operations with this rank fail at once too.
+// channel's sockets, so the peers' operations with this rank fail at once too. A peer that dies
+// is named at once (its sockets close); one that stops responding (SIGSTOP, a hang, a silent
+// network) within heartbeat_timeout, through heartbeats on a context of their own (gloo_pulse.h).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -21,12 +23,17 @@
 
 namespace aiacc::comm {
 
+class GlooPulse;  // internal: the heartbeats
+
 struct GlooOptions {
   int rank = 0;
   int world = 1;
   int channels = 1;
   std::string bind_host = "127.0.0.1";                  // address this rank listens on (reachable by peers)
   std::chrono::milliseconds timeout = kDefaultTimeout;  // every collective and the connection phase
+  // A peer whose heartbeats stop for this long (stopped, hung, its network silent: alive to TCP)
+  // is lost: every operation fails at once naming it. 0: only the timeout ends a wait for it.
+  std::chrono::milliseconds heartbeat_timeout{3000};
   std::string name = "gloo";           // key prefix in the store: distinct communicators, distinct names
   std::shared_ptr<Timeline> timeline;  // when set: every operation as a span on row 1 + row_base + channel
   int row_base = 0;                    // timeline rows of this transport's channels start here
@@ -58,6 +65,7 @@ class GlooTransport : public Transport {
   GlooOptions opt_;
   c10::intrusive_ptr<c10d::Store> store_;  // kept: rank 0 hosts it for the others
   std::vector<std::unique_ptr<Channel>> channels_;
+  std::unique_ptr<GlooPulse> pulse_;  // after channels_: stops before they go (it aborts them)
 };
 
 }  // namespace aiacc::comm

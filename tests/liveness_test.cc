@@ -2,7 +2,8 @@
 // come. abort() ends the operation in flight on its own rank and on the peers waiting for it
 // (shared memory and Gloo); over shared memory (comm/shm_transport.h), a peer that closed its
 // transport, a peer process that died (SIGKILL) and one that is stopped (SIGSTOP) are each named
-// by their cause, with a timeout of ten minutes that none of them may reach. The peer processes are tests/shm_peer.cc.
+// by their cause, with a timeout of ten minutes that none of them may reach; over Gloo, a peer
+// process that died or stopped. The peer processes are tests/peer_rank.cc.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -138,10 +139,11 @@ TEST(Liveness, APeerThatLeftIsNamedAtOnceAndALiveOneAtTheTimeout) {
       << stalled;
 }
 
-// Rank 1 as a process of its own (aiacc_shm_peer), over a real TCPStore on loopback.
+// Rank 1 as a process of its own (aiacc_peer_rank) over `transport`, meeting at a real TCPStore
+// on loopback.
 class PeerProcess {
  public:
-  PeerProcess() {
+  explicit PeerProcess(const std::string& transport) {
     c10d::TCPStoreOptions so;
     so.port = 0;  // the kernel picks a free one
     so.isServer = true;
@@ -150,7 +152,7 @@ class PeerProcess {
     so.timeout = std::chrono::seconds(60);
     store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
     const std::string port = std::to_string(store_->getPort());
-    std::vector<std::string> args = {AIACC_SHM_PEER_BIN, "127.0.0.1", port, "1", "2"};
+    std::vector<std::string> args = {AIACC_PEER_RANK_BIN, transport, "127.0.0.1", port, "1", "2"};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -174,7 +176,7 @@ class PeerProcess {
 // SIGKILL: the peer's liveness lock is released by the kernel; named within a sleep, with the
 // heartbeat off (so the lock, not the heartbeat, tells).
 TEST(Liveness, APeerProcessThatDiedIsNamedAtOnce) {
-  PeerProcess peer;
+  PeerProcess peer("shm");
   ASSERT_TRUE(peer.started());
   ShmOptions o = shmOptions(0, 2);
   o.heartbeat_timeout = std::chrono::milliseconds(0);
@@ -187,7 +189,7 @@ TEST(Liveness, APeerProcessThatDiedIsNamedAtOnce) {
 
 // SIGSTOP: the process holds its lock but its heartbeat stops; named after heartbeat_timeout.
 TEST(Liveness, AStoppedPeerProcessIsNamedAfterTheHeartbeatTimeout) {
-  PeerProcess peer;
+  PeerProcess peer("shm");
   ASSERT_TRUE(peer.started());
   ShmOptions o = shmOptions(0, 2);
   o.heartbeat_timeout = std::chrono::milliseconds(1000);
@@ -198,6 +200,31 @@ TEST(Liveness, AStoppedPeerProcessIsNamedAfterTheHeartbeatTimeout) {
   EXPECT_NE(error.find("shm: rank 1 stopped responding: no heartbeat for "), std::string::npos) << error;
   EXPECT_NE(error.find(" s (its process is stopped, e.g. by SIGSTOP or a debugger, or hangs)"), std::string::npos)
       << error;
+}
+
+// Gloo: a SIGKILLed peer's sockets close, a SIGSTOPped one's heartbeats stop (heartbeat_timeout
+// 1 s); either ends the operation in flight, with a timeout of ten minutes it must not reach.
+TEST(Liveness, GlooNamesAPeerProcessThatDiedOrStopped) {
+  AIACC_SKIP_WITHOUT_GLOO();
+#if AIACC_WITH_GLOO
+  for (const int sig : {SIGKILL, SIGSTOP}) {
+    PeerProcess peer("gloo");
+    ASSERT_TRUE(peer.started());
+    GlooOptions o = test::glooOptions(0, 2, 1, kNeverReached);
+    o.heartbeat_timeout = std::chrono::milliseconds(1000);
+    GlooTransport gloo(peer.store(), o);
+    at::Tensor t = at::ones({1000});
+    auto work = gloo.allreduce(t, ReduceOp::kSum, 0);
+    peer.signal(sig);
+    const std::string error = errorOf(work);
+    if (sig == SIGKILL) {
+      EXPECT_NE(error.find("collective failed on rank 0: "), std::string::npos) << error;
+      EXPECT_EQ(error.find("Timed out"), std::string::npos) << error;
+    } else {
+      EXPECT_NE(error.find("gloo: rank 1 stopped responding: no heartbeat for "), std::string::npos) << error;
+    }
+  }
+#endif
 }
 
 }  // namespace
