@@ -3,8 +3,8 @@
 // 2.11 client is reset by a 1.13 agent's store) starts two
 // aiacc_train ranks that meet at its agent's store and train one job; aiacc_train's own launcher
 // prefixes or files its workers' output, forwards SIGTERM, and leaves no worker behind when it
-// is SIGKILLed; three ranks without a launcher end at once, naming the cause, when one is killed; a
-// process of another job is refused by a running job's store.
+// is SIGKILLed; three ranks without a launcher end at once, naming the cause, when one is killed
+// or stopped; a process of another job is refused by a running job's store.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -263,15 +263,22 @@ TEST(Launcher, ProcessOfAnotherJobIsRefusedAndTheJobGoesOn) {
 }
 
 // Three real aiacc_train ranks (no launcher: as under Kubernetes, nobody stops the others); rank
-// 2 is SIGKILLed once the job trains. Ranks 0 and 1 must exit with an error naming the cause long
-// before --comm-timeout (60 s): over shared memory the peer's liveness lock says it died; over
-// Gloo its sockets close. Neither may wait out the timeout.
-class DeadRank : public ::testing::TestWithParam<bool> {};
+// 2 is SIGKILLed or SIGSTOPped once the job trains. Ranks 0 and 1 must exit with an error naming
+// the cause long before --comm-timeout (60 s): over shared memory a dead peer's liveness lock is
+// free, over Gloo its sockets close; a stopped one's heartbeats stop (3 s). Neither transport may
+// wait out the timeout.
+struct LostRankCase {
+  const char* name;
+  bool shm;
+  const char* signal;
+  const char* cause;  // in a survivor's error (the other may name the first one's abort instead)
+};
+class LostRank : public ::testing::TestWithParam<LostRankCase> {};
 
-TEST_P(DeadRank, OthersExitAtOnceNamingTheCause) {
-  const bool shm = GetParam();
+TEST_P(LostRank, OthersExitAtOnceNamingTheCause) {
+  const LostRankCase c = GetParam();
 #if !AIACC_WITH_GLOO
-  if (!shm) GTEST_SKIP() << "this build has no GlooTransport";
+  if (!c.shm) GTEST_SKIP() << "this build has no GlooTransport";
 #endif
   test::TempDir d;
   const std::string port = std::to_string(test::freePort());
@@ -281,30 +288,36 @@ TEST_P(DeadRank, OthersExitAtOnceNamingTheCause) {
            " AIACC_LOCAL_SIZE=3 AIACC_MASTER=127.0.0.1:" + port + " " + AIACC_TRAIN_BIN +
            " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 100000 --batch-size 4 "
            "--image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --comm-timeout 60" +
-           (shm ? "" : " --noshm") + (r == 0 ? " --metrics-file " + metrics : std::string()) + " > " + d.path() +
+           (c.shm ? "" : " --noshm") + (r == 0 ? " --metrics-file " + metrics : std::string()) + " > " + d.path() +
            "/log" + std::to_string(r) + " 2>&1 & P" + std::to_string(r) + "=$!; ";
   };
   const std::string script = rank(0) + rank(1) + rank(2) + "for i in $(seq 300); do [ -s " + metrics +
-                             " ] && break; sleep 0.2; done; "
-                             "kill -KILL $P2; s=$(date +%s%N); wait $P0; echo rc0=$?; wait $P1; echo rc1=$?; "
-                             "echo took_ms=$(( ($(date +%s%N) - s) / 1000000 )); cat " +
+                             " ] && break; sleep 0.2; done; kill -" + c.signal +
+                             " $P2; s=$(date +%s%N); wait $P0; echo rc0=$?; wait $P1; echo rc1=$?; "
+                             "echo took_ms=$(( ($(date +%s%N) - s) / 1000000 )); kill -KILL $P2; kill -CONT $P2; "
+                             "wait $P2; cat " +
                              d.path() + "/log0 " + d.path() + "/log1";
-  test::writeText(d / "dead.sh", script + "\n");
-  const std::string out = test::runShell("bash " + d.path() + "/dead.sh").second;
+  test::writeText(d / "lost.sh", script + "\n");
+  const std::string out = test::runShell("bash " + d.path() + "/lost.sh 2>&1").second;
   EXPECT_NE(out.find("rc0=1"), std::string::npos) << out;
   EXPECT_NE(out.find("rc1=1"), std::string::npos) << out;
-  // A rank may instead name the other survivor's abort, if that one saw the death first.
-  EXPECT_NE(out.find(shm ? "shm: rank 2 died (its process is gone)" : "Connection"), std::string::npos) << out;
+  EXPECT_NE(out.find(c.cause), std::string::npos) << out;
   EXPECT_EQ(out.find("did not reach the barrier within"), std::string::npos) << out;
-  EXPECT_EQ(out.find("timed out after"), std::string::npos) << out;  // the store's wait
-  EXPECT_EQ(out.find("Timed out"), std::string::npos) << out;        // Gloo's
+  EXPECT_EQ(out.find("timed out after"), std::string::npos) << out;    // the store's wait
+  EXPECT_EQ(out.find("Timed out waiting"), std::string::npos) << out;  // a Gloo collective's
   const size_t at = out.find("took_ms=");
   ASSERT_NE(at, std::string::npos) << out;
   EXPECT_LT(std::stod(out.substr(at + 8)), 30 * 1000) << out;  // half the timeout: no wait for it
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, DeadRank, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "SharedMemory" : "Gloo"; });
+const LostRankCase kLostRankCases[] = {
+    {"SharedMemoryKilled", true, "KILL", "shm: rank 2 died (its process is gone)"},
+    {"SharedMemoryStopped", true, "STOP", "shm: rank 2 stopped responding: no heartbeat for"},
+    {"GlooKilled", false, "KILL", "Connection"},
+    {"GlooStopped", false, "STOP", "gloo: rank 2 stopped responding: no heartbeat for"},
+};
+INSTANTIATE_TEST_SUITE_P(Transports, LostRank, ::testing::ValuesIn(kLostRankCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace aiacc::app
