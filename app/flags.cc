@@ -132,7 +132,8 @@ DEFINE_string(job_id, "",
               "job that reaches the store is refused. Default: the launcher's (torchrun run id, Slurm job.step, "
               "Open MPI job id), a fresh one for a one-node --nproc/--gpus job, else one derived from the layout");
 DEFINE_string(master, "127.0.0.1:29500",
-              "host:port of rank 0's rendezvous store; under torchrun / "
+              "host:port of the rendezvous store (with --nproc/--gpus node 0's launcher hosts it, else rank 0); "
+              "under torchrun / "
               "Kubeflow MASTER_ADDR:MASTER_PORT (torchrun's agent hosts the store there), in a Slurm step "
               "the step's first host, with mpirun / horovodrun MASTER_ADDR:MASTER_PORT when exported");
 // --log-dir is glog's flag (glog defines it; aiacc logs to stderr, so glog itself writes no files

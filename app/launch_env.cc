@@ -86,6 +86,7 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
     p.role = LaunchPlan::Role::kWorker;
     p.world = env.world;
     p.store.master = env.master.empty() ? flags.values.master : env.master;
+    p.store.agent_hosted = env.agent_store;  // node 0's launcher hosts it (AIACC_LAUNCHER_STORE)
     if (!env.job_key.empty()) p.store.key_prefix += "/" + env.job_key;
     p.store.job = jobId(env, flags, p.world);
     return p;

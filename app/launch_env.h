@@ -35,7 +35,7 @@ struct LaunchFlags {
 // Where the rendezvous store is and who hosts it.
 struct StoreAddress {
   std::string master;         // host:port
-  bool agent_hosted = false;  // true: every rank connects as a client (torchrun's agent hosts it)
+  bool agent_hosted = false;  // true: every rank connects as a client (our launcher or torchrun's agent hosts it)
   std::string key_prefix = "aiacc";
   // The ranks claim the store under this id: a process of another job that reaches it is
   // refused at once (comm::StoreOptions::job).

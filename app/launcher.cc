@@ -22,6 +22,7 @@
 
 #include "app/launch_env.h"
 #include "app/stop_signal.h"
+#include "aiacc/comm/store.h"
 #include "aiacc/common/error.h"
 
 extern char** environ;
@@ -116,7 +117,8 @@ std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int
       {"AIACC_WORLD_SIZE", std::to_string(spec.nproc * spec.nnodes)},
       {"AIACC_LOCAL_RANK", std::to_string(local)},
       {"AIACC_LOCAL_SIZE", std::to_string(spec.nproc)},
-      {"AIACC_MASTER", spec.master}};
+      {"AIACC_MASTER", spec.master},
+      {"AIACC_LAUNCHER_STORE", spec.host_store ? "1" : "0"}};
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
     bool replaced = false;
@@ -195,6 +197,13 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   AIACC_CHECK(::pthread_sigmask(SIG_BLOCK, &handled, &old_mask) == 0, "cannot block signals");
   const int sfd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
   AIACC_CHECK(sfd >= 0, "signalfd failed: ", std::strerror(errno));
+
+  // After the signals are blocked: the store's threads inherit the mask, so that SIGTERM and
+  // SIGINT reach only the signalfd.
+  c10::intrusive_ptr<c10d::Store> store;
+  if (spec.host_store && spec.node_rank == 0) {
+    store = comm::hostStore(parseHostPort(spec.master).second, spec.nproc * spec.nnodes, spec.store_timeout);
+  }
 
   const pid_t launcher = ::getpid();
   const char* const executable = spec.executable.c_str();

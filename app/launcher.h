@@ -28,6 +28,7 @@
 // LaunchSpec::log_dir/rank-R.log.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,11 @@ struct LaunchSpec {
   // The worker program (execve's path; argv[0] is args[0]): this binary by default. Tests run
   // other programs (e.g. /bin/sh) through the same supervision.
   std::string executable = "/proc/self/exe";
+  // Node 0's launcher hosts the rendezvous store at `master`'s port before it starts anyone, and
+  // every worker (of every node) connects to it as a client (AIACC_LAUNCHER_STORE=1): the
+  // rendezvous outlives any one worker, rank 0's included. aiacc_train sets it; off, rank 0 hosts.
+  bool host_store = false;
+  std::chrono::milliseconds store_timeout{60000};
 };
 
 // Runs `args` (argv of the worker command) as spec.nproc children of spec.executable and supervises

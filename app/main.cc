@@ -162,7 +162,10 @@ int main(int argc, char** argv) {
     const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
     if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
       if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
-      return aiacc::app::launchWorkers(plan.spawn, std::vector<std::string>(argv, argv + argc));
+      aiacc::app::LaunchSpec spec = plan.spawn;
+      spec.host_store = true;  // the rendezvous outlives any one worker
+      spec.store_timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
+      return aiacc::app::launchWorkers(spec, std::vector<std::string>(argv, argv + argc));
     }
     const aiacc::comm::WorldInfo world = plan.world;
     if (world.rank == 0 && plan.source != aiacc::app::LaunchSource::kNone &&

@@ -98,6 +98,8 @@ void nodesFromLocalSize(LaunchEnv& e) {
   if (e.node_rank < 0) e.node_rank = e.world.rank / e.world.local_size;
 }
 
+bool isTrue(const std::string* v) { return v && (*v == "True" || *v == "true" || *v == "1"); }
+
 LaunchEnv fromAiacc(const EnvMap& env) {
   LaunchEnv e;
   e.source = LaunchSource::kAiacc;
@@ -106,11 +108,10 @@ LaunchEnv fromAiacc(const EnvMap& env) {
   e.master = valueOr(env, "AIACC_MASTER", "");
   e.master_from = "AIACC_MASTER=" + e.master;
   e.job_id = valueOr(env, "AIACC_JOB_ID", "");
+  e.agent_store = isTrue(find(env, "AIACC_LAUNCHER_STORE"));
   nodesFromLocalSize(e);
   return e;
 }
-
-bool isTrue(const std::string* v) { return v && (*v == "True" || *v == "true" || *v == "1"); }
 
 LaunchEnv fromTorchrun(const EnvMap& env) {
   LaunchEnv e;

@@ -38,6 +38,22 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
   return c10::make_intrusive<c10d::PrefixStore>(o.prefix, store);
 }
 
+c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port);
+  opts.isServer = true;
+  opts.numWorkers = static_cast<std::size_t>(world);
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+  } catch (const std::exception& e) {
+    throw CommError(strCat("cannot host the rendezvous store on port ", port, " (", firstLine(e.what()),
+                           "); is the port in use? give the store another port"),
+                    CommError::Remedy::kStore);
+  }
+}
+
 void claimForJob(c10d::Store& store, const std::string& job, const std::string& where) {
   const std::vector<uint8_t> mine(job.begin(), job.end());
   const std::vector<uint8_t> owner = store.compareSet(kJobKey, {}, mine);

@@ -1,6 +1,6 @@
 // Rendezvous: the key-value store ranks meet through, LibTorch's c10d TCPStore (hosted by rank
-// 0) for processes, or one shared in-memory HashStore for ranks as threads in tests. All keys of
-// a job are namespaced under a prefix, so several communicators can share one store.
+// 0, or by the process that launched the ranks) for processes, or one shared in-memory HashStore for ranks as threads
+// in tests. All keys of a job are namespaced under a prefix, so several communicators can share one store.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -34,6 +34,12 @@ struct StoreOptions {
 // Rank 0 hosts the server (unless client_only); everyone connects, then claims the store for
 // o.job. A port already in use, or a store of another job, is a CommError saying so.
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o);
+
+// For a launcher that starts the ranks: hosts the store's server at `port` (every interface) in
+// this process, for `world` ranks that connect with client_only. The rendezvous then outlives
+// any one rank (rank 0's death no longer takes the store with it). A port in use is a CommError
+// saying so. Keep the returned store alive for as long as the ranks run.
+c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::milliseconds timeout);
 
 // The claim itself, on an unprefixed store (makeTcpStore calls it; tests call it directly).
 void claimForJob(c10d::Store& store, const std::string& job, const std::string& where);

@@ -3,8 +3,9 @@
 // to workers that save and exit 75 (the launcher exits 75 with one line), workers that ignore the
 // signal SIGKILLed after the grace period, the same signal twice SIGKILLs at once, a signal of
 // another kind keeps the grace period, a worker exiting 75 by itself stops nobody, one exiting 3
-// stops the job. Each launcher runs in a forked child of the test (it blocks signals and reads
-// them from a signalfd), its output in a file; the test signals that child alone.
+// stops the job; the launcher hosts the store, which outlives rank 0. Each launcher runs in a
+// forked child of the test (it blocks signals and reads them from a signalfd), its output in a
+// file; the test signals that child alone.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -46,14 +47,17 @@ bool waitUntil(const std::function<bool()>& done, double limit_s) {
 
 // launchWorkers(spec, {"sh", "-c", script}) for `nproc` workers, in a forked child of the test whose
 // stdout and stderr go to `log`. Each worker has AIACC_RANK in its environment.
+// `adjust` changes the spec further.
 class Launched {
  public:
-  Launched(const std::string& script, int nproc, int grace_seconds, const std::string& log) {
+  Launched(const std::string& script, int nproc, int grace_seconds, const std::string& log,
+           const std::function<void(LaunchSpec&)>& adjust = {}) {
     LaunchSpec spec;
     spec.nproc = nproc;
     spec.grace_seconds = grace_seconds;
     spec.executable = "/bin/sh";
     spec.job_id = "launcher-signals-test";
+    if (adjust) adjust(spec);
     const std::vector<std::string> args = {"sh", "-c", script};
     std::cout.flush();
     std::cerr.flush();
@@ -326,6 +330,45 @@ TEST(LauncherSignals, WorkerExiting3StopsTheJob) {
   EXPECT_TRUE(contains(log, "aiacc_train: rank 0 exited with code 3; stopping the other 1 local worker(s)\n")) << log;
   EXPECT_EQ(test::readText(d / "got-1"), "TERM\n") << log;
   EXPECT_FALSE(contains(log, "preempted")) << log;
+}
+
+// The launcher hosts the rendezvous store (LaunchSpec::host_store, as aiacc_train sets it): the
+// workers connect as clients (AIACC_LAUNCHER_STORE=1), and the store outlives rank 0. Here rank 0
+// writes its pid and exits; rank 1 waits until that process is gone, then still sets and reads a
+// key. With the store in rank 0's process, rank 1 would find it gone.
+TEST(LauncherStore, TheStoreOutlivesRankZero) {
+  test::TempDir d;
+  const std::string port = std::to_string(test::freePort());
+  const std::string py = "import os, sys, time\n"
+                         "from torch.distributed import TCPStore\n"
+                         "host, port = os.environ['AIACC_MASTER'].rsplit(':', 1)\n"
+                         "assert os.environ['AIACC_LAUNCHER_STORE'] == '1', os.environ['AIACC_LAUNCHER_STORE']\n"
+                         "store = TCPStore(host, int(port), 2, False)\n"
+                         "if os.environ['AIACC_RANK'] == '0':\n"
+                         "    store.set('rank0', str(os.getpid()))\n"
+                         "    sys.exit(0)\n"
+                         "pid = store.get('rank0').decode()\n"
+                         "def running():\n"
+                         "    try:\n"
+                         "        return open('/proc/' + pid + '/stat').read().rsplit(')', 1)[1].split()[0] != 'Z'\n"
+                         "    except OSError:\n"
+                         "        return False\n"
+                         "while running():\n"
+                         "    time.sleep(0.05)\n"
+                         "store.set('after', 'yes')\n"
+                         "print('rank 0 gone, the store answers:', store.get('after').decode())\n";
+  test::writeText(d / "worker.py", py);
+  const std::string log = d / "log";
+  Launched job("exec " + std::string(AIACC_GOLDEN_PYTHON) + " " + d.path() + "/worker.py", 2, 25, log,
+               [&](LaunchSpec& spec) {
+    spec.host_store = true;
+    spec.master = "127.0.0.1:" + port;
+  });
+  ASSERT_TRUE(job.started());
+  const std::optional<int> rc = job.wait(120);
+  ASSERT_TRUE(rc.has_value()) << test::readText(log);
+  EXPECT_EQ(*rc, 0) << test::readText(log);
+  EXPECT_TRUE(contains(test::readText(log), "[rank 1] rank 0 gone, the store answers: yes")) << test::readText(log);
 }
 
 // --grace-seconds outside 1..3600: one line, before any worker starts; launchWorkers() itself
