@@ -68,6 +68,7 @@ std::string flagHint(comm::CommError::Remedy remedy) {
     case R::kBucketSize: return " (aiacc_train: --bucket-mb)";
     case R::kModel: return " (aiacc_train: --arch, and the dataset's classes)";
     case R::kSharedMemory: return " (aiacc_train: --noshm)";
+    case R::kMembership: return " (aiacc_train: --nnodes MIN:MAX and --rdzv-timeout)";
     case R::kNone: break;
   }
   return "";

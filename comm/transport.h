@@ -39,6 +39,7 @@ class CommError : public Error {
     kBucketSize,    // the bucket size (ReducerOptions::bucket_mb; a Reducer without DataParallel's check)
     kModel,         // the model (its parameters) on every rank
     kSharedMemory,  // shared memory between the ranks of a host (TransportSpec::shm)
+    kMembership,    // an elastic job's MIN:MAX or its rendezvous timeout (MembershipOptions)
   };
   explicit CommError(const std::string& what, Remedy remedy = Remedy::kNone) : Error(what), remedy_(remedy) {}
   Remedy remedy() const { return remedy_; }

@@ -27,7 +27,7 @@ std::vector<std::string> SkipLog::paths() const {
 }
 
 ImageLoader::ImageLoader(ImageFolder folder, LoaderOptions options, std::shared_ptr<SkipLog> skips)
-    : folder_(std::move(folder)), opt_(options), skips_(std::move(skips)) {
+    : folder_(std::move(folder)), opt_(options), rank_(options.rank), world_(options.world), skips_(std::move(skips)) {
   AIACC_CHECK_INPUT(opt_.workers >= 1, "--workers must be at least 1 (got ", opt_.workers, ")");
   AIACC_CHECK_INPUT(opt_.prefetch >= 1, "prefetch depth must be at least 1");
   if (!skips_) skips_ = std::make_shared<SkipLog>();
@@ -40,7 +40,18 @@ ImageLoader::~ImageLoader() { stopWorkers(); }
 
 int64_t ImageLoader::shardSize() const {
   const int64_t n = static_cast<int64_t>(folder_.samples.size());
-  return opt_.train ? n / opt_.world : (n - opt_.rank + opt_.world - 1) / opt_.world;
+  return opt_.train ? n / world_ : (n - rank_ + world_ - 1) / world_;
+}
+
+void BatchSource::reshard(int, int) {
+  AIACC_THROW(InputError, "this data source cannot change its world (an elastic job needs a folder or synthetic data)");
+}
+
+void ImageLoader::reshard(int rank, int world) {
+  AIACC_CHECK(world >= 1 && rank >= 0 && rank < world, "reshard to rank ", rank, " of ", world);
+  stopWorkers();  // the next startEpoch starts them again
+  rank_ = rank;
+  world_ = world;
 }
 
 void ImageLoader::stopWorkers() {
@@ -59,14 +70,15 @@ int64_t ImageLoader::startEpoch(const EpochSpec& spec) {
                     spec.image_size, " out of range");
   spec_ = spec;
   ShardSpec shard;
-  shard.rank = opt_.rank;
-  shard.world = opt_.world;
+  shard.rank = rank_;
+  shard.world = world_;
+  shard.offset = spec.segment_offset;
   shard.shuffle = opt_.train;
   shard.equal_shards = opt_.train;
   shard.seed = opt_.seed;
   indices_ = shardIndices(static_cast<int64_t>(folder_.samples.size()), spec.epoch, shard);
-  num_batches_ = batchCount(static_cast<int64_t>(indices_.size()), spec.batch_size, opt_.train);
-  const int64_t first = std::clamp<int64_t>(spec.first_batch, 0, num_batches_);
+  num_batches_ = spec.segment_batch + batchCount(static_cast<int64_t>(indices_.size()), spec.batch_size, opt_.train);
+  const int64_t first = std::clamp<int64_t>(spec.first_batch, spec.segment_batch, num_batches_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     next_claim_ = first;
@@ -132,7 +144,7 @@ at::Tensor ImageLoader::takeBuffer(at::IntArrayRef shape, at::ScalarType dtype) 
 
 Batch ImageLoader::buildBatch(int64_t k) {
   const int S = spec_.image_size;
-  const int64_t begin = k * spec_.batch_size;
+  const int64_t begin = (k - spec_.segment_batch) * spec_.batch_size;  // in this world's shard
   const int64_t end = std::min<int64_t>(begin + spec_.batch_size, static_cast<int64_t>(indices_.size()));
   const int64_t B = end - begin;
   const bool nhwc = opt_.channels_last || opt_.bytes;
@@ -205,6 +217,8 @@ Batch ImageLoader::buildBatch(int64_t k) {
   out.images = nhwc ? images.permute({0, 3, 1, 2}) : images;
   out.labels = labels;
   out.index = k;
+  out.samples.reserve(good.size());
+  for (const int64_t i : good) out.samples.push_back(indices_[static_cast<size_t>(begin + i)]);
   return out;
 }
 
@@ -245,22 +259,32 @@ int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
     batch_.images = batch_.images.to(device_);  // no-op on the CPU; else once, not per step
     batch_.labels = batch_.labels.to(device_);
   }
-  num_batches_ = batchCount(shardSize(), B, drop_last_);
+  const int64_t shard = (images_ - std::min(images_, spec.segment_offset)) / world_;
+  num_batches_ = spec.segment_batch + batchCount(shard, B, drop_last_);
   batch_size_ = B;
-  served_ = std::clamp<int64_t>(spec.first_batch, 0, num_batches_);
+  segment_offset_ = spec.segment_offset;
+  segment_batch_ = spec.segment_batch;
+  served_ = std::clamp<int64_t>(spec.first_batch, spec.segment_batch, num_batches_);
   return num_batches_;
 }
 
 std::optional<Batch> SyntheticSource::next() {
   if (served_ >= num_batches_) return std::nullopt;
   Batch b = batch_;
-  const int64_t left = shardSize() - served_ * batch_size_;
+  const int64_t left = (images_ - std::min(images_, segment_offset_)) / world_ -
+                       (served_ - segment_batch_) * batch_size_;
   if (left < batch_size_) {  // partial last batch (evaluation only)
     b.images = b.images.narrow(0, 0, left);
     b.labels = b.labels.narrow(0, 0, left);
   }
   b.index = served_++;
   return b;
+}
+
+void SyntheticSource::reshard(int rank, int world) {
+  AIACC_CHECK(world >= 1 && rank >= 0 && rank < world, "reshard to rank ", rank, " of ", world);
+  rank_ = rank;
+  world_ = world;
 }
 
 }  // namespace aiacc::data

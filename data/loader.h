@@ -37,6 +37,9 @@ struct Batch {
   at::Tensor images;
   at::Tensor labels;  // [B] int64
   int64_t index = 0;  // position in the epoch
+  // The images' sample indices in the folder, in batch order (undecodable ones left out); empty
+  // for sources without a folder.
+  std::vector<int64_t> samples;
 };
 
 // What changes between epochs under a progressive-resizing recipe.
@@ -50,6 +53,12 @@ struct EpochSpec {
   // (the same samples, the same augmentation: both are functions of seed, epoch and sample
   // index). Clamped to the epoch's batch count; startEpoch still returns the whole count.
   int64_t first_batch = 0;
+  // An elastic job whose world changed within this epoch: the world that began at batch
+  // segment_batch shares out the epoch's order from position segment_offset on (the samples the
+  // earlier worlds consumed: data/sampler.h). Batch numbers stay the epoch's: next() starts at
+  // max(first_batch, segment_batch), and startEpoch returns segment_batch + this world's batches.
+  int64_t segment_offset = 0;
+  int64_t segment_batch = 0;
 };
 
 // Thread-safe record of skipped files: warns once per file, counts unique files.
@@ -76,6 +85,9 @@ class BatchSource {
   virtual int64_t numClasses() const = 0;
   // Samples in this rank's shard per epoch.
   virtual int64_t shardSize() const = 0;
+  // From the next startEpoch on, this source is rank `rank` of `world` (an elastic job's new
+  // world). Sources that cannot (in-memory batches) refuse with an InputError.
+  virtual void reshard(int rank, int world);
   // The JPEG entropy index cache this source builds as it decodes (data/jpeg_index.h); null for
   // sources without one (in-memory and synthetic batches, a loader with jpeg_index_bytes 0).
   virtual const JpegIndexCache* jpegIndex() const { return nullptr; }
@@ -121,6 +133,7 @@ class ImageLoader : public BatchSource {
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return static_cast<int64_t>(folder_.classes.size()); }
   int64_t shardSize() const override;
+  void reshard(int rank, int world) override;
   // The JPEG index cache, null without one (LoaderOptions::jpeg_index_bytes 0).
   const JpegIndexCache* jpegIndex() const override { return jpeg_index_.get(); }
 
@@ -135,6 +148,7 @@ class ImageLoader : public BatchSource {
 
   const ImageFolder folder_;
   const LoaderOptions opt_;
+  int rank_, world_;  // opt_'s, until reshard
   std::shared_ptr<SkipLog> skips_;
   std::unique_ptr<JpegIndexCache> jpeg_index_;
 
@@ -165,6 +179,7 @@ class SyntheticSource : public BatchSource {
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return classes_; }
   int64_t shardSize() const override { return images_ / world_; }
+  void reshard(int rank, int world) override;
   // Generates the batch on `device` from now on (no host-to-device copy per step).
   void setDevice(at::Device device) { device_ = device; }
 
@@ -176,6 +191,7 @@ class SyntheticSource : public BatchSource {
   int rank_, world_;
   bool drop_last_;
   int64_t num_batches_ = 0, served_ = 0, batch_size_ = 0;
+  int64_t segment_offset_ = 0, segment_batch_ = 0;
   Batch batch_;
 };
 

@@ -9,6 +9,7 @@ namespace aiacc::data {
 
 std::vector<int64_t> shardIndices(int64_t n, int64_t epoch, const ShardSpec& spec) {
   AIACC_CHECK(spec.world >= 1 && spec.rank >= 0 && spec.rank < spec.world, "rank ", spec.rank, " world ", spec.world);
+  AIACC_CHECK(spec.offset >= 0 && spec.offset <= n, "offset ", spec.offset, " outside an epoch of ", n);
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   if (spec.shuffle) {
@@ -18,10 +19,11 @@ std::vector<int64_t> shardIndices(int64_t n, int64_t epoch, const ShardSpec& spe
       std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
     }
   }
-  const int64_t used = spec.equal_shards ? (n / spec.world) * spec.world : n;
+  const int64_t rest = n - spec.offset;
+  const int64_t used = spec.offset + (spec.equal_shards ? (rest / spec.world) * spec.world : rest);
   std::vector<int64_t> shard;
-  shard.reserve(static_cast<size_t>(used / spec.world + 1));
-  for (int64_t i = spec.rank; i < used; i += spec.world) shard.push_back(order[static_cast<size_t>(i)]);
+  shard.reserve(static_cast<size_t>(rest / spec.world + 1));
+  for (int64_t i = spec.offset + spec.rank; i < used; i += spec.world) shard.push_back(order[static_cast<size_t>(i)]);
   return shard;
 }
 

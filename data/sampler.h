@@ -17,6 +17,11 @@ struct ShardSpec {
   bool shuffle = true;       // permute with a seed derived from (seed, epoch)
   bool equal_shards = true;  // drop the n % world remainder (training)
   uint64_t seed = 0;
+  // Positions of the epoch's order already consumed by an earlier world (an elastic job that
+  // changed its world mid-epoch): this world shares out the rest, order[offset..], the same way
+  // (rank r takes offset + r, offset + r + world, ...). So the worlds of an epoch together see
+  // each sample once, less a tail smaller than the last world.
+  int64_t offset = 0;
 };
 
 // This rank's sample indices for the epoch, in the order they are to be consumed.

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
 
 #include "data/device_input.h"
@@ -131,6 +132,67 @@ TEST_F(LoaderTest, EpochStartedMidwayDeliversTheRestOfTheSameEpoch) {
   ASSERT_TRUE(b.has_value());
   EXPECT_EQ(b->labels[0].item<int64_t>(), 8);
   EXPECT_FALSE(tb.next().has_value());
+}
+
+// An elastic job's world changes after batch 1 of an epoch (3 ranks of 2 images per batch ->
+// 2 ranks): the new world's batches are numbered on from 2, take the rest of the epoch's order,
+// and carry each image's sample index; with those of the first world's batches 0 and 1, every
+// sample of the 24 once (less the tail smaller than the world), and a sample decodes to the
+// same picture in either world (augmentation is a function of the seed, epoch and sample).
+TEST_F(LoaderTest, ReshardedEpochSharesOutTheRestAndSeesEachSampleOnce) {
+  ImageNetLayout l = scanImageNet(root());
+  LoaderOptions o;
+  o.seed = 5;
+  o.workers = 1;
+  const EpochSpec first{1, 32, 2, 0.3};
+  std::vector<int> seen(24, 0);
+  std::map<int64_t, at::Tensor> pictures;
+  for (int r = 0; r < 3; ++r) {
+    o.rank = r;
+    o.world = 3;
+    ImageLoader loader(l.train, o, nullptr);
+    const std::vector<Batch> batches = epochOf(loader, first);
+    for (size_t b = 0; b < 2; ++b) {
+      ASSERT_EQ(batches[b].samples.size(), 2u);
+      for (size_t i = 0; i < 2; ++i) {
+        ++seen[static_cast<size_t>(batches[b].samples[i])];
+        pictures[batches[b].samples[i]] = batches[b].images[static_cast<int64_t>(i)];
+      }
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    o.rank = 0;  // made for another world, then resharded
+    o.world = 3;
+    ImageLoader loader(l.train, o, nullptr);
+    loader.reshard(r, 2);
+    EpochSpec rest = first;
+    rest.segment_offset = 12;  // 2 batches x 2 images x 3 ranks
+    rest.segment_batch = 2;
+    rest.first_batch = 2;
+    EXPECT_EQ(loader.startEpoch(rest), 2 + 6 / 2) << "(24 - 12) / 2 ranks = 6 images, 3 batches of 2";
+    int64_t k = 2;
+    while (auto b = loader.next()) {
+      EXPECT_EQ(b->index, k++);
+      for (size_t i = 0; i < b->samples.size(); ++i) ++seen[static_cast<size_t>(b->samples[i])];
+    }
+    EXPECT_EQ(k, 5);
+  }
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "sample " << i;
+  // The same sample in the second world is the same picture as in the first.
+  o.rank = 0;
+  o.world = 3;
+  ImageLoader again(l.train, o, nullptr);
+  again.reshard(1, 2);
+  EpochSpec rest = first;
+  rest.segment_offset = 0;
+  const Batch b = epochOf(again, rest)[0];
+  for (size_t i = 0; i < b.samples.size(); ++i) {
+    const auto it = pictures.find(b.samples[i]);
+    ASSERT_NE(it, pictures.end()) << "positions 1 and 3 of the order were in the first world's batches";
+    EXPECT_TRUE(it->second.equal(b.images[static_cast<int64_t>(i)]));
+  }
+  TensorBatches tb(at::zeros({12, 3, 8, 8}), at::arange(12, at::kLong), 0, 1, true);
+  EXPECT_THROW(tb.reshard(0, 2), InputError);
 }
 
 // LoaderOptions::huffman picks the Huffman decoder for this loader alone (no process-wide

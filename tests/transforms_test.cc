@@ -126,6 +126,41 @@ TEST(Transforms, ResizeKeepsConstantColor) {
   }
 }
 
+// An elastic job's epoch in segments: 3 ranks consume 4 global batches of 2 per rank (24
+// positions of the order), then 2 ranks share out the rest. Together: every sample once, less a
+// tail smaller than the last world; the first segment is exactly the unsegmented shard's start.
+TEST(Sampler, SegmentsOfAnEpochUnderChangingWorldsSeeEachSampleOnce) {
+  const int64_t n = 101;
+  std::vector<int> seen(n, 0);
+  ShardSpec s;
+  s.seed = 7;
+  s.world = 3;
+  for (int r = 0; r < 3; ++r) {
+    s.rank = r;
+    const std::vector<int64_t> whole = shardIndices(n, 2, s);
+    for (size_t i = 0; i < 8; ++i) ++seen[static_cast<size_t>(whole[i])];  // 4 batches of 2
+  }
+  s.offset = 24;
+  s.world = 2;
+  size_t second = 0;
+  for (int r = 0; r < 2; ++r) {
+    s.rank = r;
+    const std::vector<int64_t> rest = shardIndices(n, 2, s);
+    EXPECT_EQ(rest.size(), static_cast<size_t>((n - 24) / 2));
+    second += rest.size();
+    for (int64_t i : rest) ++seen[static_cast<size_t>(i)];
+  }
+  int once = 0;
+  for (int c : seen) {
+    EXPECT_LE(c, 1);
+    once += c;
+  }
+  EXPECT_EQ(once, 24 + static_cast<int>(second));
+  EXPECT_EQ(n - once, (n - 24) % 2) << "only the tail smaller than the world is left";
+  s.offset = n + 1;
+  EXPECT_THROW(shardIndices(n, 2, s), Error);
+}
+
 TEST(Sampler, ShardsAreDisjointCompleteEqualAndEpochDependent) {
   const int64_t n = 103;
   for (int world : {1, 2, 3, 4, 8}) {

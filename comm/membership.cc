@@ -1,0 +1,211 @@
+#include "aiacc/comm/membership.h"
+
+#include <algorithm>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "aiacc/comm/transport.h"
+#include "aiacc/common/error.h"
+
+namespace aiacc::comm {
+namespace {
+
+// Keys, under the job's prefix. Per generation T: "g<T>/arrivals" (tickets), "g<T>/m<i>" (the
+// record of ticket i), "g<T>/survivors" and "g<T>/lost" (counters for the early close),
+// "g<T>/lost<r>" (rank r of T-1 reported, once), "g<T>/closed" (the count it closed at),
+// "g<T>/roster". And "current": the newest closed generation.
+constexpr const char* kCurrentKey = "elastic/current";
+std::string key(int64_t g, const std::string& what) { return strCat("elastic/g", g, "/", what); }
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+std::string encodeMember(const Member& m) {
+  AIACC_CHECK(m.node.find_first_of(" \t\n") == std::string::npos, "a member's node has no spaces: '", m.node, "'");
+  return strCat(m.generation, " ", m.rank, " ", m.step, " ", m.node.empty() ? "-" : m.node);
+}
+
+Member decodeMember(const std::string& s) {
+  std::istringstream in(s);
+  Member m;
+  AIACC_CHECK(static_cast<bool>(in >> m.generation >> m.rank >> m.step >> m.node), "bad member record '", s, "'");
+  if (m.node == "-") m.node.clear();
+  return m;
+}
+
+WorldInfo Generation::world() const {
+  AIACC_CHECK(rank >= 0 && rank < size(), "not a member of generation ", number);
+  WorldInfo w;
+  w.rank = rank;
+  w.world = size();
+  w.local_rank = 0;
+  w.local_size = 0;
+  for (int r = 0; r < size(); ++r) {
+    if (members[static_cast<size_t>(r)].node != members[static_cast<size_t>(rank)].node) continue;
+    if (r < rank) ++w.local_rank;
+    ++w.local_size;
+  }
+  return w;
+}
+
+int Generation::survivors() const {
+  return static_cast<int>(std::count_if(members.begin(), members.end(),
+                                        [&](const Member& m) { return m.generation == number - 1; }));
+}
+
+std::vector<int> Generation::lostFrom(int previous_world) const {
+  std::vector<int> lost;
+  for (int r = 0; r < previous_world; ++r) {
+    const bool here = std::any_of(members.begin(), members.end(),
+                                  [&](const Member& m) { return m.generation == number - 1 && m.rank == r; });
+    if (!here) lost.push_back(r);
+  }
+  return lost;
+}
+
+Membership::Membership(c10::intrusive_ptr<c10d::Store> store, MembershipOptions options)
+    : store_(std::move(store)), o_(options) {
+  AIACC_CHECK_INPUT(o_.min >= 1 && o_.max >= o_.min, "elastic range ", o_.min, ":", o_.max,
+                    " is not MIN:MAX with 1 <= MIN <= MAX");
+}
+
+int64_t Membership::current() {
+  if (!store_->check({kCurrentKey})) return -1;
+  return std::stoll(text(store_->get(kCurrentKey)));
+}
+
+bool Membership::joinersWaiting(const Generation& current) {
+  return store_->check({key(current.number + 1, "arrivals")});
+}
+
+Generation Membership::join(const Member& self, const std::vector<int>& lost, int previous_world) {
+  // A survivor goes to the generation after its own; a process late by more (stopped for a
+  // while) or new goes to the one after the newest closed.
+  int64_t number = std::max(self.generation + 1, current() + 1);
+  Generation out;
+  while (!tryJoin(number, self, self.generation == number - 1 ? lost : std::vector<int>{}, previous_world, out)) {
+    ++number;  // closed without this process: the next one lets it in
+  }
+  return out;
+}
+
+bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<int>& lost, int previous_world,
+                         Generation& out) {
+  if (store_->check({key(number, "closed")})) return false;
+  const int64_t ticket = store_->add(key(number, "arrivals"), 1) - 1;
+  store_->set(key(number, strCat("m", ticket)), bytes(encodeMember(self)));
+  const bool survivor = self.generation == number - 1 && self.generation >= 0;
+  if (survivor) store_->add(key(number, "survivors"), 1);
+  for (const int r : lost) {  // each lost rank counted once, whoever reports it first
+    if (store_->add(key(number, strCat("lost", r)), 1) == 1) store_->add(key(number, "lost"), 1);
+  }
+  const auto start = Clock::now();
+  std::optional<Clock::time_point> min_seen;
+  int closed_at = -1;
+  while (closed_at < 0) {
+    if (store_->check({key(number, "closed")})) {
+      closed_at = std::stoi(text(store_->get(key(number, "closed"))));
+      break;
+    }
+    const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
+    const auto now = Clock::now();
+    if (arrived >= o_.max) {
+      closed_at = close(number, o_.max);
+      break;
+    }
+    if (arrived >= o_.min) {
+      if (!min_seen) min_seen = now;
+      const bool all_accounted = survivor && previous_world > 0 &&
+                                 store_->add(key(number, "survivors"), 0) + store_->add(key(number, "lost"), 0) >=
+                                     previous_world;
+      if (all_accounted || now - *min_seen >= o_.last_call) {
+        closed_at = close(number, arrived);
+        break;
+      }
+    } else if (now - start >= o_.timeout) {
+      throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
+                             number, " within ", std::chrono::duration<double>(o_.timeout).count(),
+                             " s; the job cannot go on with fewer"),
+                      CommError::Remedy::kMembership);
+    }
+    std::this_thread::sleep_for(o_.poll);
+  }
+  if (ticket >= closed_at) return false;
+  // The roster: written by the closer once every record it covers is readable.
+  const std::string roster_key = key(number, "roster");
+  const auto deadline = Clock::now() + o_.timeout;
+  while (!store_->check({roster_key})) {
+    if (Clock::now() >= deadline) {
+      throw CommError(strCat("elastic: generation ", number, " closed at ", closed_at,
+                             " processes but its roster never came (the process that closed it died?)"),
+                      CommError::Remedy::kMembership);
+    }
+    std::this_thread::sleep_for(o_.poll);
+  }
+  std::istringstream in(text(store_->get(roster_key)));
+  out = Generation{};
+  out.number = number;
+  out.arrivals = closed_at;
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t space = line.find(' ');
+    AIACC_CHECK(space != std::string::npos, "bad roster line '", line, "'");
+    if (std::stoll(line.substr(0, space)) == ticket) out.rank = out.size();
+    out.members.push_back(decodeMember(line.substr(space + 1)));
+  }
+  AIACC_CHECK(out.rank >= 0, "ticket ", ticket, " missing from the roster of generation ", number);
+  return true;
+}
+
+int Membership::close(int64_t number, int count) {
+  const std::string mine = std::to_string(count);
+  const std::string agreed = text(store_->compareSet(key(number, "closed"), {}, bytes(mine)));
+  // Whoever set the count writes the roster (two closers at the same count write the same one).
+  if (agreed == mine) writeRoster(number, count);
+  return std::stoi(agreed);
+}
+
+void Membership::writeRoster(int64_t number, int count) {
+  struct Entry {
+    int64_t ticket;
+    Member m;
+  };
+  std::vector<Entry> entries;
+  for (int64_t i = 0; i < count; ++i) {  // a ticket's record follows it at once: get waits for it
+    entries.push_back({i, decodeMember(text(store_->get(key(number, strCat("m", i)))))});
+  }
+  // Survivors first, the most advanced first; then newcomers in arrival order.
+  std::stable_sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
+    const bool sa = a.m.generation == number - 1, sb = b.m.generation == number - 1;
+    if (sa != sb) return sa;
+    if (!sa) return std::tie(a.m.rank, a.ticket) < std::tie(b.m.rank, b.ticket);  // a launcher's rank, if any
+    if (a.m.step != b.m.step) return a.m.step > b.m.step;
+    return a.m.rank < b.m.rank;
+  });
+  std::string roster;
+  for (const Entry& e : entries) roster += strCat(e.ticket, " ", encodeMember(e.m), "\n");
+  store_->set(key(number, "roster"), bytes(roster));
+  store_->set(kCurrentKey, bytes(std::to_string(number)));
+  // Two generations back: nobody reads those keys any more (one back, a late process may still
+  // be reading that it closed).
+  if (number >= 2) deleteGeneration(number - 2);
+}
+
+void Membership::deleteGeneration(int64_t number) {
+  const std::string arrivals = key(number, "arrivals");
+  if (!store_->check({arrivals})) return;
+  const int64_t tickets = store_->add(arrivals, 0);
+  for (int64_t i = 0; i < tickets; ++i) store_->deleteKey(key(number, strCat("m", i)));
+  // lost<r>: r a rank of the generation before, whose world was at most MAX.
+  for (int r = 0; r < o_.max; ++r) store_->deleteKey(key(number, strCat("lost", r)));
+  for (const char* k : {"survivors", "lost", "closed", "roster"}) store_->deleteKey(key(number, k));
+  store_->deleteKey(arrivals);
+}
+
+}  // namespace aiacc::comm

@@ -1,0 +1,114 @@
+// Elastic membership: which processes form the job's next generation, decided through the
+// rendezvous store with no coordinator process.
+//
+// A generation is one fixed world: its ranks, its transports (under its own key prefix), its
+// steps. When a rank is lost, or a process asks to join, every live process calls join() for
+// the next generation. Each arrival takes a ticket (one atomic add); any waiting member closes
+// the generation (one compare-and-set, so all see the same count) as soon as
+//   - MAX processes have arrived, or
+//   - MIN have arrived and every rank of the previous generation is accounted for (arrived, or
+//     reported lost by an arrival: the usual case, a node gone, closes at once), or
+//   - MIN have arrived and the last call (MembershipOptions::last_call) has passed since then.
+// Below MIN, members wait up to MembershipOptions::timeout, then fail with a CommError saying
+// how many came. The closer writes the roster (one key) and deletes the generation before the
+// previous one's keys. A process that arrives after the close is not in the generation: it
+// waits for the next one (the running group sees it through joinersWaiting() at a step
+// boundary and regroups to let it in).
+//
+// Rank order: survivors of the previous generation first (the one at the highest completed step
+// first, then by their old rank), then newcomers by the rank their launcher gave them (-1: none),
+// then in arrival order. So a first generation keeps the launchers' ranks. So the new rank 0 holds the
+// most advanced state, and the training state is restored from it.
+//
+// Store requests per generation: 3 to 5 per member and one per poll while it waits (a poll
+// reads two counters), plus the closer's one per member to read the records: O(world), never
+// O(world^2).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aiacc/comm/gradient_sync.h"
+
+namespace aiacc::comm {
+
+struct MembershipOptions {
+  int min = 1;  // a generation needs at least MIN processes ...
+  int max = 1;  // ... and takes at most MAX
+  // Once MIN have arrived, how long a generation waits for more (unless every rank of the
+  // previous generation is already accounted for, or MAX have come).
+  std::chrono::milliseconds last_call{1000};
+  // How long a member waits below MIN before giving up (CommError, Remedy::kBelowMin).
+  std::chrono::milliseconds timeout{std::chrono::seconds(600)};
+  std::chrono::milliseconds poll{10};  // between two looks at the arrivals while waiting
+};
+
+// One process as it arrives for a generation.
+struct Member {
+  int64_t generation = -1;  // the generation it comes from (-1: a process that was in none)
+  int rank = -1;            // its rank there (a newcomer: its launcher's rank, or -1)
+  int64_t step = 0;         // the last step it completed (its training state's)
+  std::string node;         // its node: members with the same node are local to each other (no spaces)
+};
+
+struct Generation {
+  int64_t number = -1;
+  std::vector<Member> members;  // in rank order
+  int rank = -1;                // this process's rank
+  int arrivals = 0;             // tickets taken before the close (members + any refused later)
+
+  int size() const { return static_cast<int>(members.size()); }
+  // Rank, world, and local rank and size among the members on this process's node.
+  WorldInfo world() const;
+  // The key prefix of this generation's transports and agreement.
+  std::string prefix() const { return "g" + std::to_string(number); }
+  // Ranks that were in generation `number - 1` (survivors).
+  int survivors() const;
+  // Ranks of the previous generation absent from this one.
+  std::vector<int> lostFrom(int previous_world) const;
+};
+
+class Membership {
+ public:
+  // `store`: the job's store (already under the job's prefix); it must outlive every worker (a
+  // launcher's or a rendezvous server's, not one hosted by a rank).
+  Membership(c10::intrusive_ptr<c10d::Store> store, MembershipOptions options);
+
+  // Blocks until this process is in a generation, and returns it. `self.generation` says which
+  // generation it leaves (-1: none yet); `lost` lists that generation's ranks it knows are gone,
+  // and `previous_world` its size (both only speed up the close). Throws CommError when fewer than
+  // MIN arrive within options.timeout, or a store request fails.
+  Generation join(const Member& self, const std::vector<int>& lost = {}, int previous_world = 0);
+
+  // One store request, no waiting: has any process arrived for the generation after `current`?
+  // (A running group asks at each step boundary; the answer is then voted, so all regroup at
+  // the same step.)
+  bool joinersWaiting(const Generation& current);
+
+  // The newest generation that closed (-1: none yet).
+  int64_t current();
+
+  const MembershipOptions& options() const { return o_; }
+
+ private:
+  // Tries generation `number` once; false when it closed without this process.
+  bool tryJoin(int64_t number, const Member& self, const std::vector<int>& lost, int previous_world, Generation& out);
+  // Closes `number` at `count` arrivals (or learns who closed it at how many); returns the count.
+  int close(int64_t number, int count);
+  // The closer: reads the first `count` records, writes the roster, retires older keys.
+  void writeRoster(int64_t number, int count);
+  void deleteGeneration(int64_t number);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  MembershipOptions o_;
+};
+
+// A member's record and a roster as the store holds them (exposed for tests).
+std::string encodeMember(const Member& m);
+Member decodeMember(const std::string& s);
+
+}  // namespace aiacc::comm

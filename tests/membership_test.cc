@@ -1,0 +1,258 @@
+// Elastic membership (comm/membership.h): processes as threads over one store (an in-memory one,
+// and a real TCPStore served the way a launcher serves it). Who is in a generation, in which
+// order, when it closes, what happens below MIN and to a late arrival, and that old keys go.
+// Where a close must come early (every rank accounted for), the last call is an hour: a test
+// that failed to close early would fail at its 20 s bound, never pass by waiting.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <future>
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "aiacc/comm/membership.h"
+#include "aiacc/comm/store.h"
+#include "aiacc/comm/transport.h"
+#include "tests/test_util.h"
+
+namespace aiacc::comm {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kBound = 20s;
+
+MembershipOptions options(int min, int max, std::chrono::milliseconds last_call = 1h) {
+  MembershipOptions o;
+  o.min = min;
+  o.max = max;
+  o.last_call = last_call;
+  o.timeout = 1h;
+  o.poll = 2ms;
+  return o;
+}
+
+Member fresh(const std::string& node) {
+  Member m;
+  m.node = node;
+  return m;
+}
+
+Member survivor(const Generation& g, int64_t step) {
+  Member m = g.members[static_cast<size_t>(g.rank)];
+  m.generation = g.number;
+  m.rank = g.rank;
+  m.step = step;
+  return m;
+}
+
+// Joins on a thread of its own; the future fails the test if it takes longer than kBound.
+std::future<Generation> joinAsync(const c10::intrusive_ptr<c10d::Store>& store, MembershipOptions o, Member self,
+                                  std::vector<int> lost = {}, int previous_world = 0) {
+  return std::async(std::launch::async, [=] {
+    Membership m(store, o);
+    return m.join(self, lost, previous_world);
+  });
+}
+
+Generation get(std::future<Generation>& f) {
+  EXPECT_EQ(f.wait_for(kBound), std::future_status::ready) << "join did not return within the bound";
+  return f.get();
+}
+
+// The first generation of one process per node: closed when MAX (all of them) have come.
+std::vector<Generation> formFirst(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<std::string>& nodes,
+                                  int min) {
+  std::vector<std::future<Generation>> pending;
+  for (const std::string& node : nodes) {
+    pending.push_back(joinAsync(store, options(min, static_cast<int>(nodes.size())), fresh(node)));
+  }
+  std::vector<Generation> out;
+  for (auto& f : pending) out.push_back(get(f));
+  return out;
+}
+
+TEST(Membership, MaxArrivalsCloseTheFirstGeneration) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g = formFirst(store, {"a", "a", "b"}, 2);
+  std::vector<int> ranks;
+  for (const Generation& x : g) {
+    EXPECT_EQ(x.number, 0);
+    EXPECT_EQ(x.size(), 3);
+    ranks.push_back(x.rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2}));
+  for (const Generation& x : g) {
+    const WorldInfo w = x.world();
+    EXPECT_EQ(w.world, 3);
+    EXPECT_EQ(w.local_size, x.members[static_cast<size_t>(x.rank)].node == "a" ? 2 : 1);
+  }
+  EXPECT_EQ(Membership(store, options(2, 3)).current(), 0);
+}
+
+// Newcomers with a launcher's rank keep it in the first generation, whatever their arrival order.
+TEST(Membership, AFirstGenerationKeepsTheLaunchersRanks) {
+  auto store = makeHashStore();
+  std::vector<std::future<Generation>> pending;
+  for (int r : {2, 0, 1}) {
+    Member m = fresh("n");
+    m.rank = r;
+    pending.push_back(joinAsync(store, options(3, 3), m));
+    std::this_thread::sleep_for(2ms);
+  }
+  for (int r : {2, 0, 1}) EXPECT_EQ(get(pending[static_cast<size_t>(r == 2 ? 0 : r + 1)]).rank, r);
+}
+
+// Rank 1 of three is lost. The two others, one of which reports it, form the next generation
+// at once (nobody left to wait for), the one at the higher step first.
+TEST(Membership, SurvivorsCloseAtOnceWhenEveryRankIsAccountedForMostAdvancedFirst) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b", "c"}, 2);
+  std::vector<std::future<Generation>> next;
+  for (const Generation& x : g0) {
+    if (x.rank == 1) continue;
+    const int64_t step = x.rank == 2 ? 10 : 9;  // rank 2 completed one step more
+    next.push_back(joinAsync(store, options(2, 3), survivor(x, step),
+                             x.rank == 0 ? std::vector<int>{1} : std::vector<int>{}, 3));
+  }
+  for (auto& f : next) {
+    const Generation g1 = get(f);
+    EXPECT_EQ(g1.number, 1);
+    ASSERT_EQ(g1.size(), 2);
+    EXPECT_EQ(g1.members[0].rank, 2);  // the survivor at step 10 is the new rank 0
+    EXPECT_EQ(g1.members[0].step, 10);
+    EXPECT_EQ(g1.members[1].rank, 0);
+    EXPECT_EQ(g1.survivors(), 2);
+    EXPECT_EQ(g1.lostFrom(3), std::vector<int>{1});
+  }
+}
+
+// A process started later waits for the next generation; the running group sees it (one check)
+// and regroups: survivors first, the newcomer last.
+TEST(Membership, ANewcomerIsSeenAndJoinsAfterTheSurvivors) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
+  Membership running(store, options(1, 3));
+  EXPECT_FALSE(running.joinersWaiting(g0[0]));
+  auto newcomer = joinAsync(store, options(1, 3), fresh("c"));
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (!running.joinersWaiting(g0[0]) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(running.joinersWaiting(g0[0]));
+  std::vector<std::future<Generation>> old;
+  for (const Generation& x : g0) old.push_back(joinAsync(store, options(1, 3), survivor(x, 5), {}, 2));
+  const Generation joined = get(newcomer);
+  EXPECT_EQ(joined.number, 1);
+  EXPECT_EQ(joined.rank, 2);
+  EXPECT_EQ(joined.members[2].generation, -1);
+  for (auto& f : old) {
+    const Generation g1 = get(f);
+    EXPECT_LT(g1.rank, 2);
+    EXPECT_EQ(g1.members[static_cast<size_t>(g1.rank)].rank, g1.rank);  // the order of old ranks kept
+  }
+}
+
+// Once MIN have come and nobody accounts for the rest, the last call closes the generation; a
+// process arriving after that is not in it and is let in by the next one.
+TEST(Membership, TheLastCallClosesAtMinAndALateArrivalWaitsForTheNext) {
+  auto store = makeHashStore();
+  auto a = joinAsync(store, options(2, 3, 50ms), fresh("a"));
+  auto b = joinAsync(store, options(2, 3, 50ms), fresh("b"));
+  const Generation ga = get(a), gb = get(b);
+  EXPECT_EQ(ga.number, 0);
+  EXPECT_EQ(ga.size(), 2);
+  auto late = joinAsync(store, options(2, 3, 50ms), fresh("c"));
+  // The group regroups once it sees the newcomer (else the survivors alone might close it).
+  Membership running(store, options(2, 3));
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (!running.joinersWaiting(ga) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  auto a1 = joinAsync(store, options(2, 3), survivor(ga, 1), {}, 2);
+  auto b1 = joinAsync(store, options(2, 3), survivor(gb, 1), {}, 2);
+  const Generation gl = get(late);
+  EXPECT_EQ(gl.number, 1);
+  EXPECT_EQ(gl.size(), 3);
+  EXPECT_EQ(gl.rank, 2);
+  get(a1);
+  get(b1);
+}
+
+TEST(Membership, BelowMinFailsAfterTheTimeoutNamingTheCount) {
+  auto store = makeHashStore();
+  MembershipOptions o = options(2, 3);
+  o.timeout = 100ms;
+  Membership m(store, o);
+  try {
+    m.join(fresh("a"));
+    FAIL() << "a generation of one formed below MIN 2";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.remedy(), CommError::Remedy::kMembership);
+    EXPECT_NE(std::string(e.what()).find("only 1 of at least 2 processes arrived for generation 0"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Each close deletes the keys of the generation two before it.
+TEST(Membership, OldGenerationsKeysAreDeleted) {
+  auto store = makeHashStore();
+  std::vector<Generation> g = formFirst(store, {"a", "b"}, 2);
+  for (int64_t n = 1; n <= 3; ++n) {
+    std::vector<std::future<Generation>> next;
+    for (const Generation& x : g) next.push_back(joinAsync(store, options(2, 2), survivor(x, n), {}, 2));
+    for (size_t i = 0; i < next.size(); ++i) g[i] = get(next[i]);
+    EXPECT_EQ(g[0].number, n);
+  }
+  for (const char* k : {"arrivals", "roster", "closed", "m0", "m1", "survivors"}) {
+    EXPECT_FALSE(store->check({std::string("elastic/g0/") + k})) << k;
+    EXPECT_FALSE(store->check({std::string("elastic/g1/") + k})) << k;
+  }
+  EXPECT_TRUE(store->check({"elastic/g3/roster"}));
+  EXPECT_TRUE(store->check({"elastic/g2/roster"}));
+}
+
+// Over the real engine, served by a process that is none of the members (as aiacc's launcher
+// serves it): a generation of three, then two after one is lost.
+TEST(Membership, OverATcpStoreServedOutsideTheMembers) {
+  const int port = aiacc::test::freePort();
+  auto server = hostStore(port, 3, 30s);
+  auto client = [&] {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(port);
+    o.isServer = false;
+    o.timeout = 30s;
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o));
+  };
+  std::vector<std::future<Generation>> first;
+  for (int i = 0; i < 3; ++i) first.push_back(joinAsync(client(), options(3, 3), fresh("n" + std::to_string(i))));
+  std::vector<Generation> g0;
+  for (auto& f : first) g0.push_back(get(f));
+  std::vector<std::future<Generation>> next;
+  for (const Generation& x : g0) {
+    if (x.rank != 0) next.push_back(joinAsync(client(), options(2, 3), survivor(x, 4), {0}, 3));
+  }
+  for (auto& f : next) {
+    const Generation g1 = get(f);
+    EXPECT_EQ(g1.size(), 2);
+    EXPECT_EQ(g1.lostFrom(3), std::vector<int>{0});
+  }
+}
+
+TEST(Membership, RecordsRoundTripAndANodeWithASpaceIsRefused) {
+  Member m;
+  m.generation = 4;
+  m.rank = 2;
+  m.step = 1234;
+  m.node = "host-7:0";
+  const Member back = decodeMember(encodeMember(m));
+  EXPECT_EQ(back.generation, 4);
+  EXPECT_EQ(back.rank, 2);
+  EXPECT_EQ(back.step, 1234);
+  EXPECT_EQ(back.node, "host-7:0");
+  EXPECT_EQ(decodeMember(encodeMember(Member{})).node, "");
+  m.node = "two words";
+  EXPECT_THROW(encodeMember(m), Error);
+  EXPECT_THROW(Membership(makeHashStore(), options(3, 2)), InputError);
+}
+
+}  // namespace
+}  // namespace aiacc::comm
