@@ -85,6 +85,9 @@ c10::impl::GenericDict stateDict(const TrainingState& p) {
   d.insert("channel_weights", at::tensor(p.comm.channel_weights, at::kDouble));
   d.insert("bucket_order", at::tensor(p.comm.bucket_order, at::kLong));
   d.insert("rng_cuda", p.rng_cuda.defined() ? c10::IValue(p.rng_cuda.cpu()) : c10::IValue());
+  d.insert("segment_offset", p.segment_offset);
+  d.insert("segment_batch", p.segment_batch);
+  d.insert("generation", p.generation);
   return d;
 }
 
@@ -151,6 +154,11 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
   if (d.contains("rng_cuda")) {  // written since a GPU run's CUDA generator is saved
     const c10::IValue cuda = field(d, "rng_cuda", w);
     if (cuda.isTensor()) p.rng_cuda = cuda.toTensor().cpu();
+  }
+  if (d.contains("segment_offset")) {  // written since elastic jobs re-shard an epoch
+    p.segment_offset = num("segment_offset");
+    p.segment_batch = num("segment_batch");
+    p.generation = num("generation");
   }
   return p;
 }

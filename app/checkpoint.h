@@ -18,7 +18,9 @@
 //       "channels", "two_level"}, or None), "channel_weights" (float64 [active channels], empty
 //       when buckets are not split), "bucket_order" (int64 [parameters], empty before the
 //       first step rebuilt it), "rng_cuda" (rank 0's CUDA generator state, uint8, or None on
-//       the CPU)},
+//       the CPU), "segment_offset", "segment_batch" (where an elastic job's current world
+//       began within the epoch; 0 and 0 otherwise), "generation" (its membership generation; -1:
+//       not elastic)},
 //   "classes": [class name, ...], "config": {flag: value}.
 // Formats 2 to 4 (LibTorch archives, app/checkpoint_legacy.h) are still read. The optimizer
 // state is kept by parameter position, so a checkpoint moves between LibTorch versions.

@@ -117,9 +117,24 @@ DEFINE_int32(gpus, 0,
              "GPUs on this node: one worker process per GPU (needs a CUDA build); under a "
              "launcher, its processes per node (each takes GPU local_rank % visible GPUs, so one GPU "
              "per task via CUDA_VISIBLE_DEVICES works)");
-DEFINE_int32(nnodes, 1,
-             "nodes in the job (run aiacc_train on each with its --node-rank); a "
-             "launcher's node count wins, a different --nnodes is an error");
+DEFINE_string(nnodes, "1",
+              "nodes in the job (run aiacc_train on each with its --node-rank); a launcher's node count "
+              "wins, a different --nnodes is an error. MIN:MAX (torchrun's spelling, e.g. 2:4) makes the "
+              "job elastic under aiacc's own launcher: when a rank is lost (its process dies, or stops "
+              "answering for 3 s) the others regroup within seconds, take the training state from the "
+              "most advanced survivor and share out the rest of the epoch; a node started later joins at a "
+              "step boundary; below MIN ranks the job waits --rdzv-timeout, then saves a checkpoint and "
+              "exits 75. Without a range, a lost rank ends the job");
+DEFINE_int32(max_restarts, 0,
+             "elastic jobs (--nnodes MIN:MAX): how many times each node's launcher starts a worker that "
+             "died again, to join the running job");
+DEFINE_double(rdzv_timeout, 600,
+              "elastic jobs: seconds the ranks wait for at least MIN of them to regroup before they save a "
+              "checkpoint and exit 75; also how long node 0's launcher keeps the rendezvous store up for "
+              "the other nodes after its own workers ended");
+DEFINE_double(rdzv_last_call, 1.0,
+              "elastic jobs: once MIN ranks are there, seconds a forming generation waits for more (it "
+              "closes at once when MAX are there, or every lost rank is known)");
 DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1 (a launcher's, e.g. GROUP_RANK, wins)");
 DEFINE_int32(grace_seconds, aiacc::app::kDefaultGraceSeconds,
              "launcher (--nproc / --gpus): seconds the workers get to save a checkpoint and exit (code 75) "
@@ -259,10 +274,44 @@ comm::DataParallelOptions defaultDataParallelOptions() {
   return o;
 }
 
+NodeRange parseNodeRange(const std::string& text) {
+  NodeRange r;
+  const size_t colon = text.find(':');
+  auto number = [&](const std::string& part) {
+    char* end = nullptr;
+    const long v = std::strtol(part.c_str(), &end, 10);
+    AIACC_CHECK_INPUT(!part.empty() && end && *end == '\0' && v >= 1 && v <= 100000,
+                      "--nnodes must be N or MIN:MAX "
+                      "with 1 <= MIN <= MAX (got '",
+                      text, "')");
+    return static_cast<int>(v);
+  };
+  if (colon == std::string::npos) {
+    r.min = r.max = number(text);
+    return r;
+  }
+  r.min = number(text.substr(0, colon));
+  r.max = number(text.substr(colon + 1));
+  r.elastic = true;
+  AIACC_CHECK_INPUT(r.min <= r.max, "--nnodes ", text, ": MIN must not exceed MAX");
+  return r;
+}
+
 DistSpec distSpecFromFlags(const comm::EnvMap& env) {
   DistSpec d;
   d.launch.nproc = FLAGS_gpus > 0 ? FLAGS_gpus : FLAGS_nproc;
-  d.launch.nnodes = FLAGS_nnodes;
+  const NodeRange nodes = parseNodeRange(FLAGS_nnodes);
+  d.launch.nnodes = nodes.max;
+  d.launch.min_nodes = nodes.elastic ? nodes.min : 0;
+  AIACC_CHECK_INPUT(FLAGS_max_restarts >= 0 && FLAGS_max_restarts <= 1000, "--max-restarts must be 0..1000 (got ",
+                    FLAGS_max_restarts, ")");
+  AIACC_CHECK_INPUT(FLAGS_max_restarts == 0 || nodes.elastic,
+                    "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
+  d.launch.max_restarts = FLAGS_max_restarts;
+  AIACC_CHECK_INPUT(FLAGS_rdzv_timeout > 0 && FLAGS_rdzv_last_call >= 0, "--rdzv-timeout must be > 0 and "
+                                                                         "--rdzv-last-call >= 0 (seconds)");
+  d.launch.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(FLAGS_rdzv_timeout * 1000));
+  d.rdzv_last_call_s = FLAGS_rdzv_last_call;
   d.launch.node_rank = FLAGS_node_rank;
   d.launch.master = FLAGS_master;
   d.launch.log_dir = FLAGS_log_dir;
@@ -276,7 +325,7 @@ DistSpec distSpecFromFlags(const comm::EnvMap& env) {
   d.launch_flags.values = d.launch;
   if (given("nproc")) d.launch_flags.nproc = FLAGS_nproc;
   if (given("gpus")) d.launch_flags.gpus = FLAGS_gpus;
-  if (given("nnodes")) d.launch_flags.nnodes = FLAGS_nnodes;
+  if (given("nnodes")) d.launch_flags.nnodes = nodes.max;
   if (given("node_rank")) d.launch_flags.node_rank = FLAGS_node_rank;
   if (given("master")) d.launch_flags.master = FLAGS_master;
   d.gpus = FLAGS_gpus;

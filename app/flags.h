@@ -63,7 +63,16 @@ struct DistSpec {
   double timeout_s = static_cast<double>(comm::kDefaultTimeout.count()) / 1000.0;  // --comm-timeout
   comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;                     // --hierarchical
   int ranks_per_node = 0;                                                          // 0: the launcher's local size
+  double rdzv_last_call_s = 1.0;                                                   // --rdzv-last-call (elastic jobs)
+  bool elastic() const { return launch.min_nodes > 0; }
 };
+
+// --nnodes: "N" (min = max = N) or "MIN:MAX" (elastic). A one-line InputError otherwise.
+struct NodeRange {
+  int min = 1, max = 1;
+  bool elastic = false;
+};
+NodeRange parseNodeRange(const std::string& text);
 // From the flags, after applyRecipeFlag(); `env`: where the AIACC_* variables are read.
 DistSpec distSpecFromFlags(const comm::EnvMap& env = comm::currentEnvironment());
 

@@ -22,6 +22,9 @@
 
 #include "app/launch_env.h"
 #include "app/stop_signal.h"
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "aiacc/comm/membership.h"
 #include "aiacc/comm/store.h"
 #include "aiacc/common/error.h"
 
@@ -62,6 +65,7 @@ struct Worker {
   std::optional<int> status;  // its wait status, once reaped
   int out = -1, err = -1;     // read ends of its stdout / stderr pipes (-1: closed or --log-dir)
   std::string out_buf, err_buf;
+  int starts = 0;  // times started (an elastic job starts a dead worker again)
 };
 
 void writeAll(int fd, const std::string& s) {
@@ -170,6 +174,29 @@ std::string defaultJobId(const LaunchSpec& spec) {
   return strCat("aiacc-", host, "-", ::getpid(), "-", ms);
 }
 
+// An elastic job's node 0, once its own workers ended: the other nodes' ranks may still train and
+// regroup through the store this launcher serves. Served until the job's last rank 0 says it
+// ended, --rdzv-timeout passes, or a stop signal comes.
+static void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, const LaunchSpec& spec, int sfd) {
+  c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);  // the workers' keys' prefix
+  if (comm::jobEnded(store)) return;
+  std::cerr << "aiacc_train: this node's workers have ended; serving the rendezvous store for the other nodes until "
+               "the job ends (at most --rdzv-timeout "
+            << std::chrono::duration_cast<std::chrono::seconds>(spec.rdzv_timeout).count() << " s)\n";
+  const auto until = std::chrono::steady_clock::now() + spec.rdzv_timeout;
+  while (!comm::jobEnded(store) && std::chrono::steady_clock::now() < until) {
+    pollfd p{sfd, POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) {
+      signalfd_siginfo si{};
+      if (::read(sfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si)) && si.ssi_signo != SIGCHLD) {
+        std::cerr << "aiacc_train: received " << signalName(static_cast<int>(si.ssi_signo))
+                  << "; no longer serving the rendezvous store\n";
+        return;
+      }
+    }
+  }
+}
+
 // The launcher's loop. Workers run in a process group of their own (the first worker leads it),
 // so that stopping the job reaches whatever they started; each dies with the launcher
 // (PR_SET_PDEATHSIG), even when it is SIGKILLed. SIGINT, SIGTERM and SIGUSR1 are not acted on by
@@ -212,7 +239,9 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   argv.push_back(nullptr);
   std::vector<Worker> workers(static_cast<size_t>(spec.nproc));
   pid_t group = 0;
-  for (int local = 0; local < spec.nproc; ++local) {
+  std::vector<int> restart;  // an elastic job's workers to start again (local indexes)
+  // Starts local worker `local` (again, in an elastic job: its log file is appended to).
+  auto spawn = [&](int local) {
     Worker& w = workers[static_cast<size_t>(local)];
     w.rank = spec.node_rank * spec.nproc + local;
     // Everything the child needs is made before fork: it only calls async-signal-safe functions.
@@ -226,7 +255,7 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
                   "pipe failed: ", std::strerror(errno));
     } else {
       const std::string path = strCat(spec.log_dir, "/rank-", w.rank, ".log");
-      log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (w.starts > 0 ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
       AIACC_CHECK_INPUT(log_fd >= 0, "cannot write '", path, "': ", std::strerror(errno));
     }
     const pid_t pid = ::fork();
@@ -262,7 +291,9 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
       ::fcntl(w.out, F_SETFL, O_NONBLOCK);
       ::fcntl(w.err, F_SETFL, O_NONBLOCK);
     }
-  }
+    ++w.starts;
+  };
+  for (int local = 0; local < spec.nproc; ++local) spawn(local);
   if (!spec.log_dir.empty()) {
     std::cerr << "aiacc_train: worker output in " << spec.log_dir << "/rank-<R>.log\n";
   }
@@ -319,6 +350,21 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
         // A worker that saved and stopped (75) is not a failure: the others agreed on the same
         // stop and follow. After a forwarded signal no exit is one: the job is being stopped.
         const bool clean = exitedWith(status, 0) || exitedWith(status, kExitPreempted);
+        // An elastic job: the job's other ranks regroup without it; it is started again to
+        // join them while --max-restarts allows.
+        if (!clean && spec.min_nodes > 0 && forwarded.empty()) {
+          if (w.starts <= spec.max_restarts) {
+            std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status)
+                      << "; starting it again to join the running job (restart " << w.starts << " of "
+                      << spec.max_restarts << ")\n";
+            restart.push_back(static_cast<int>(&w - workers.data()));
+          } else {
+            failed = true;
+            std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status) << "; the job's other ranks "
+                      << "go on without it (elastic" << (spec.max_restarts > 0 ? ", no restart left" : "") << ")\n";
+          }
+          continue;
+        }
         if (!clean && !failed && forwarded.empty()) {
           failed = true;
           std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status) << "; stopping the other "
@@ -358,6 +404,23 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
       if (sig != SIGCHLD) onSignal(sig);
     }
     reap();
+    for (const int local : std::exchange(restart, {})) {
+      Worker& w = workers[static_cast<size_t>(local)];
+      const std::string prefix = strCat("[rank ", w.rank, "] ");
+      for (int* fd : {&w.out, &w.err}) {  // what the dead process wrote, then its pipes closed
+        std::string& buf = fd == &w.out ? w.out_buf : w.err_buf;
+        if (*fd >= 0) {
+          drain(*fd, buf);
+          ::close(*fd);
+          *fd = -1;
+        }
+        forwardLines(buf, fd == &w.out ? STDOUT_FILENO : STDERR_FILENO, prefix, true);
+      }
+      if (alive == 0) group = 0;  // the old group has no member left: the new worker leads one
+      spawn(local);
+      w.status.reset();
+      ++alive;
+    }
     for (Worker& w : workers) {
       const std::string prefix = strCat("[rank ", w.rank, "] ");
       if (w.out >= 0 && !drain(w.out, w.out_buf)) forwardLines(w.out_buf, STDOUT_FILENO, prefix, true);
@@ -380,6 +443,7 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
     if (w.out >= 0) ::close(w.out);
     if (w.err >= 0) ::close(w.err);
   }
+  if (store && spec.min_nodes > 0 && forwarded.empty()) keepStoreUntilTheJobEnds(store, spec, sfd);
   ::close(sfd);
   ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   return jobExitCode(workers, failed, forwarded.empty() ? 0 : forwarded.front());

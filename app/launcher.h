@@ -69,6 +69,14 @@ struct LaunchSpec {
   // rendezvous outlives any one worker, rank 0's included. aiacc_train sets it; off, rank 0 hosts.
   bool host_store = false;
   std::chrono::milliseconds store_timeout{60000};
+  // An elastic job (--nnodes MIN:MAX; min_nodes 0: not elastic). A worker that dies no longer
+  // ends its siblings: the job's ranks regroup without it (app/elastic.h), and the launcher
+  // starts it again, at most max_restarts times (--max-restarts), to join the running job. The
+  // launcher that hosts the store keeps it up, after its own workers ended, until the job has
+  // ended (its last rank 0 says so in the store) or for rdzv_timeout.
+  int min_nodes = 0;
+  int max_restarts = 0;
+  std::chrono::milliseconds rdzv_timeout{600000};
 };
 
 // Runs `args` (argv of the worker command) as spec.nproc children of spec.executable and supervises

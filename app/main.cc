@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "app/cli.h"
+#include "app/elastic.h"
 #include "app/flags.h"
 #include "app/heap.h"
 #include "app/job_settings.h"
@@ -27,6 +28,7 @@
 #include "app/test_hooks.h"
 #include "app/trainer.h"
 #include "aiacc/comm/data_parallel.h"
+#include "aiacc/comm/membership.h"
 #include "aiacc/comm/process_group.h"
 #include "aiacc/common/atomic_file.h"
 #include "aiacc/common/error.h"
@@ -42,13 +44,17 @@ using StoreSlot = std::shared_ptr<c10::intrusive_ptr<c10d::Store>>;
 // World size 1: LocalSync. Otherwise: rendezvous through the TCPStore (rank 0's, or torchrun's
 // agent's), the agreement of every rank's settings, the transports, and DataParallel around
 // the model.
-aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, const aiacc::app::DistSpec& dist,
+// An elastic job: each call makes the current generation's (its world, its key prefix).
+aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& launched, const aiacc::app::DistSpec& dist,
                                         const aiacc::app::StoreAddress& address,
-                                        std::shared_ptr<aiacc::comm::Timeline> timeline, StoreSlot keep) {
-  if (world.world == 1) return aiacc::app::localSync();
-  return [world, dist, address, timeline,
-          keep](std::shared_ptr<torch::nn::Module> model,
-                const aiacc::comm::Settings& job) -> std::unique_ptr<aiacc::comm::GradientSync> {
+                                        std::shared_ptr<aiacc::comm::Timeline> timeline, StoreSlot keep,
+                                        std::shared_ptr<aiacc::app::ElasticJob> elastic) {
+  if (launched.world == 1 && !elastic) return aiacc::app::localSync();
+  return [launched, dist, address, timeline, keep,
+          elastic](std::shared_ptr<torch::nn::Module> model,
+                   const aiacc::comm::Settings& job) -> std::unique_ptr<aiacc::comm::GradientSync> {
+    const aiacc::comm::WorldInfo world = elastic ? elastic->generation().world() : launched;
+    if (world.world == 1) return std::make_unique<aiacc::comm::LocalSync>();
     const auto [host, port] = aiacc::app::parseHostPort(address.master);
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
     aiacc::comm::TransportSpec ts;
@@ -79,6 +85,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& world, con
     pg.store.world = world.world;
     pg.store.timeout = timeout;
     pg.store.prefix = address.key_prefix;
+    if (elastic) pg.store.prefix += "/" + elastic->generation().prefix();  // each generation its own keys
     pg.store.client_only = address.agent_hosted;
     pg.store.job = address.job;
     // Ranks started with different options or data stop there, all of them, naming the option.
@@ -167,7 +174,13 @@ int main(int argc, char** argv) {
       spec.store_timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
       return aiacc::app::launchWorkers(spec, std::vector<std::string>(argv, argv + argc));
     }
-    const aiacc::comm::WorldInfo world = plan.world;
+    // An elastic job: the world is the membership's first generation (or, for a process started
+    // later, the generation it joins), not the launcher's.
+    std::shared_ptr<aiacc::app::ElasticJob> elastic;
+    if (dist.elastic() && plan.role == aiacc::app::LaunchPlan::Role::kWorker) {
+      elastic = aiacc::app::startElasticJob(dist, plan);
+    }
+    const aiacc::comm::WorldInfo world = elastic ? elastic->generation().world() : plan.world;
     if (world.rank == 0 && plan.source != aiacc::app::LaunchSource::kNone &&
         plan.source != aiacc::app::LaunchSource::kAiacc) {
       LOG(INFO) << "launched by " << aiacc::app::sourceName(plan.source) << ": " << world.world << " ranks, "
@@ -180,16 +193,20 @@ int main(int argc, char** argv) {
     std::shared_ptr<aiacc::comm::Timeline> timeline;
     if (!dist.timeline.empty() && world.rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
     auto store = std::make_shared<c10::intrusive_ptr<c10d::Store>>();
-    aiacc::app::Trainer trainer(config, world, makeSyncFactory(world, dist, plan.store, timeline, store), start);
+    aiacc::app::Trainer trainer(config, world, makeSyncFactory(world, dist, plan.store, timeline, store, elastic),
+                                start);
     trainer.setTimeline(timeline);
+    if (elastic) trainer.setElastic(elastic);
     if (const char* hold = std::getenv("AIACC_TEST_HOLD_CHECKPOINT")) {  // app/test_hooks.h
       trainer.setCheckpointFaultHook(aiacc::app::checkpointHoldHook(hold));
       if (world.rank == 0) LOG(WARNING) << "AIACC_TEST_HOLD_CHECKPOINT=" << hold << ": a test's fault hook is set";
     }
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();
-    if (report.preempted) return preemptedExit(report, config, world.rank);
-    if (world.rank == 0) {
+    if (elastic && report.world > 0 && elastic->generation().rank == 0) elastic->markEnded();
+    const int final_rank = elastic ? elastic->generation().rank : world.rank;  // (an elastic job's may change)
+    if (report.preempted) return preemptedExit(report, config, final_rank);
+    if (final_rank == 0) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {
         aiacc::writeFileAtomic(config.report_file, aiacc::app::reportJson(report, config) + "\n");
@@ -199,6 +216,17 @@ int main(int argc, char** argv) {
     }
     const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
     return wanted_target && !report.target_reached ? 3 : 0;
+  } catch (const aiacc::app::ElasticStop& e) {  // fewer than MIN ranks came back within --rdzv-timeout
+    std::cerr << "aiacc_train: " << e.what() << "; stopped"
+              << (e.checkpoint().empty()
+                      ? std::string(" (the first rank to come back saves the checkpoint, with "
+                                    "--checkpoint-dir)")
+                      : "; saved " + e.checkpoint() + "; run the job again with --resume auto to continue")
+              << "\n";
+    return aiacc::app::kExitPreempted;
+  } catch (const aiacc::comm::JobEndedError& e) {  // a process started again after the elastic job's end
+    std::cerr << "aiacc_train: " << e.what() << "; nothing left to do\n";
+    return 0;
   } catch (const aiacc::comm::CommError& e) {  // the library names the setting; this adds our flag for it
     std::cerr << "aiacc_train: error: " << e.what() << aiacc::app::flagHint(e.remedy()) << "\n";
     return 1;

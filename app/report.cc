@@ -109,6 +109,31 @@ std::string isoTimestamp() {
 
 std::string evalPointJson(const EvalPoint& e, const std::string& type) { return toJsonLine(evalPointValue(e, type)); }
 
+std::string describe(const MembershipChange& c) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2) << "generation " << c.generation << ": " << c.world_before << " -> "
+    << c.world_after << " ranks at step " << c.step << " (" << (c.cause.empty() ? "a process asked to join" : c.cause)
+    << "); detected in " << c.detect_s << " s, regrouped in " << c.regroup_s << " s, state restored in " << c.restore_s
+    << " s (" << (c.bytes + (1 << 20) - 1) / (1 << 20) << " MiB to each rank), " << c.steps_lost << " step(s) lost";
+  return o.str();
+}
+
+std::string membershipJson(const MembershipChange& c) {
+  Json j;
+  j["event"] = "membership";
+  j["generation"] = c.generation;
+  j["world_before"] = c.world_before;
+  j["world_after"] = c.world_after;
+  j["step"] = c.step;
+  j["cause"] = c.cause.empty() ? "a process asked to join" : c.cause;
+  j["detect_s"] = c.detect_s;
+  j["regroup_s"] = c.regroup_s;
+  j["restore_s"] = c.restore_s;
+  j["bytes"] = c.bytes;
+  j["steps_lost"] = c.steps_lost;
+  return toJsonLine(j);
+}
+
 std::string reportJson(const Report& r, const Config& c) {
   Json evals = Json::array();
   for (const EvalPoint& e : r.evals) evals.push_back(evalPointValue(e, ""));
@@ -133,6 +158,11 @@ std::string reportJson(const Report& r, const Config& c) {
   j["ignored_files"] = r.ignored_files;
   j["checkpoint_failures"] = r.checkpoint_failures;
   j["checkpoint_skips"] = r.checkpoint_skips;
+  if (!r.membership.empty()) {
+    Json changes = Json::array();
+    for (const MembershipChange& c : r.membership) changes.push_back(Json::parse(membershipJson(c)));
+    j["membership"] = changes;
+  }
   j["exposed_comm_s"] = r.exposed_comm_s;
   j["comm"] = r.comm;
   j["device"] = r.device;
@@ -190,6 +220,7 @@ void printReport(const Report& r, std::ostream& os) {
      << " without an image extension\n";
   if (r.checkpoint_failures) os << "checkpoint fails " << r.checkpoint_failures << "\n";
   if (r.checkpoint_skips) os << "checkpoints skipped (previous write in flight) " << r.checkpoint_skips << "\n";
+  for (const MembershipChange& c : r.membership) os << "membership       " << describe(c) << "\n";
   os << "machine          " << r.machine.cores << " cores (" << r.machine.cpu << "), GPU " << r.machine.gpu
      << "; LibTorch " << r.machine.torch_version << ", OpenCV " << r.machine.opencv_version << ", libjpeg-turbo "
      << r.machine.jpeg_turbo_version << "\n";

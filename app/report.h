@@ -35,6 +35,22 @@ struct MachineInfo {
 
 MachineInfo machineInfo();
 
+// One change of an elastic job's membership (app/elastic.h), as the report and the metrics
+// record it.
+struct MembershipChange {
+  int64_t generation = 0;
+  int world_before = 0, world_after = 0;
+  std::string cause;       // the failure's message; empty: a process asked to join
+  int64_t step = 0;        // the step training went on from
+  int64_t steps_lost = 0;  // this rank's completed steps the restored state lacked, + the step cut
+  double detect_s = 0;     // from the end of the last completed step to the failure
+  double regroup_s = 0;    // the new generation and its transports
+  double restore_s = 0;    // the training state from the new rank 0
+  int64_t bytes = 0;       // bytes of training state sent to each rank
+};
+std::string describe(const MembershipChange& c);        // one line
+std::string membershipJson(const MembershipChange& c);  // one metrics line
+
 struct Report {
   std::string arch, data;
   int world = 1;
@@ -71,6 +87,7 @@ struct Report {
   int stop_signal = 0;     // the signal this rank received (0: another rank's request)
   std::string checkpoint;  // the checkpoint written at that step (rank 0; "" if none)
   int64_t saved_step = -1;
+  std::vector<MembershipChange> membership;  // an elastic job's changes, in order
 };
 
 std::string reportJson(const Report& r, const Config& c);

@@ -1,6 +1,7 @@
 #include "app/trainer.h"
 
 #include <ATen/Parallel.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <glog/logging.h>
 #include <torch/nn/functional/loss.h>
@@ -173,9 +174,19 @@ void Trainer::State::setupModel() {
   resume();  // --resume: model, optimizer and pos from the checkpoint, before rank 0's weights spread
   // Data parallelism wraps the model here: the ranks' settings are compared first, then
   // DataParallel broadcasts rank 0's weights.
-  sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), pos));
+  // A process joining a running elastic job agrees on everything but the position, which it
+  // then receives from rank 0.
+  const bool joining = elastic && elastic->generation().survivors() > 0;
+  sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), joining ? TrainingState{} : pos));
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
+  if (joining) {
+    const int64_t bytes = restoreFromRank0(0);
+    LOG(INFO) << "elastic: joined generation " << elastic->generation().number << " as rank " << rank << " of " << world
+              << " at step " << pos.step << ", " << std::fixed << std::setprecision(2)
+              << std::chrono::duration<double>(Clock::now() - start).count() << " s after this process started ("
+              << (bytes + (1 << 20) - 1) / (1 << 20) << " MiB of state from rank 0)";
+  }
   // The communication set-up as the checkpoint left it: fp16 transfer's own scale, the tuner's
   // choice, the channel shares, the bucket order (an evaluation continues no training).
   if (!cfg.evaluate_only) {
@@ -217,23 +228,9 @@ void Trainer::State::setUp() {
   setupModel();  // and the resumed position
   // A run resumed at its end (--max-steps reached, or the target) trains no further step.
   if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached) run.stop = true;
-  if (!cfg.checkpoint_dir.empty() && isRank0()) {  // a folder that cannot be written is said now, not hours in
-    CheckpointDirOptions o;
-    o.keep = cfg.keep_checkpoints;
-    o.fault_hook = checkpoint_hook;
-    checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
-  }
-  if (!cfg.metrics_file.empty() && isRank0()) {
-    metrics.open(cfg.metrics_file, std::ios::app);
-    AIACC_CHECK_INPUT(metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");
-  }
-  if (!cfg.tensorboard_dir.empty() && isRank0()) {  // a folder that cannot be made is said now
-    try {
-      tensorboard = std::make_unique<TensorBoardWriter>(cfg.tensorboard_dir);
-    } catch (const IoError& e) {
-      AIACC_THROW(InputError, "--tensorboard-dir: ", e.what());
-    }
-    tensorboardConfig();
+  openRank0Outputs();
+  if (const char* path = std::getenv("AIACC_TEST_SAMPLE_LOG")) {  // tests: which samples each step trained
+    sample_log = std::make_unique<std::ofstream>(strCat(path, ".", ::getpid()), std::ios::app);
   }
   report.arch = cfg.arch;
   report.data = data_name;
@@ -250,6 +247,30 @@ void Trainer::State::setUp() {
                   (nb > 0 ? static_cast<double>(pos.batches_in_epoch) / static_cast<double>(nb) : 0.0);
   run.last_checkpoint_s = now();
 }
+
+void Trainer::State::openRank0Outputs() {
+  if (!isRank0()) return;
+  if (!cfg.checkpoint_dir.empty() && !checkpoints) {  // a folder that cannot be written is said now, not hours in
+    CheckpointDirOptions o;
+    o.keep = cfg.keep_checkpoints;
+    o.fault_hook = checkpoint_hook;
+    checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
+  }
+  if (!cfg.metrics_file.empty() && !metrics.is_open()) {
+    metrics.open(cfg.metrics_file, std::ios::app);
+    AIACC_CHECK_INPUT(metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");
+  }
+  if (!cfg.tensorboard_dir.empty() && !tensorboard) {  // a folder that cannot be made is said now
+    try {
+      tensorboard = std::make_unique<TensorBoardWriter>(cfg.tensorboard_dir);
+    } catch (const IoError& e) {
+      AIACC_THROW(InputError, "--tensorboard-dir: ", e.what());
+    }
+    tensorboardConfig();
+  }
+}
+
+void Trainer::setElastic(std::shared_ptr<ElasticJob> elastic) { s_->elastic = std::move(elastic); }
 
 void Trainer::setStopRequest(StopRequest request) { s_->stop_request = std::move(request); }
 
@@ -280,15 +301,40 @@ Report Trainer::run() {
 }
 
 bool Trainer::State::trainEpoch(int epoch) {
+  for (;;) {
+    std::string cause;  // empty: the ranks voted to let a newcomer in
+    try {
+      if (const std::optional<bool> complete = trainSegment(epoch)) return *complete;
+    } catch (const comm::CommError& e) {
+      if (!elastic) throw;
+      cause = firstLine(e.what());
+    }
+    regroup(cause);
+  }
+}
+
+double Trainer::State::epochFraction(int64_t batches, int64_t nb, int64_t batch) const {
+  if (pos.segment_offset == 0) return static_cast<double>(batches) / static_cast<double>(std::max<int64_t>(nb, 1));
+  // The world changed within the epoch: by the samples of the epoch's order consumed.
+  const int64_t per_batch = batch * world;
+  const double done = static_cast<double>(pos.segment_offset + (batches - pos.segment_batch) * per_batch);
+  const double all = static_cast<double>(pos.segment_offset + (nb - pos.segment_batch) * per_batch);
+  return all > 0 ? done / all : 0.0;
+}
+
+std::optional<bool> Trainer::State::trainSegment(int epoch) {
   const Stage& st = stageAt(cfg, epoch);
   data::EpochSpec spec{epoch, st.image_size, st.batch_size, st.scale_min};
-  spec.first_batch = pos.batches_in_epoch;  // > 0 only in the epoch a run resumed in
+  spec.first_batch = pos.batches_in_epoch;  // > 0 in the epoch a run resumed in, or a world changed in
+  spec.segment_offset = pos.segment_offset;
+  spec.segment_batch = pos.segment_batch;
   const int64_t nb = train->startEpoch(spec);
   const int64_t global_batch = static_cast<int64_t>(st.batch_size) * world;
   int64_t& step_in_epoch = pos.batches_in_epoch;
   auto t_last = Clock::now();
+  run.last_step_end = t_last;
   while (auto batch = train->next()) {
-    run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
+    run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, st.batch_size);
     const double lr = learningRate(cfg, run.epoch_pos, global_batch);
     setLearningRate(lr);
     const auto t0 = Clock::now();
@@ -316,7 +362,9 @@ bool Trainer::State::trainEpoch(int epoch) {
                    << " (no loss scaler to skip it); the run has diverged";
     }
     ++step_in_epoch;
-    run.epoch_pos = epoch + static_cast<double>(step_in_epoch) / std::max<int64_t>(nb, 1);
+    run.last_step_end = t1;
+    if (sample_log && step.applied) logSamples(*batch);
+    run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, st.batch_size);
     LogWindow& w = run.window;
     const int64_t n = batch->labels.numel();
     ++w.steps;
@@ -340,6 +388,10 @@ bool Trainer::State::trainEpoch(int epoch) {
       mine |= kFlagCheckpoint;
       run.checkpoint_asked = true;
     }
+    if (elastic && isRank0() && !run.regroup_asked && elastic->joinersWaiting()) {  // one store request
+      mine |= kFlagRegroup;
+      run.regroup_asked = true;
+    }
     const uint8_t agreed = sync().voteFlags(mine);
     if (agreed & kFlagStop) {
       run.preempted = run.stop = true;
@@ -357,6 +409,11 @@ bool Trainer::State::trainEpoch(int epoch) {
     if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || run.stop) {
       run.stop = true;
       break;
+    }
+    if (agreed & kFlagRegroup) {  // every rank at this same step
+      run.regroup_asked = false;
+      if (step_in_epoch < nb) return std::nullopt;
+      // (At the epoch's last step: the epoch ends first; the next epoch's first vote asks again.)
     }
   }
   return step_in_epoch == nb;
@@ -444,6 +501,8 @@ void Trainer::State::finishEpoch(int epoch) {
   pos.epoch_images = 0;
   pos.epochs_done = epoch + 1;
   pos.batches_in_epoch = 0;
+  pos.segment_offset = 0;  // the next epoch is shared out by the current world from its start
+  pos.segment_batch = 0;
   run.epoch_pos = epoch + 1;
   const data::JpegIndexCache* ix = train->jpegIndex();
   if (isRank0() && ix && !run.index_logged) {

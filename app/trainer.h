@@ -27,6 +27,8 @@ class BatchSource;
 
 namespace aiacc::app {
 
+class ElasticJob;
+
 // Makes the GradientSync for the model once it exists: LocalSync for one process,
 // comm::DataParallel for many. `job` holds this rank's training settings (app/job_settings.h),
 // which a multi-rank factory compares across ranks (comm::agreeAcrossRanks) before any
@@ -58,6 +60,10 @@ class Trainer {
   void setStopRequest(StopRequest request);
   // Tests: called by the checkpoint writer at each phase of every write (a slow or failing disk).
   void setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t step)> hook);
+  // An elastic job (--nnodes MIN:MAX): its first generation already joined (the world given to
+  // the constructor is that generation's). A failure of the communication during the epoch's
+  // steps, or a process waiting to join, then regroups the ranks and training goes on (app/elastic.h).
+  void setElastic(std::shared_ptr<ElasticJob> elastic);
   Report run();
 
  private:

@@ -97,19 +97,7 @@ std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
     return "";
   }
   // The snapshot, on the training thread; the writer thread puts it on disk.
-  TrainingState p = pos;
-  p.elapsed_s = now();
-  if (scaler->enabled()) {
-    p.loss_scale = scaler->scale();
-    p.loss_scale_good_steps = scaler->goodSteps();
-  }
-  p.comm = sync().commState();
-  p.settings = continuationSettings();
-  p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
-  if (device.is_cuda()) p.rng_cuda = at::globalContext().defaultGenerator(device).get_state();
-  p.classes = class_names;
-  p.config = cfg.resolved_flags;
-  std::string bytes = encodeCheckpoint(*model, *optimizer, p);
+  std::string bytes = encodeCheckpoint(*model, *optimizer, snapshot());
   if (wait == CheckpointWait::kDone) {  // the write before this one answers for itself
     checkpoints->flush();
     takeCheckpointErrors();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "app/amp.h"
+#include "app/elastic.h"
 #include "app/fused_sgd.h"
 #include "app/stop_signal.h"
 #include "app/tensorboard.h"
@@ -35,6 +36,7 @@ struct StepResult {
 // The flags the ranks agree on each step (comm::GradientSync::voteFlags).
 constexpr uint8_t kFlagStop = 1;        // a stop request (signal) on some rank
 constexpr uint8_t kFlagCheckpoint = 2;  // rank 0: --checkpoint-every's time has come
+constexpr uint8_t kFlagRegroup = 4;     // rank 0: a process waits to join the elastic job
 
 // How writeCheckpoint hands its snapshot to the writer thread.
 enum class CheckpointWait {
@@ -79,6 +81,8 @@ struct RunTotals {
   Clock::time_point last_progress;
   double epoch_pos = 0;                // fractional epoch of the training position
   bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
+  bool regroup_asked = false;          // rank 0 voted kFlagRegroup; the answer has not come back yet
+  Clock::time_point last_step_end;     // the end of the last completed step (an elastic failure's detection)
   LogWindow window;                    // steps not yet in a metrics line
   double logged_exposed_comm_s = 0;    // sync().exposedCommSeconds() at the last metrics line
   double job_loss = 0;                 // the last metrics line's loss (the job's), for the progress line
@@ -123,6 +127,10 @@ struct Trainer::State {
   torch::nn::functional::CrossEntropyFuncOptions loss_opts;
 
   StopRequest stop_request = [] { return stopSignalReceived(); };
+  // --nnodes MIN:MAX (app/elastic.h); null otherwise.
+  std::shared_ptr<ElasticJob> elastic;
+  // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
+  std::unique_ptr<std::ofstream> sample_log;
 
   State(Config c, comm::WorldInfo w, SyncFactory f, Clock::time_point t)
       : cfg(std::move(c)), world_info(w), make_sync(std::move(f)), start(t) {}
@@ -138,7 +146,32 @@ struct Trainer::State {
   void setupModel();
   // One epoch's steps, each followed by its metrics line, progress and --eval-every evaluation;
   // true when every batch of the epoch was trained (no target or --max-steps stop within it).
+  // In an elastic job, a failure of the communication, or a newcomer, regroups and goes on.
   bool trainEpoch(int epoch);
+  // The steps of the epoch in the current world: true / false as trainEpoch; nullopt when the
+  // ranks voted to regroup (a newcomer).
+  std::optional<bool> trainSegment(int epoch);
+  // The epoch's fraction trained after `batches` of its `nb` batches of `batch` images per rank.
+  double epochFraction(int64_t batches, int64_t nb, int64_t batch) const;
+  // Rank 0's outputs (checkpoint writer, metrics file, TensorBoard): at set-up, and in an elastic
+  // job for a process that becomes rank 0 later.
+  void openRank0Outputs();
+  // Elastic (app/trainer_elastic.cc): leaves the current generation after `cause` (empty: a
+  // newcomer), joins the next, rebuilds the gradient sync for its world and restores the
+  // training state from its rank 0 (restoreFromRank0); records the change.
+  void regroup(const std::string& cause);
+  // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
+  // state (with --checkpoint-dir) and ElasticStop is thrown.
+  const comm::Generation& regroupOrStop(const std::string& cause);
+  // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
+  // communication state), broadcast over the new transports; rank 0 first starts a new segment
+  // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.
+  int64_t restoreFromRank0(int previous_world);
+  // This rank's training state as a checkpoint holds it (the model and optimizer aside).
+  TrainingState snapshot() const;
+  // Tests: the applied step's samples into the sample log.
+  void logSamples(const data::Batch& batch);
+
   // One optimizer step (below, with the loss scaler's handling in one place).
   StepResult trainStep(const data::Batch& batch, const Stage& st, Clock::time_point t0);
   // Rank 0, every --progress-seconds: where the run is, the mean speed and the time left.

@@ -1,10 +1,12 @@
 // TrainingState: everything the rest of a run depends on besides the model's and the
 // optimizer's tensors. A checkpoint holds it beside them (app/checkpoint.h); the trainer's loop
-// reads and advances it (app/trainer.cc); an elastic survivor would hand it to a joiner.
+// reads and advances it (app/trainer.cc); an elastic job's most advanced survivor hands it to the other ranks and to
+// newcomers.
 //
 // What is not here, and why the continuation is still exact:
 //   - the sample order and every augmentation are pure functions of (--seed, epoch, sample
-//     index) (data/loader.h), so (epochs_done, batches_in_epoch) is the whole data position;
+//     index) (data/loader.h), so (epochs_done, batches_in_epoch) is the whole data position
+//     (with segment_offset and segment_batch once an elastic job's world changed mid-epoch);
 //   - the learning rate is a function of the position;
 //   - the global CPU generator only draws the initial weights, which the checkpoint replaces (its
 //     state is kept anyway, in rng_cpu, for anything a later version draws from it);
@@ -71,6 +73,13 @@ struct TrainingState {
   // training draws from it today (augmentation is on the CPU, ResNet has no dropout), and it is
   // kept, as rng_cpu, for anything that will.
   at::Tensor rng_cuda;
+  // An elastic job whose world changed within the epoch (app/elastic.h): the current world began
+  // at batch segment_batch of the epoch, and shares out the epoch's order from position
+  // segment_offset on (data/sampler.h). Both 0 when the world has not changed in this epoch.
+  int64_t segment_offset = 0;
+  int64_t segment_batch = 0;
+  // The elastic membership generation this state was trained in (-1: not an elastic job).
+  int64_t generation = -1;
 };
 
 }  // namespace aiacc::app

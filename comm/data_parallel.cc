@@ -306,6 +306,12 @@ void DataParallel::allreduceSum(at::Tensor& t) {
   if (!c.is_same(t)) t.copy_(c);
 }
 
+void DataParallel::broadcast(at::Tensor& t, int root) {
+  at::Tensor c = t.contiguous();
+  impl_->abortOnFailure([&] { impl_->control().broadcast(c, root, 0)->wait(); });
+  if (!c.is_same(t)) t.copy_(c);
+}
+
 double DataParallel::exposedCommSeconds() const { return impl_->reducer_->exposedSeconds(); }
 std::string DataParallel::describe() const { return impl_->describe(); }
 bool DataParallel::tuning() const { return impl_->tuning(); }

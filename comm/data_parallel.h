@@ -61,6 +61,7 @@ class DataParallel : public GradientSync {
   void syncBuffers() override;
   bool finishBackward() override;
   void allreduceSum(at::Tensor& t) override;
+  void broadcast(at::Tensor& t, int root) override;
   // Both transports' synchronize() (the tuner may have switched between them); syncBuffers()
   // ends with it, as the buffers are read next.
   void synchronize() override;

@@ -33,6 +33,10 @@ void checkCommState(const CommState& s, size_t params) {
                     " parameters once (it has ", s.bucket_order.size(), " entries)");
 }
 
+void GradientSync::broadcast(at::Tensor&, int root) {
+  AIACC_CHECK(world().world == 1 && root == 0, "this GradientSync cannot broadcast over ", world().world, " ranks");
+}
+
 std::vector<std::string> GradientSync::restoreCommState(const CommState& s) {
   checkCommState(s, 0);
   std::vector<std::string> unused;

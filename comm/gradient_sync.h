@@ -96,6 +96,10 @@ class GradientSync {
   // not, a bucket order that is not a permutation of the parameters.
   virtual CommState commState() const { return {}; }
   virtual std::vector<std::string> restoreCommState(const CommState& state);
+  // Rank `root`'s `t` into every rank's `t` (same shape and dtype everywhere; any dtype: bytes
+  // are copied). An elastic job hands a survivor's training state to the others with it. This
+  // default serves a world of one (nothing to send) and refuses more.
+  virtual void broadcast(at::Tensor& t, int root);
   // Flags every rank must act on at the same step (aiacc_train: bit 0 "stop: a signal came",
   // bit 1 "checkpoint now: rank 0's clock says it is time"), agreed without a blocking
   // collective per step. `mine`: this rank's flags. Returns the OR over the ranks of the flags

@@ -26,6 +26,9 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+void markJobEnded(c10d::Store& store) { store.set("elastic/ended", bytes("1")); }
+bool jobEnded(c10d::Store& store) { return store.check({"elastic/ended"}); }
+
 std::string encodeMember(const Member& m) {
   AIACC_CHECK(m.node.find_first_of(" \t\n") == std::string::npos, "a member's node has no spaces: '", m.node, "'");
   return strCat(m.generation, " ", m.rank, " ", m.step, " ", m.node.empty() ? "-" : m.node);
@@ -55,15 +58,17 @@ WorldInfo Generation::world() const {
 }
 
 int Generation::survivors() const {
-  return static_cast<int>(std::count_if(members.begin(), members.end(),
-                                        [&](const Member& m) { return m.generation == number - 1; }));
+  return static_cast<int>(std::count_if(members.begin(), members.end(), [&](const Member& m) {
+    return m.generation >= 0 && m.generation == number - 1;
+  }));
 }
 
 std::vector<int> Generation::lostFrom(int previous_world) const {
   std::vector<int> lost;
   for (int r = 0; r < previous_world; ++r) {
-    const bool here = std::any_of(members.begin(), members.end(),
-                                  [&](const Member& m) { return m.generation == number - 1 && m.rank == r; });
+    const bool here = std::any_of(members.begin(), members.end(), [&](const Member& m) {
+      return number > 0 && m.generation == number - 1 && m.rank == r;
+    });
     if (!here) lost.push_back(r);
   }
   return lost;
@@ -99,6 +104,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
                          Generation& out) {
   if (store_->check({key(number, "closed")})) return false;
   const int64_t ticket = store_->add(key(number, "arrivals"), 1) - 1;
+  last_ticket_ = ticket;
   store_->set(key(number, strCat("m", ticket)), bytes(encodeMember(self)));
   const bool survivor = self.generation == number - 1 && self.generation >= 0;
   if (survivor) store_->add(key(number, "survivors"), 1);
@@ -115,6 +121,10 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     }
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
     const auto now = Clock::now();
+    if (arrived < o_.min && jobEnded(*store_)) {
+      throw JobEndedError(strCat("elastic: the job ended while this process waited to join generation ", number),
+                          CommError::Remedy::kMembership);
+    }
     if (arrived >= o_.max) {
       closed_at = close(number, o_.max);
       break;
@@ -182,7 +192,7 @@ void Membership::writeRoster(int64_t number, int count) {
   }
   // Survivors first, the most advanced first; then newcomers in arrival order.
   std::stable_sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
-    const bool sa = a.m.generation == number - 1, sb = b.m.generation == number - 1;
+    const bool sa = number > 0 && a.m.generation == number - 1, sb = number > 0 && b.m.generation == number - 1;
     if (sa != sb) return sa;
     if (!sa) return std::tie(a.m.rank, a.ticket) < std::tie(b.m.rank, b.ticket);  // a launcher's rank, if any
     if (a.m.step != b.m.step) return a.m.step > b.m.step;

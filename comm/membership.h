@@ -33,8 +33,15 @@
 #include <vector>
 
 #include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
+
+// join() found that the job has ended (markJobEnded) while this process waited to be let in.
+class JobEndedError : public CommError {
+ public:
+  using CommError::CommError;
+};
 
 struct MembershipOptions {
   int min = 1;  // a generation needs at least MIN processes ...
@@ -81,7 +88,8 @@ class Membership {
   // Blocks until this process is in a generation, and returns it. `self.generation` says which
   // generation it leaves (-1: none yet); `lost` lists that generation's ranks it knows are gone,
   // and `previous_world` its size (both only speed up the close). Throws CommError when fewer than
-  // MIN arrive within options.timeout, or a store request fails.
+  // MIN arrive within options.timeout, or a store request fails; JobEndedError when the job
+  // ended meanwhile (a process started again too late to take part).
   Generation join(const Member& self, const std::vector<int>& lost = {}, int previous_world = 0);
 
   // One store request, no waiting: has any process arrived for the generation after `current`?
@@ -93,6 +101,8 @@ class Membership {
   int64_t current();
 
   const MembershipOptions& options() const { return o_; }
+  // The ticket this process took in the last generation it tried (0: it arrived first; -1: none).
+  int64_t lastTicket() const { return last_ticket_; }
 
  private:
   // Tries generation `number` once; false when it closed without this process.
@@ -105,7 +115,13 @@ class Membership {
 
   c10::intrusive_ptr<c10d::Store> store_;
   MembershipOptions o_;
+  int64_t last_ticket_ = -1;
 };
+
+// The job's end, said in the store by its last rank 0 (finished, or given up below MIN), so that
+// a launcher serving the store knows it may stop serving. `store` as Membership's.
+void markJobEnded(c10d::Store& store);
+bool jobEnded(c10d::Store& store);
 
 // A member's record and a roster as the store holds them (exposed for tests).
 std::string encodeMember(const Member& m);

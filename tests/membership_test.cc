@@ -88,6 +88,7 @@ TEST(Membership, MaxArrivalsCloseTheFirstGeneration) {
     const WorldInfo w = x.world();
     EXPECT_EQ(w.world, 3);
     EXPECT_EQ(w.local_size, x.members[static_cast<size_t>(x.rank)].node == "a" ? 2 : 1);
+    EXPECT_EQ(x.survivors(), 0) << "nobody comes from a generation before the first";
   }
   EXPECT_EQ(Membership(store, options(2, 3)).current(), 0);
 }
@@ -190,6 +191,17 @@ TEST(Membership, BelowMinFailsAfterTheTimeoutNamingTheCount) {
     EXPECT_NE(std::string(e.what()).find("only 1 of at least 2 processes arrived for generation 0"), std::string::npos)
         << e.what();
   }
+}
+
+// A process that waits to join a job that then ends is told so, not left waiting.
+TEST(Membership, AProcessWaitingToJoinAJobThatEndedIsToldSo) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 2);
+  auto late = joinAsync(store, options(2, 3), fresh("c"));
+  std::this_thread::sleep_for(20ms);
+  markJobEnded(*store);
+  EXPECT_EQ(late.wait_for(kBound), std::future_status::ready);
+  EXPECT_THROW(late.get(), JobEndedError);
 }
 
 // Each close deletes the keys of the generation two before it.

@@ -1,0 +1,82 @@
+#include "app/elastic.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+
+#include "app/flags.h"
+#include "app/launch_env.h"
+#include "aiacc/comm/store.h"
+#include "aiacc/common/error.h"
+
+namespace aiacc::app {
+
+std::vector<int> lostRanksIn(const std::string& message) {
+  static const std::regex gone(R"(rank (\d+) (died|stopped responding))");
+  std::vector<int> out;
+  for (std::sregex_iterator it(message.begin(), message.end(), gone), end; it != end; ++it) {
+    const int r = std::stoi((*it)[1].str());
+    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+  }
+  return out;
+}
+
+ElasticJob::ElasticJob(c10::intrusive_ptr<c10d::Store> store, ElasticOptions options)
+    : o_(std::move(options)), store_(store), membership_(std::move(store), o_.membership) {}
+
+std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPlan& plan) {
+  AIACC_CHECK_INPUT(plan.source == LaunchSource::kAiacc && plan.store.agent_hosted,
+                    "--nnodes MIN:MAX needs the rendezvous store outside the workers: start the job with "
+                    "aiacc_train's own launcher on each node (--nproc N --nnodes MIN:MAX --node-rank K --master "
+                    "HOST:PORT), not under ",
+                    sourceName(plan.source));
+  const comm::WorldInfo& w = plan.world;
+  const auto [host, port] = parseHostPort(plan.store.master);
+  comm::StoreOptions so;
+  so.host = host;
+  so.port = port;
+  so.rank = w.rank;
+  so.world = w.world;
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
+  so.prefix = plan.store.key_prefix;
+  so.client_only = true;
+  so.job = plan.store.job;
+  ElasticOptions o;
+  o.membership.min = dist.launch.min_nodes * w.local_size;
+  o.membership.max = dist.launch.nnodes * w.local_size;
+  o.membership.timeout = dist.launch.rdzv_timeout;
+  o.membership.last_call = std::chrono::milliseconds(static_cast<int64_t>(dist.rdzv_last_call_s * 1000));
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') std::strcpy(name, "localhost");
+  o.node = strCat(name, "/", w.rank / std::max(1, w.local_size));
+  for (char& c : o.node) {
+    if (c == ' ' || c == '\t' || c == '\n') c = '_';
+  }
+  o.launch_rank = w.rank;
+  auto job = std::make_shared<ElasticJob>(comm::makeTcpStore(so), o);
+  job->start();
+  return job;
+}
+
+const comm::Generation& ElasticJob::start() {
+  comm::Member self;
+  self.rank = o_.launch_rank;
+  self.node = o_.node;
+  generation_ = membership_.join(self);
+  return generation_;
+}
+
+const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cause) {
+  AIACC_CHECK(joined(), "regroup before start");
+  comm::Member self = generation_.members[static_cast<size_t>(generation_.rank)];
+  self.generation = generation_.number;
+  self.rank = generation_.rank;
+  self.step = step;
+  const int before = generation_.size();
+  generation_ = membership_.join(self, lostRanksIn(cause), before);
+  return generation_;
+}
+
+}  // namespace aiacc::app

@@ -1,0 +1,85 @@
+// An elastic job (--nnodes MIN:MAX) from a worker's side: its membership generations
+// (comm/membership.h), the regroup after a lost rank or for a newcomer, and the record of each
+// change for the report and the metrics.
+//
+// The trainer (app/trainer.cc) drives it: at start, start(); when a step's communication fails,
+// regroup() with the failure's message; when rank 0 sees a newcomer waiting (joinersWaiting(),
+// one store request per step), the ranks vote and regroup at the same step. After a regroup
+// the trainer rebuilds the gradient sync for generation().world(), restores the training state
+// from the new rank 0 (the survivor at the highest completed step) and shares out the rest of
+// the epoch.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aiacc/comm/membership.h"
+#include "aiacc/common/error.h"
+
+namespace aiacc::app {
+
+struct ElasticOptions {
+  comm::MembershipOptions membership;  // MIN and MAX in processes (nodes x --nproc)
+  std::string node;                    // this process's node, e.g. "host/1"
+  int launch_rank = -1;                // the rank its launcher gave it (the first generation keeps it)
+};
+
+class ElasticJob {
+ public:
+  // `store`: the job's store, served outside the workers (the launcher's or the agent's).
+  ElasticJob(c10::intrusive_ptr<c10d::Store> store, ElasticOptions options);
+
+  // Joins the first generation (or, for a process started later, the next one) and returns it.
+  const comm::Generation& start();
+  // After `cause` (a failure's message; "" for a newcomer's regroup) at `step`: the next
+  // generation. Ranks the message names as gone (dead, or silent past the heartbeat) are
+  // reported, so that the generation closes as soon as everyone else is there.
+  const comm::Generation& regroup(int64_t step, const std::string& cause);
+  const comm::Generation& generation() const { return generation_; }
+  bool joined() const { return generation_.number >= 0; }
+  // A process waits for the next generation (one store request, no waiting).
+  bool joinersWaiting() { return membership_.joinersWaiting(generation_); }
+  const ElasticOptions& options() const { return o_; }
+  // This process came first to the generation it last tried (the one that writes the checkpoint
+  // when too few came).
+  bool arrivedFirst() const { return membership_.lastTicket() == 0; }
+  // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
+  void markEnded() { comm::markJobEnded(*store_); }
+
+ private:
+  ElasticOptions o_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  comm::Membership membership_;
+  comm::Generation generation_;
+};
+
+// Fewer than MIN processes regrouped within --rdzv-timeout: training stops. The process that
+// arrived first saved its training state (`checkpoint`, "" on the others or without
+// --checkpoint-dir); every one exits with the preempted status.
+class ElasticStop : public Error {
+ public:
+  ElasticStop(const std::string& what, std::string checkpoint) : Error(what), checkpoint_(std::move(checkpoint)) {}
+  const std::string& checkpoint() const { return checkpoint_; }
+
+ private:
+  std::string checkpoint_;
+};
+
+struct DistSpec;
+struct LaunchPlan;
+// A worker of an elastic job (dist.elastic()) started by aiacc's launcher: connects to the store
+// the launcher serves (an InputError when nobody outside the workers serves it), and joins the
+// first generation, or the next one for a process started later. MIN and MAX are in processes
+// (nodes x the launcher's processes per node); the node is this host's name and the node index.
+std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPlan& plan);
+
+// The ranks a failure's message names as gone for good: "rank Q died", "rank Q stopped
+// responding" (the transports' liveness messages, comm/transport.h). A rank that aborted or
+// closed its transport is not named: it is a survivor regrouping too.
+std::vector<int> lostRanksIn(const std::string& message);
+
+}  // namespace aiacc::app

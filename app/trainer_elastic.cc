@@ -1,0 +1,154 @@
+// The trainer's side of an elastic job (Trainer::State, app/trainer_state.h): the regroup after a
+// lost rank or for a newcomer, the training state handed from the new rank 0 to the others over
+// the new transports, and the test log of the samples each step trained.
+#include <glog/logging.h>
+#include <torch/optim/sgd.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "app/checkpoint.h"
+#include "app/job_settings.h"
+#include "aiacc/common/checkpoint_dir.h"
+#include "app/trainer_state.h"
+#include "aiacc/common/error.h"
+
+namespace aiacc::app {
+namespace {
+double secondsOf(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+TrainingState Trainer::State::snapshot() const {
+  TrainingState p = pos;
+  p.elapsed_s = now();
+  if (scaler->enabled()) {
+    p.loss_scale = scaler->scale();
+    p.loss_scale_good_steps = scaler->goodSteps();
+  }
+  p.comm = sync_ptr ? sync_ptr->commState() : pos.comm;
+  p.settings = continuationSettings();
+  p.rng_cpu = at::detail::getDefaultCPUGenerator().get_state();
+  if (device.is_cuda()) p.rng_cuda = at::globalContext().defaultGenerator(device).get_state();
+  p.classes = class_names;
+  p.config = cfg.resolved_flags;
+  return p;
+}
+
+void Trainer::State::regroup(const std::string& cause) {
+  const auto t_failed = Clock::now();
+  MembershipChange change;
+  change.cause = cause;
+  change.world_before = world;
+  change.detect_s = cause.empty() ? 0.0 : secondsOf(t_failed - run.last_step_end);
+  const int64_t my_step = pos.step;
+  LOG(WARNING) << "elastic: rank " << rank << " leaves generation " << elastic->generation().number
+               << (cause.empty() ? std::string(" to let a process join") : ": " + cause);
+  // Keep what the old rank 0's comm state said (the new rank 0 sends its own in the state).
+  pos.comm = sync().commState();
+  run.window = LogWindow{};  // steps not in a metrics line yet: the restored position counts them
+  sync_ptr.reset();          // the old transports close: every peer still waiting in them is released
+  const comm::Generation& g = regroupOrStop(cause);
+  AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
+              " has no process of the one before, so nobody holds the training state; start the job again "
+              "with --resume auto to continue from its newest checkpoint");
+  world_info = g.world();
+  rank = world_info.rank;
+  world = world_info.world;
+  train->reshard(rank, world);
+  val->reshard(rank, world);
+  sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), TrainingState{}));
+  if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
+  const auto t_grouped = Clock::now();
+  change.bytes = restoreFromRank0(change.world_before);
+  const std::vector<std::string> unused = sync().restoreCommState(pos.comm);
+  const auto t_restored = Clock::now();
+  change.generation = g.number;
+  change.world_after = world;
+  change.step = pos.step;
+  // This rank's completed steps the restored state does not hold, and the step the failure cut.
+  change.steps_lost = std::max<int64_t>(0, my_step - pos.step) + (cause.empty() ? 0 : 1);
+  change.regroup_s = secondsOf(t_grouped - t_failed);
+  change.restore_s = secondsOf(t_restored - t_grouped);
+  run.planned = plannedSteps();
+  report.world = world;
+  report.membership.push_back(change);
+  openRank0Outputs();  // this process may be rank 0 now
+  if (isRank0()) {
+    LOG(INFO) << "elastic: " << describe(change);
+    for (const std::string& line : unused) LOG(INFO) << "elastic: " << line;
+    writeMetric(membershipJson(change));
+  }
+  run.last_step_end = Clock::now();
+}
+
+const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause) {
+  try {
+    return elastic->regroup(pos.step, cause);
+  } catch (const comm::JobEndedError&) {
+    throw;
+  } catch (const comm::CommError& e) {
+    if (e.remedy() != comm::CommError::Remedy::kMembership) throw;
+    // Too few came back: the one that came first saves what it holds (its own BatchNorm
+    // statistics: nobody is left to average them with), and every one stops, resumable.
+    std::string saved;
+    if (elastic->arrivedFirst() && !cfg.checkpoint_dir.empty()) {
+      CheckpointDirOptions o;
+      o.keep = cfg.keep_checkpoints;
+      o.fault_hook = checkpoint_hook;
+      if (!checkpoints) checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
+      checkpoints->flush();
+      takeCheckpointErrors();
+      TrainingState p = snapshot();
+      p.rank_local_buffers = true;
+      checkpoints->submit(pos.step, encodeCheckpoint(*model, *optimizer, p));
+      checkpoints->flush();
+      if (takeCheckpointErrors()) saved = cfg.checkpoint_dir + "/" + checkpointPayloadName(pos.step);
+    }
+    throw ElasticStop(firstLine(e.what()), saved);
+  }
+}
+
+int64_t Trainer::State::restoreFromRank0(int previous_world) {
+  std::string bytes;
+  at::Tensor size = at::zeros({1}, at::kLong);
+  if (isRank0()) {
+    // The rest of the epoch goes to the new world: its segment starts after every sample the
+    // previous world consumed in its own.
+    const Stage& st = stageAt(cfg, static_cast<int>(pos.epochs_done));
+    pos.segment_offset += (pos.batches_in_epoch - pos.segment_batch) * st.batch_size * previous_world;
+    pos.segment_batch = pos.batches_in_epoch;
+    pos.generation = elastic->generation().number;
+    TrainingState p = snapshot();
+    p.comm = pos.comm;  // the communication state the ranks had (regroup kept it; the new sync's is fresh)
+    bytes = encodeCheckpoint(*model, *optimizer, p);
+    size[0] = static_cast<int64_t>(bytes.size());
+  }
+  sync().broadcast(size, 0);
+  const int64_t n = size[0].item<int64_t>();
+  at::Tensor blob = at::empty({n}, at::kByte);
+  if (isRank0()) std::memcpy(blob.data_ptr(), bytes.data(), bytes.size());
+  sync().broadcast(blob, 0);
+  if (!isRank0()) {
+    TrainingState restored = decodeCheckpoint(std::string(static_cast<const char*>(blob.data_ptr()), n),
+                                              "the training state from rank 0", *model, *optimizer);
+    restored.elapsed_s = pos.elapsed_s;  // now() counts from this process's own start
+    pos = std::move(restored);
+    if (pos.rng_cpu.defined()) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      gen.set_state(pos.rng_cpu);
+    }
+    if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
+  }
+  if (sample_log) *sample_log << "restore " << pos.generation << " " << pos.step << std::endl;
+  return n;
+}
+
+void Trainer::State::logSamples(const data::Batch& batch) {
+  std::ofstream& out = *sample_log;
+  out << "step " << (elastic ? elastic->generation().number : -1) << " " << pos.step << " " << pos.epochs_done;
+  for (const int64_t s : batch.samples) out << " " << s;
+  out << "\n";
+  out.flush();
+}
+
+}  // namespace aiacc::app

@@ -1,0 +1,182 @@
+// Elastic jobs (--nnodes MIN:MAX, app/elastic.h): three emulated nodes, each one aiacc_train
+// launcher with one worker (--nproc 1), on real JPEGs. Node 2's worker is SIGKILLed once the job
+// trains; the other two go on from the most advanced survivor's state and share out the rest of
+// the epoch; with --max-restarts its launcher starts it again and it rejoins. Every step's
+// samples go to a log (AIACC_TEST_SAMPLE_LOG): no sample of the epoch is trained twice, and none
+// is missed beyond the tail every epoch drops (whole batches only).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/json_util.h"
+#include "tests/test_util.h"
+
+namespace aiacc::app {
+namespace {
+
+constexpr int kClasses = 6, kPerClass = 40;  // 240 training images
+constexpr int kBatch = 8;
+
+// What the sample logs say about epoch 0: how often each sample was trained, counting a step only
+// if no later generation restored a state from before it (a step some rank applied that the
+// others did not is trained again).
+std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* restores) {
+  std::map<int64_t, int64_t> restored;  // generation -> the step it went on from
+  struct Step {
+    int64_t generation, step, epoch;
+    std::vector<int64_t> samples;
+  };
+  std::vector<Step> steps;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().filename().string().rfind("samples.", 0) != 0) continue;
+    std::ifstream in(f.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream words(line);
+      std::string kind;
+      words >> kind;
+      if (kind == "restore") {
+        int64_t g = 0, s = 0;
+        words >> g >> s;
+        restored[g] = s;
+        continue;
+      }
+      Step st;
+      words >> st.generation >> st.step >> st.epoch;
+      for (int64_t id; words >> id;) st.samples.push_back(id);
+      steps.push_back(std::move(st));
+    }
+  }
+  for (const auto& [g, s] : restored) *restores += strCat("generation ", g, " from step ", s, "; ");
+  std::map<int64_t, int> counts;
+  for (const Step& st : steps) {
+    bool redone = false;
+    for (const auto& [g, s] : restored) redone = redone || (g > st.generation && st.step > s);
+    if (redone || st.epoch != 0) continue;
+    for (int64_t id : st.samples) ++counts[id];
+  }
+  return counts;
+}
+
+struct Job {
+  std::string out;
+  Json report;
+  std::map<int64_t, int> counts;
+  std::string restores;
+};
+
+// Three nodes of one job; node 2's worker SIGKILLed after rank 0's first metrics line.
+Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::string& nnodes = "2:3") {
+  const std::string data = d / "ds";
+  const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
+                                          " --sample-shapes 3 --sample-train-per-class ", kPerClass,
+                                          " --sample-val-per-class 5 --sample-min-side 40 --sample-max-side 64"));
+  EXPECT_EQ(made.first, 0) << made.second;
+  const std::string port = std::to_string(test::freePort());
+  const std::string metrics = d / "m.jsonl";
+  std::string script = "cd " + d.path() + "; ";
+  for (int n = 0; n < 3; ++n) {
+    script += strCat("AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", AIACC_TRAIN_BIN, " --data ", data,
+                     " --arch resnet18 --image-size 32 --batch-size ", kBatch,
+                     " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60 --nproc 1",
+                     " --nnodes ", nnodes, " --node-rank ", n, " --master 127.0.0.1:", port, " ", extra,
+                     n == 0 ? strCat(" --metrics-file ", metrics, " --report-file ", d / "r.json") : std::string(),
+                     " > log", n, " 2>&1 & L", n, "=$!; ");
+  }
+  script += "for i in $(seq 600); do [ -s " + metrics +
+            " ] && break; sleep 0.1; done; W=$(pgrep -P $L2); kill -KILL $W; "
+            "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; cat log0 log1 log2";
+  test::writeText(d / "job.sh", script + "\n");
+  Job job;
+  job.out = test::runShell("timeout 300 bash " + d.path() + "/job.sh 2>&1").second;
+  if (std::filesystem::exists(d / "r.json")) job.report = test::readJson(d / "r.json");
+  job.counts = epochZeroCounts(d.path(), &job.restores);
+  return job;
+}
+
+// No sample twice; unseen only the tail whole batches leave (under `world` ranks of kBatch, at
+// most world x (kBatch - 1) + world - 1 samples of the epoch), in each world the epoch had.
+void expectEachSampleOnce(const Job& job, int worlds_tail) {
+  int twice = 0;
+  for (const auto& [id, n] : job.counts) twice += n > 1 ? 1 : 0;
+  EXPECT_EQ(twice, 0) << job.restores << job.out;
+  const int unseen = kClasses * kPerClass - static_cast<int>(job.counts.size());
+  EXPECT_GE(unseen, 0);
+  EXPECT_LE(unseen, worlds_tail) << job.restores << job.out;
+}
+
+TEST(Elastic, AKilledNodeLeavesTheOthersTrainingWithNoSampleLostOrRepeated) {
+  test::TempDir d;
+  const Job job = runKilledJob(d, "");
+  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  EXPECT_EQ(job.out.find("rc2=0"), std::string::npos) << job.out;  // its worker was killed
+  EXPECT_NE(job.out.find("the job's other ranks go on without it (elastic)"), std::string::npos) << job.out;
+  ASSERT_TRUE(job.report.contains("membership")) << job.out;
+  const Json& change = job.report.at("membership").at(0);
+  EXPECT_EQ(change.at("generation"), 1) << change;
+  EXPECT_EQ(change.at("world_before"), 3) << change;
+  EXPECT_EQ(change.at("world_after"), 2) << change;
+  EXPECT_LE(change.at("steps_lost").get<int>(), 1) << change;
+  EXPECT_LT(change.at("detect_s").get<double>(), 30) << change;  // half the timeout: never waited out
+  EXPECT_EQ(job.report.at("world_size"), 2);
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
+  // 3 ranks, then 2: at most 3 x 7 + 2 left by the first world's whole batches... but the
+  // first world's part ends at a step, so only the last world's tail is left: 2 x 7 + 1.
+  expectEachSampleOnce(job, 2 * (kBatch - 1) + 1);
+}
+
+TEST(Elastic, AKilledWorkerStartedAgainRejoinsTheRunningJob) {
+  test::TempDir d;
+  const Job job = runKilledJob(d, "--max-restarts 1");
+  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("starting it again to join the running job (restart 1 of 1)"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("elastic: joined generation"), std::string::npos) << job.out;
+  ASSERT_TRUE(job.report.contains("membership")) << job.out;
+  EXPECT_EQ(job.report.at("membership").back().at("world_after"), 3) << job.report.at("membership");
+  EXPECT_EQ(job.report.at("world_size"), 3);
+  expectEachSampleOnce(job, 3 * (kBatch - 1) + 2);
+}
+
+// --nnodes 3:3: with one node lost the others are below MIN. They wait --rdzv-timeout, then the
+// first to come back saves its state, and both exit 75 (preempted, resumable) saying so.
+TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
+  test::TempDir d;
+  const Job job = runKilledJob(d, strCat("--rdzv-timeout 2 --checkpoint-dir ", d / "ckpt"), "3:3");
+  EXPECT_NE(job.out.find("rc0=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("only 2 of at least 3 processes arrived for generation 1 within 2 s"), std::string::npos)
+      << job.out;
+  const size_t saved = job.out.find("; saved " + (d / "ckpt") + "/step-");
+  ASSERT_NE(saved, std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("run the job again with --resume auto to continue"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("the first rank to come back saves the checkpoint"), std::string::npos) << job.out;
+  int files = 0;
+  for (const auto& f : std::filesystem::directory_iterator(d / "ckpt")) files += f.path().extension() == ".ckpt";
+  EXPECT_EQ(files, 1);
+}
+
+TEST(Elastic, NodeRangeIsParsedAndBadOnesAreRefused) {
+  auto out = test::runTrain("--nnodes 3:2 --data synthetic");
+  EXPECT_NE(out.second.find("--nnodes 3:2: MIN must not exceed MAX"), std::string::npos) << out.second;
+  out = test::runTrain("--nnodes 2:x --data synthetic");
+  EXPECT_NE(out.second.find("--nnodes must be N or MIN:MAX"), std::string::npos) << out.second;
+  out = test::runTrain("--max-restarts 2 --data synthetic");
+  EXPECT_NE(out.second.find("--max-restarts needs an elastic job"), std::string::npos) << out.second;
+  // A rank of an elastic job not started by aiacc's launcher: the store would die with rank 0.
+  out = test::runShell(strCat("env AIACC_RANK=0 AIACC_WORLD_SIZE=2 AIACC_LOCAL_RANK=0 AIACC_LOCAL_SIZE=2 ",
+                              AIACC_TRAIN_BIN, " --nnodes 1:2 --data synthetic 2>&1"));
+  EXPECT_NE(out.second.find("needs the rendezvous store outside the workers"), std::string::npos) << out.second;
+}
+
+}  // namespace
+}  // namespace aiacc::app
