@@ -50,7 +50,7 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
   o.membership.last_call = std::chrono::milliseconds(static_cast<int64_t>(dist.rdzv_last_call_s * 1000));
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') std::strcpy(name, "localhost");
-  o.node = strCat(name, "/", w.rank / std::max(1, w.local_size));
+  o.node = name;  // the host: processes on one host reach each other through shared memory
   for (char& c : o.node) {
     if (c == ' ' || c == '\t' || c == '\n') c = '_';
   }

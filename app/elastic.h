@@ -24,7 +24,7 @@ namespace aiacc::app {
 
 struct ElasticOptions {
   comm::MembershipOptions membership;  // MIN and MAX in processes (nodes x --nproc)
-  std::string node;                    // this process's node, e.g. "host/1"
+  std::string node;                    // this process's host (its local ranks: the members on it)
   int launch_rank = -1;                // the rank its launcher gave it (the first generation keeps it)
 };
 
@@ -74,7 +74,7 @@ struct LaunchPlan;
 // A worker of an elastic job (dist.elastic()) started by aiacc's launcher: connects to the store
 // the launcher serves (an InputError when nobody outside the workers serves it), and joins the
 // first generation, or the next one for a process started later. MIN and MAX are in processes
-// (nodes x the launcher's processes per node); the node is this host's name and the node index.
+// (nodes x the launcher's processes per node); members on the same host are local to each other.
 std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPlan& plan);
 
 // The ranks a failure's message names as gone for good: "rank Q died", "rank Q stopped

@@ -147,6 +147,16 @@ int main(int argc, char** argv) {
   if (aiacc::app::keepFreedMemoryFlag() && !aiacc::keepFreedMemoryInHeap()) {
     LOG(WARNING) << "--keep-freed-memory: not supported by this C library; using its defaults";
   }
+  // An elastic job's membership (--nnodes MIN:MAX), once joined. A worker that ends with an error
+  // says in the store that the job ended (the error is one every rank meets: settings, data,
+  // build), so that node 0's launcher stops serving the store instead of waiting --rdzv-timeout.
+  std::shared_ptr<aiacc::app::ElasticJob> elastic;
+  auto endElastic = [&] {
+    try {
+      if (elastic) elastic->markEnded();
+    } catch (const std::exception&) {  // the store is gone already: nothing to tell
+    }
+  };
   try {
     if (!aiacc::app::makeSampleFlag().empty()) {
       const aiacc::data::SampleSpec spec = aiacc::app::sampleSpecFromFlags();
@@ -176,7 +186,6 @@ int main(int argc, char** argv) {
     }
     // An elastic job: the world is the membership's first generation (or, for a process started
     // later, the generation it joins), not the launcher's.
-    std::shared_ptr<aiacc::app::ElasticJob> elastic;
     if (dist.elastic() && plan.role == aiacc::app::LaunchPlan::Role::kWorker) {
       elastic = aiacc::app::startElasticJob(dist, plan);
     }
@@ -217,6 +226,7 @@ int main(int argc, char** argv) {
     const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
     return wanted_target && !report.target_reached ? 3 : 0;
   } catch (const aiacc::app::ElasticStop& e) {  // fewer than MIN ranks came back within --rdzv-timeout
+    endElastic();
     std::cerr << "aiacc_train: " << e.what() << "; stopped"
               << (e.checkpoint().empty()
                       ? std::string(" (the first rank to come back saves the checkpoint, with "
@@ -228,12 +238,15 @@ int main(int argc, char** argv) {
     std::cerr << "aiacc_train: " << e.what() << "; nothing left to do\n";
     return 0;
   } catch (const aiacc::comm::CommError& e) {  // the library names the setting; this adds our flag for it
+    endElastic();
     std::cerr << "aiacc_train: error: " << e.what() << aiacc::app::flagHint(e.remedy()) << "\n";
     return 1;
   } catch (const aiacc::Error& e) {
+    endElastic();
     std::cerr << "aiacc_train: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
+    endElastic();
     std::cerr << "aiacc_train: internal error: " << aiacc::firstLine(e.what()) << "\n";
     return 1;
   }

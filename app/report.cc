@@ -115,6 +115,7 @@ std::string describe(const MembershipChange& c) {
     << c.world_after << " ranks at step " << c.step << " (" << (c.cause.empty() ? "a process asked to join" : c.cause)
     << "); detected in " << c.detect_s << " s, regrouped in " << c.regroup_s << " s, state restored in " << c.restore_s
     << " s (" << (c.bytes + (1 << 20) - 1) / (1 << 20) << " MiB to each rank), " << c.steps_lost << " step(s) lost";
+  if (c.first_step_s >= 0) o << "; first step done " << c.first_step_s << " s after the change began";
   return o.str();
 }
 
@@ -131,6 +132,7 @@ std::string membershipJson(const MembershipChange& c) {
   j["restore_s"] = c.restore_s;
   j["bytes"] = c.bytes;
   j["steps_lost"] = c.steps_lost;
+  j["first_step_s"] = c.first_step_s;
   return toJsonLine(j);
 }
 

@@ -47,6 +47,9 @@ struct MembershipChange {
   double regroup_s = 0;    // the new generation and its transports
   double restore_s = 0;    // the training state from the new rank 0
   int64_t bytes = 0;       // bytes of training state sent to each rank
+  // From the failure (or the vote to let a process in) to the end of the first step completed
+  // after the change (-1: none was).
+  double first_step_s = -1;
 };
 std::string describe(const MembershipChange& c);        // one line
 std::string membershipJson(const MembershipChange& c);  // one metrics line

@@ -181,6 +181,7 @@ void Trainer::State::setupModel() {
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
   if (joining) {
+    joined_running = true;
     const int64_t bytes = restoreFromRank0(0);
     LOG(INFO) << "elastic: joined generation " << elastic->generation().number << " as rank " << rank << " of " << world
               << " at step " << pos.step << ", " << std::fixed << std::setprecision(2)
@@ -286,7 +287,8 @@ Report Trainer::run() {
     return s.run.preempted ? s.finishPreempted() : s.finishReport();
   }
   // Resumed after a stop that interrupted an evaluation: that evaluation first.
-  if (s.evaluationPending()) s.evaluateAndRecord();
+  // (Not a process that joined a running elastic job: the running ranks evaluate nothing now.)
+  if (!s.joined_running && s.evaluationPending()) s.evaluateAndRecord();
   for (int epoch = static_cast<int>(s.pos.epochs_done); epoch < s.cfg.epochs && !s.run.stop; ++epoch) {
     const bool epoch_complete = s.trainEpoch(epoch);
     if (s.run.preempted) break;
@@ -363,6 +365,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     }
     ++step_in_epoch;
     run.last_step_end = t1;
+    if (run.change_began) finishChange();
     if (sample_log && step.applied) logSamples(*batch);
     run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, st.batch_size);
     LogWindow& w = run.window;

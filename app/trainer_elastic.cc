@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <fstream>
+#include <iomanip>
 
 #include "app/checkpoint.h"
 #include "app/job_settings.h"
 #include "aiacc/common/checkpoint_dir.h"
+#include "aiacc/common/crc32c.h"
 #include "app/trainer_state.h"
 #include "aiacc/common/error.h"
 
@@ -76,9 +78,20 @@ void Trainer::State::regroup(const std::string& cause) {
   if (isRank0()) {
     LOG(INFO) << "elastic: " << describe(change);
     for (const std::string& line : unused) LOG(INFO) << "elastic: " << line;
-    writeMetric(membershipJson(change));
   }
+  run.change_began = t_failed;
   run.last_step_end = Clock::now();
+}
+
+void Trainer::State::finishChange() {
+  if (!run.change_began || report.membership.empty()) return;
+  MembershipChange& c = report.membership.back();
+  c.first_step_s = secondsOf(Clock::now() - *run.change_began);
+  run.change_began.reset();
+  if (!isRank0()) return;
+  LOG(INFO) << "elastic: first step of generation " << c.generation << " done " << std::fixed << std::setprecision(2)
+            << c.first_step_s << " s after the change began";
+  writeMetric(membershipJson(c));
 }
 
 const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause) {
@@ -140,7 +153,26 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
     if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
   }
   if (sample_log) *sample_log << "restore " << pos.generation << " " << pos.step << std::endl;
+  checkSameParameters();
   return n;
+}
+
+void Trainer::State::checkSameParameters() {
+  // Every rank's CRC-32C of its parameters' bytes, in its own slot, summed: all see all.
+  uint32_t crc = 0;
+  for (const at::Tensor& p : params) {
+    const at::Tensor c = p.detach().to(at::kCPU).contiguous();
+    crc = crc32c(c.data_ptr(), c.nbytes(), crc);
+  }
+  at::Tensor all = at::zeros({world}, at::kDouble);
+  all[rank] = static_cast<double>(crc);
+  sync().allreduceSum(all);
+  for (int r = 1; r < world; ++r) {
+    AIACC_CHECK(all[r].item<double>() == all[0].item<double>(), "elastic: after the regroup to generation ",
+                elastic->generation().number, ", rank ", r, "'s parameters differ from rank 0's (CRC-32C ",
+                static_cast<uint32_t>(all[r].item<double>()), " against ", static_cast<uint32_t>(all[0].item<double>()),
+                ")");
+  }
 }
 
 void Trainer::State::logSamples(const data::Batch& batch) {

@@ -102,6 +102,9 @@ void Trainer::State::evaluateAndRecord() {
 
 Report Trainer::State::finishReport() {
   flushLog();
+  if (run.change_began && isRank0() && !report.membership.empty()) {  // no step after the last change
+    writeMetric(membershipJson(report.membership.back()));
+  }
   Report& r = report;
   if (checkpoints) {  // the last background write's outcome belongs in this report
     checkpoints->flush();

@@ -83,11 +83,14 @@ struct RunTotals {
   bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
   bool regroup_asked = false;          // rank 0 voted kFlagRegroup; the answer has not come back yet
   Clock::time_point last_step_end;     // the end of the last completed step (an elastic failure's detection)
-  LogWindow window;                    // steps not yet in a metrics line
-  double logged_exposed_comm_s = 0;    // sync().exposedCommSeconds() at the last metrics line
-  double job_loss = 0;                 // the last metrics line's loss (the job's), for the progress line
-  int64_t job_images = 0;              // this run's training images over all ranks, up to the last line
-  double job_images_train_s = 0;       // run.train_s at the last metrics line
+  // An elastic change whose first completed step is still to come: when the change began (its
+  // report entry is report.membership.back(), its metrics line written at that step).
+  std::optional<Clock::time_point> change_began;
+  LogWindow window;                  // steps not yet in a metrics line
+  double logged_exposed_comm_s = 0;  // sync().exposedCommSeconds() at the last metrics line
+  double job_loss = 0;               // the last metrics line's loss (the job's), for the progress line
+  int64_t job_images = 0;            // this run's training images over all ranks, up to the last line
+  double job_images_train_s = 0;     // run.train_s at the last metrics line
 };
 
 struct Trainer::State {
@@ -129,6 +132,7 @@ struct Trainer::State {
   StopRequest stop_request = [] { return stopSignalReceived(); };
   // --nnodes MIN:MAX (app/elastic.h); null otherwise.
   std::shared_ptr<ElasticJob> elastic;
+  bool joined_running = false;  // this process joined a running elastic job (its state came from rank 0)
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 
@@ -167,8 +171,13 @@ struct Trainer::State {
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.
   int64_t restoreFromRank0(int previous_world);
+  // After every restore: the ranks compare a hash of their parameters (one small sum); a
+  // difference is an error naming the rank.
+  void checkSameParameters();
   // This rank's training state as a checkpoint holds it (the model and optimizer aside).
   TrainingState snapshot() const;
+  // After a completed step: ends a pending elastic change's record (first_step_s, log, metrics).
+  void finishChange();
   // Tests: the applied step's samples into the sample log.
   void logSamples(const data::Batch& batch);
 

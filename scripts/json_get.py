@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints one field of a JSON file (a report) or counts JSON lines (a metrics file), parsed.
 
-Usage: json_get.py FILE KEY [FORMAT]        the value of KEY (a.b for nested keys), printed
+Usage: json_get.py FILE KEY [FORMAT]        the value of KEY (a.b for nested keys, a.0 for a list's first), printed
                                             with FORMAT (e.g. %.1f) when given
        json_get.py --count-lines FILE TYPE  how many lines of a JSON-lines file have "type": TYPE
 """
@@ -19,8 +19,8 @@ def main(argv):
         return 2
     with open(argv[0]) as f:
         value = json.load(f)
-    for part in argv[1].split("."):
-        value = value[part]
+    for part in argv[1].split("."):  # a list's element by its index: membership.0.step
+        value = value[int(part)] if isinstance(value, list) else value[part]
     print(argv[2] % value if len(argv) == 3 else value, end="")
     return 0
 
