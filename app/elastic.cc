@@ -44,8 +44,10 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
   so.client_only = true;
   so.job = plan.store.job;
   ElasticOptions o;
-  o.membership.min = dist.launch.min_nodes * w.local_size;
-  o.membership.max = dist.launch.nnodes * w.local_size;
+  // MIN from the launcher (AIACC_ELASTIC_MIN_NODES: --nnodes or PET_NNODES), MAX: its world.
+  const int min_nodes = plan.min_nodes > 0 ? plan.min_nodes : dist.launch.min_nodes;
+  o.membership.min = std::min(min_nodes * w.local_size, w.world);
+  o.membership.max = w.world;
   o.membership.timeout = dist.launch.rdzv_timeout;
   o.membership.last_call = std::chrono::milliseconds(static_cast<int64_t>(dist.rdzv_last_call_s * 1000));
   char name[256] = {};

@@ -305,8 +305,6 @@ DistSpec distSpecFromFlags(const comm::EnvMap& env) {
   d.launch.min_nodes = nodes.elastic ? nodes.min : 0;
   AIACC_CHECK_INPUT(FLAGS_max_restarts >= 0 && FLAGS_max_restarts <= 1000, "--max-restarts must be 0..1000 (got ",
                     FLAGS_max_restarts, ")");
-  AIACC_CHECK_INPUT(FLAGS_max_restarts == 0 || nodes.elastic,
-                    "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
   d.launch.max_restarts = FLAGS_max_restarts;
   AIACC_CHECK_INPUT(FLAGS_rdzv_timeout > 0 && FLAGS_rdzv_last_call >= 0, "--rdzv-timeout must be > 0 and "
                                                                          "--rdzv-last-call >= 0 (seconds)");

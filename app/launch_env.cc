@@ -67,6 +67,7 @@ LaunchPlan planNode(const LaunchEnv& env, const LaunchFlags& flags, int nnodes, 
   }
   s.nnodes = nnodes;
   s.node_rank = node_rank;
+  if (s.min_nodes == 0) s.min_nodes = env.min_nodes;  // Kubeflow's PET_NNODES=MIN:MAX
   s.master = resolveMaster(env, flags);
   p.role = s.nproc * s.nnodes > 1 ? LaunchPlan::Role::kSpawn : LaunchPlan::Role::kSingle;
   return p;
@@ -87,6 +88,7 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
     p.world = env.world;
     p.store.master = env.master.empty() ? flags.values.master : env.master;
     p.store.agent_hosted = env.agent_store;  // node 0's launcher hosts it (AIACC_LAUNCHER_STORE)
+    p.min_nodes = env.min_nodes;             // an elastic job (AIACC_ELASTIC_MIN_NODES)
     if (!env.job_key.empty()) p.store.key_prefix += "/" + env.job_key;
     p.store.job = jobId(env, flags, p.world);
     return p;

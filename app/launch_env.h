@@ -49,6 +49,7 @@ struct LaunchPlan {
   LaunchSpec spawn;       // kSpawn: the workers this process starts on its node
   comm::WorldInfo world;  // kWorker: this process's place; kSingle: world 1
   StoreAddress store;     // kWorker
+  int min_nodes = 0;      // kWorker of an elastic job: its MIN nodes (its MAX: world / local size)
 };
 
 // Combines the environment with the flags. Explicit flags that contradict the launcher are an

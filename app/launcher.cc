@@ -122,7 +122,8 @@ std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int
       {"AIACC_LOCAL_RANK", std::to_string(local)},
       {"AIACC_LOCAL_SIZE", std::to_string(spec.nproc)},
       {"AIACC_MASTER", spec.master},
-      {"AIACC_LAUNCHER_STORE", spec.host_store ? "1" : "0"}};
+      {"AIACC_LAUNCHER_STORE", spec.host_store ? "1" : "0"},
+      {"AIACC_ELASTIC_MIN_NODES", std::to_string(spec.min_nodes)}};
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
     bool replaced = false;
@@ -210,6 +211,8 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   if (spec.job_id.empty()) spec.job_id = defaultJobId(spec);
   AIACC_CHECK_INPUT(spec.nproc >= 1 && spec.nnodes >= 1 && spec.node_rank >= 0 && spec.node_rank < spec.nnodes,
                     "need --nproc >= 1 and 0 <= --node-rank < --nnodes");
+  AIACC_CHECK_INPUT(spec.max_restarts == 0 || spec.min_nodes > 0,
+                    "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
   parseHostPort(spec.master);
   checkGraceSeconds(spec.grace_seconds);
   const auto grace = std::chrono::seconds(spec.grace_seconds);

@@ -177,6 +177,9 @@ int main(int argc, char** argv) {
     const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
     const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
     const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
+    AIACC_CHECK_INPUT(dist.launch.max_restarts == 0 || plan.role == aiacc::app::LaunchPlan::Role::kWorker ||
+                          (plan.role == aiacc::app::LaunchPlan::Role::kSpawn && plan.spawn.min_nodes > 0),
+                      "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
     if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
       if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
       aiacc::app::LaunchSpec spec = plan.spawn;
@@ -186,7 +189,7 @@ int main(int argc, char** argv) {
     }
     // An elastic job: the world is the membership's first generation (or, for a process started
     // later, the generation it joins), not the launcher's.
-    if (dist.elastic() && plan.role == aiacc::app::LaunchPlan::Role::kWorker) {
+    if ((dist.elastic() || plan.min_nodes > 0) && plan.role == aiacc::app::LaunchPlan::Role::kWorker) {
       elastic = aiacc::app::startElasticJob(dist, plan);
     }
     const aiacc::comm::WorldInfo world = elastic ? elastic->generation().world() : plan.world;

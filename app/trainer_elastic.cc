@@ -47,8 +47,9 @@ void Trainer::State::regroup(const std::string& cause) {
                << (cause.empty() ? std::string(" to let a process join") : ": " + cause);
   // Keep what the old rank 0's comm state said (the new rank 0 sends its own in the state).
   pos.comm = sync().commState();
-  run.window = LogWindow{};  // steps not in a metrics line yet: the restored position counts them
-  sync_ptr.reset();          // the old transports close: every peer still waiting in them is released
+  run.window = LogWindow{};   // steps not in a metrics line yet: the restored position counts them
+  run.regroup_asked = false;  // a vote in flight for a newcomer died with the old generation: ask again
+  sync_ptr.reset();           // the old transports close: every peer still waiting in them is released
   const comm::Generation& g = regroupOrStop(cause);
   AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
               " has no process of the one before, so nobody holds the training state; start the job again "

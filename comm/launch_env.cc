@@ -109,6 +109,7 @@ LaunchEnv fromAiacc(const EnvMap& env) {
   e.master_from = "AIACC_MASTER=" + e.master;
   e.job_id = valueOr(env, "AIACC_JOB_ID", "");
   e.agent_store = isTrue(find(env, "AIACC_LAUNCHER_STORE"));
+  if (const std::string* m = find(env, "AIACC_ELASTIC_MIN_NODES")) e.min_nodes = toInt(*m, "AIACC_ELASTIC_MIN_NODES");
   nodesFromLocalSize(e);
   return e;
 }
@@ -146,10 +147,12 @@ LaunchEnv fromKubeflow(const EnvMap& env) {
   if (const std::string* n = find(env, "PET_NNODES")) {
     std::string v = *n;
     const auto colon = v.find(':');
-    if (colon != std::string::npos) {
-      AIACC_CHECK_INPUT(v.substr(0, colon) == v.substr(colon + 1), "PET_NNODES=", v,
-                        " is an elastic range: aiacc needs a fixed node count (min = max)");
-      v = v.substr(0, colon);
+    if (colon != std::string::npos) {  // an elastic range: aiacc_train, as the node's launcher, runs it
+      const int lo = toInt(v.substr(0, colon), "PET_NNODES");
+      v = v.substr(colon + 1);
+      AIACC_CHECK_INPUT(lo >= 1 && lo <= toInt(v, "PET_NNODES"), "PET_NNODES=", *n,
+                        " is not MIN:MAX with 1 <= MIN <= MAX");
+      if (lo != toInt(v, "PET_NNODES")) e.min_nodes = lo;
     }
     e.nnodes = toInt(v, "PET_NNODES");
     e.nodes_from = "PET_NNODES=" + *n;

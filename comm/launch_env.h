@@ -51,7 +51,10 @@ struct LaunchEnv {
   // node's launcher and starts `nproc` workers itself.
   bool per_process = true;
   WorldInfo world;
-  int nnodes = 0;      // 0: unknown
+  int nnodes = 0;  // 0: unknown
+  // An elastic range's MIN nodes (Kubeflow's PET_NNODES=MIN:MAX, whose MAX is nnodes; aiacc's
+  // launcher tells its workers with AIACC_ELASTIC_MIN_NODES); 0: the node count is fixed.
+  int min_nodes = 0;
   int node_rank = -1;  // -1: unknown
   int nproc = 0;       // processes per node; 0: unknown (Kubeflow's "auto": from the flags)
   std::string master;  // host:port of the rendezvous store; empty: none given

@@ -75,9 +75,10 @@ struct Job {
 };
 
 // Three nodes of one job; node 2's worker SIGKILLed after rank 0's first metrics line.
-// `act`: what is done to the worker, $W (default: SIGKILL).
+// `act`: what is done to the worker, $W (default: SIGKILL). `kubeflow`: each node's aiacc_train
+// gets Kubeflow's PET_* variables instead of the launch flags (an elastic PyTorchJob's pods).
 Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::string& nnodes = "2:3",
-                 const std::string& act = "kill -KILL $W") {
+                 const std::string& act = "kill -KILL $W", bool kubeflow = false) {
   const std::string data = d / "ds";
   const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
                                           " --sample-shapes 3 --sample-train-per-class ", kPerClass,
@@ -87,10 +88,17 @@ Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::st
   const std::string metrics = d / "m.jsonl";
   std::string script = "cd " + d.path() + "; ";
   for (int n = 0; n < 3; ++n) {
-    script += strCat("AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", AIACC_TRAIN_BIN, " --data ", data,
+    const std::string launch = kubeflow ? strCat("PET_NNODES=", nnodes, " PET_NODE_RANK=", n,
+                                                 " PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=127.0.0.1 ",
+                                                 "PET_MASTER_PORT=", port, " ")
+                                        : std::string();
+    const std::string flags = kubeflow ? std::string()
+                                       : strCat(" --nproc 1 --nnodes ", nnodes, " --node-rank ", n,
+                                                " --master 127.0.0.1:", port);
+    script += strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", AIACC_TRAIN_BIN, " --data ", data,
                      " --arch resnet18 --image-size 32 --rdzv-timeout 60 --batch-size ", kBatch,
-                     " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60 --nproc 1",
-                     " --nnodes ", nnodes, " --node-rank ", n, " --master 127.0.0.1:", port, " ", extra,
+                     " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags,
+                     " ", extra,
                      n == 0 ? strCat(" --metrics-file ", metrics, " --report-file ", d / "r.json") : std::string(),
                      " > log", n, " 2>&1 & L", n, "=$!; ");
   }
@@ -210,6 +218,20 @@ TEST(Elastic, AStoppedWorkerIsLeftOutAndRejoinsAfterItContinues) {
   EXPECT_NE(job.out.find(": rank 2 stopped responding: no heartbeat for"), std::string::npos) << job.out;
   EXPECT_LT(left.at("detect_s").get<double>(), 6) << left;  // the 3 s heartbeat timeout, not --comm-timeout
   EXPECT_EQ(job.report.at("membership").back().at("world_after"), 3) << job.report.at("membership");
+  expectEachSampleOnce(job, 3 * (kBatch - 1) + 2);
+}
+
+// Kubeflow's elastic PyTorchJob: PET_NNODES=2:3, aiacc_train as each pod's command (its node's
+// launcher). The same recovery, and --max-restarts works there too.
+TEST(Elastic, UnderAnElasticPyTorchJobAKilledWorkerRejoins) {
+  test::TempDir d;
+  const Job job = runKilledJob(d, "--max-restarts 1", "2:3", "kill -KILL $W", /*kubeflow=*/true);
+  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("elastic: joined generation"), std::string::npos) << job.out;
+  ASSERT_TRUE(job.report.contains("membership")) << job.out;
+  EXPECT_EQ(job.report.at("world_size"), 3);
   expectEachSampleOnce(job, 3 * (kBatch - 1) + 2);
 }
 

@@ -183,10 +183,29 @@ TEST(LaunchEnv, KubeflowPetVariablesStartTheNodesWorkers) {
   EXPECT_EQ(j.spawn.nproc, 1);
   EXPECT_EQ(j.spawn.node_rank, 2);
   EXPECT_EQ(j.spawn.nnodes, 3);
+  // An elastic PyTorchJob (PET_NNODES=MIN:MAX): aiacc_train is the node's launcher of an elastic
+  // job, and tells its workers MIN (AIACC_ELASTIC_MIN_NODES); "N:N" is a fixed count.
+  const LaunchPlan elastic =
+      planLaunch(detectLaunch({{"PET_NNODES", "1:4"}, {"PET_NPROC_PER_NODE", "1"}, {"PET_NODE_RANK", "3"}}), noFlags());
+  EXPECT_EQ(elastic.role, Role::kSpawn);
+  EXPECT_EQ(elastic.spawn.nnodes, 4);
+  EXPECT_EQ(elastic.spawn.min_nodes, 1);
+  EXPECT_EQ(planLaunch(detectLaunch({{"PET_NNODES", "2:2"}, {"PET_NPROC_PER_NODE", "1"}, {"PET_NODE_RANK", "1"}}),
+                       noFlags())
+                .spawn.min_nodes,
+            0);
   EXPECT_EQ(errorOf([&] {
-              detectLaunch({{"PET_NNODES", "1:4"}, {"PET_NPROC_PER_NODE", "1"}});
+              detectLaunch({{"PET_NNODES", "4:1"}, {"PET_NPROC_PER_NODE", "1"}});
             }),
-            "PET_NNODES=1:4 is an elastic range: aiacc needs a fixed node count (min = max)");
+            "PET_NNODES=4:1 is not MIN:MAX with 1 <= MIN <= MAX");
+  const LaunchPlan worker = planLaunch(detectLaunch({{"AIACC_RANK", "1"},
+                                                     {"AIACC_WORLD_SIZE", "4"},
+                                                     {"AIACC_LOCAL_RANK", "0"},
+                                                     {"AIACC_LOCAL_SIZE", "1"},
+                                                     {"AIACC_ELASTIC_MIN_NODES", "2"}}),
+                                       noFlags());
+  EXPECT_EQ(worker.role, Role::kWorker);
+  EXPECT_EQ(worker.min_nodes, 2);
 }
 
 // A PyTorchJob with one process per pod, or a JobSet that sets the variables itself.
