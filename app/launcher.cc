@@ -20,10 +20,10 @@
 #include <filesystem>
 #include <iostream>
 
-#include "app/launch_env.h"
-#include "app/stop_signal.h"
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "app/launch_env.h"
+#include "app/stop_signal.h"
 #include "aiacc/comm/membership.h"
 #include "aiacc/comm/store.h"
 #include "aiacc/common/error.h"

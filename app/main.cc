@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     }
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();
-    if (elastic && report.world > 0 && elastic->generation().rank == 0) elastic->markEnded();
+    if (elastic && elastic->generation().rank == 0) elastic->markEnded();
     const int final_rank = elastic ? elastic->generation().rank : world.rank;  // (an elastic job's may change)
     if (report.preempted) return preemptedExit(report, config, final_rank);
     if (final_rank == 0) {

@@ -150,9 +150,9 @@ LaunchEnv fromKubeflow(const EnvMap& env) {
     if (colon != std::string::npos) {  // an elastic range: aiacc_train, as the node's launcher, runs it
       const int lo = toInt(v.substr(0, colon), "PET_NNODES");
       v = v.substr(colon + 1);
-      AIACC_CHECK_INPUT(lo >= 1 && lo <= toInt(v, "PET_NNODES"), "PET_NNODES=", *n,
-                        " is not MIN:MAX with 1 <= MIN <= MAX");
-      if (lo != toInt(v, "PET_NNODES")) e.min_nodes = lo;
+      const int hi = toInt(v, "PET_NNODES");
+      AIACC_CHECK_INPUT(lo >= 1 && lo <= hi, "PET_NNODES=", *n, " is not MIN:MAX with 1 <= MIN <= MAX");
+      if (lo != hi) e.min_nodes = lo;
     }
     e.nnodes = toInt(v, "PET_NNODES");
     e.nodes_from = "PET_NNODES=" + *n;

@@ -259,11 +259,10 @@ int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
     batch_.images = batch_.images.to(device_);  // no-op on the CPU; else once, not per step
     batch_.labels = batch_.labels.to(device_);
   }
-  const int64_t shard = (images_ - std::min(images_, spec.segment_offset)) / world_;
-  num_batches_ = spec.segment_batch + batchCount(shard, B, drop_last_);
-  batch_size_ = B;
   segment_offset_ = spec.segment_offset;
   segment_batch_ = spec.segment_batch;
+  num_batches_ = spec.segment_batch + batchCount(segmentShard(), B, drop_last_);
+  batch_size_ = B;
   served_ = std::clamp<int64_t>(spec.first_batch, spec.segment_batch, num_batches_);
   return num_batches_;
 }
@@ -271,8 +270,7 @@ int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
 std::optional<Batch> SyntheticSource::next() {
   if (served_ >= num_batches_) return std::nullopt;
   Batch b = batch_;
-  const int64_t left = (images_ - std::min(images_, segment_offset_)) / world_ -
-                       (served_ - segment_batch_) * batch_size_;
+  const int64_t left = segmentShard() - (served_ - segment_batch_) * batch_size_;
   if (left < batch_size_) {  // partial last batch (evaluation only)
     b.images = b.images.narrow(0, 0, left);
     b.labels = b.labels.narrow(0, 0, left);

@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -180,6 +181,8 @@ class SyntheticSource : public BatchSource {
   int64_t numClasses() const override { return classes_; }
   int64_t shardSize() const override { return images_ / world_; }
   void reshard(int rank, int world) override;
+  // This rank's samples of the current world's part of the epoch (after segment_offset).
+  int64_t segmentShard() const { return (images_ - std::min(images_, segment_offset_)) / world_; }
   // Generates the batch on `device` from now on (no host-to-device copy per step).
   void setDevice(at::Device device) { device_ = device; }
 
