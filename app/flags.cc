@@ -624,6 +624,8 @@ Config configFromFlags(const Recipe& recipe) {
   }
   AIACC_CHECK_INPUT(c.epochs >= 1, "--epochs must be at least 1");
   AIACC_CHECK_INPUT(c.lr > 0, "--lr must be positive");
+  // The default warmup (or a recipe's) is cut to a shorter run: `--epochs 1` works as given.
+  if (!set_on_cli("warmup_epochs")) c.warmup_epochs = std::min(c.warmup_epochs, static_cast<double>(c.epochs));
   AIACC_CHECK_INPUT(c.warmup_epochs >= 0 && c.warmup_epochs <= c.epochs, "--warmup-epochs must be in [0, --epochs]");
   c.lr_schedule = parseOption<LrSchedule>("--lr-schedule", FLAGS_lr_schedule);
   AIACC_CHECK_INPUT(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1)");

@@ -29,7 +29,13 @@ inline constexpr EnvSetting kNcclEnvironment[] = {
      "a failed or timed-out operation may end the process from ProcessGroupNCCL's watchdog (3, PyTorch's "
      "default) instead of reaching the host as a CommError"},
     {"TORCH_NCCL_PROPAGATE_ERROR", "1", "a rank's failure does not reach the other ranks through the store"},
-    {"TORCH_NCCL_USE_COMM_NONBLOCKING", "1", "communicator set-up is not bounded by the timeout"},
+    {"TORCH_NCCL_USE_COMM_NONBLOCKING", "1", "communicator set-up waits in NCCL without any timeout"},
+    // Non-blocking set-up and teardown wait this many seconds for the communicator (PyTorch's
+    // default: 30 minutes), whatever NcclOptions::timeout says: seen on an H200, a set-up whose
+    // peer went silent held the caller past a minute. Read once per process; 60 is kDefaultTimeout.
+    {"TORCH_NCCL_NONBLOCKING_TIMEOUT", "60",
+     "a communicator whose set-up or teardown never completes (a peer gone silent) holds its caller for "
+     "PyTorch's 30 minutes instead of failing"},
     {"TORCH_NCCL_ENABLE_TIMING", "1",
      "operations are not timed: channels report no busy time, and striping cannot balance them by speed"},
 };

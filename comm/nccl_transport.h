@@ -9,7 +9,9 @@
 // CUDA events. aiacc keeps what is its own: the channels, the staging of host tensors, the
 // shard layout, sticky errors that name the operation.
 //
-// Errors. Every operation and the communicator set-up are bounded by `timeout`.
+// Errors. Every operation is bounded by `timeout`. The communicator's set-up and teardown are
+// bounded by TORCH_NCCL_NONBLOCKING_TIMEOUT (seconds; read once per process), not by `timeout`:
+// ProcessGroupNCCL waits for a non-blocking communicator there, for 30 minutes by default.
 // ProcessGroupNCCL's watchdog thread checks every operation for NCCL errors and for the timeout;
 // when one fails it marks the process group failed (ProcessGroupNCCL::getError(); with
 // TORCH_NCCL_PROPAGATE_ERROR=1 the other ranks' groups too, through the store), and later, after
@@ -18,8 +20,9 @@
 // watchdog. PyTorch reads these variables when a process group is made. NcclTransport sets no
 // environment (a library must not: setenv races getenv in threads already running): a program
 // sets kNcclEnvironment (comm/nccl_env.h: ASYNC_ERROR_HANDLING=2, PROPAGATE_ERROR=1,
-// USE_COMM_NONBLOCKING=1 so that set-up times out too, ENABLE_TIMING=1 for busy time per
-// channel) at start-up, as aiacc_train does, and NcclTransport logs the ones that differ.
+// USE_COMM_NONBLOCKING=1 with NONBLOCKING_TIMEOUT=60 so that set-up times out too,
+// ENABLE_TIMING=1 for busy time per channel) at start-up, as aiacc_train does, and NcclTransport
+// logs the ones that differ.
 // Without TORCH_NCCL_BLOCKING_WAIT, ProcessGroupNCCL's own
 // Work::wait() only makes the caller's stream wait, so nothing the watchdog finds later reaches
 // the host through it. NcclTransport raises a CommError naming the operation, channel and rank:

@@ -4,7 +4,9 @@
 #include <turbojpeg.h>
 
 #include <opencv2/core.hpp>
+#ifdef AIACC_HAVE_IMGCODECS  // the golden decoder, and the fallback's own formats
 #include <opencv2/imgcodecs.hpp>
+#endif
 #include <opencv2/imgproc.hpp>
 
 #include "data/jpeg_index.h"
@@ -51,6 +53,21 @@ RgbImage cropOf(const RgbImage& img, Box b) {
   return out;
 }
 
+// libjpeg-turbo's encoder, for what the tests' own encodeJpeg does not make: other subsampling,
+// progressive scans, grayscale and CMYK input (pixels in turbojpeg's `format`); empty on failure.
+std::vector<uint8_t> turboJpeg(const uint8_t* pixels, int w, int h, int format, int samp, int flags = 0) {
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long len = 0;
+  const int rc = tjCompress2(tj, pixels, w, 0, h, format, &buf, &len, samp, 90, flags);
+  std::vector<uint8_t> out;
+  if (rc == 0) out.assign(buf, buf + len);
+  tjFree(buf);
+  tjDestroy(tj);
+  return out;
+}
+
+#ifdef AIACC_HAVE_IMGCODECS
 TEST(Decode, FullDecodeMatchesOpenCV) {
   const std::vector<uint8_t> jpg = encodeJpeg(testPicture(173, 121), 92);
   const RgbImage ours = decodeFull(jpg.data(), jpg.size());
@@ -61,6 +78,7 @@ TEST(Decode, FullDecodeMatchesOpenCV) {
   RgbImage ref{rgb.cols, rgb.rows, std::vector<uint8_t>(rgb.data, rgb.data + rgb.total() * 3)};
   EXPECT_LE(maxAbsDiff(ours, ref), 1);
 }
+#endif
 
 TEST(Decode, RegionDecodeEqualsCropOfFullDecode) {
   const std::vector<uint8_t> jpg = encodeJpeg(testPicture(320, 240), 90);
@@ -85,19 +103,12 @@ TEST(Decode, RegionDecodeHandlesProgressiveAndSubsampling) {
                             {"440", TJSAMP_440},
                             {"420", TJSAMP_420},
                             {"gray", TJSAMP_GRAY}}) {
-    tjhandle tj = tjInitCompress();
-    unsigned char* buf = nullptr;
-    unsigned long len = 0;
-    ASSERT_EQ(tjCompress2(tj, pic.pixels.data(), pic.width, 0, pic.height, TJPF_RGB, &buf, &len, samp, 90, 0), 0);
-    files.emplace_back(name, std::vector<uint8_t>(buf, buf + len));
-    tjFree(buf);
-    tjDestroy(tj);
+    files.emplace_back(name, turboJpeg(pic.pixels.data(), pic.width, pic.height, TJPF_RGB, samp));
+    ASSERT_FALSE(files.back().second.empty()) << name;
   }
-  cv::Mat rgb(pic.height, pic.width, CV_8UC3, const_cast<uint8_t*>(pic.pixels.data())), bgr;
-  cv::cvtColor(rgb, bgr, cv::COLOR_RGB2BGR);
-  std::vector<uint8_t> progressive;
-  ASSERT_TRUE(cv::imencode(".jpg", bgr, progressive, {cv::IMWRITE_JPEG_PROGRESSIVE, 1}));
-  files.emplace_back("progressive", progressive);
+  files.emplace_back("progressive",
+                     turboJpeg(pic.pixels.data(), pic.width, pic.height, TJPF_RGB, TJSAMP_420, TJFLAG_PROGRESSIVE));
+  ASSERT_FALSE(files.back().second.empty());
   for (const auto& [name, jpg] : files) {
     const RgbImage full = decodeFull(jpg.data(), jpg.size());
     const Box b{45, 33, 101, 87};
@@ -137,11 +148,10 @@ TEST(Decode, ChoosesSmallestSufficientDctScale) {
 }
 
 TEST(Decode, GrayscaleBecomesThreeChannels) {
-  cv::Mat gray(50, 70, CV_8UC1);
+  std::vector<uint8_t> gray(50 * 70);
   for (int y = 0; y < 50; ++y)
-    for (int x = 0; x < 70; ++x) gray.at<uint8_t>(y, x) = static_cast<uint8_t>(3 * x + y);
-  std::vector<uint8_t> jpg;
-  cv::imencode(".jpg", gray, jpg, {cv::IMWRITE_JPEG_QUALITY, 95});
+    for (int x = 0; x < 70; ++x) gray[static_cast<size_t>(y * 70 + x)] = static_cast<uint8_t>(3 * x + y);
+  const std::vector<uint8_t> jpg = turboJpeg(gray.data(), 70, 50, TJPF_GRAY, TJSAMP_GRAY);
   const RgbImage img = decodeFull(jpg.data(), jpg.size());
   ASSERT_EQ(img.width, 70);
   ASSERT_EQ(img.height, 50);
@@ -152,6 +162,7 @@ TEST(Decode, GrayscaleBecomesThreeChannels) {
   EXPECT_NEAR(img.pixels[(10 * 70 + 20) * 3], 3 * 20 + 10, 3);
 }
 
+#ifdef AIACC_HAVE_IMGCODECS
 TEST(Decode, CmykJpegFallsBackToOpenCV) {
   const int w = 64, h = 48;
   std::vector<uint8_t> cmyk(static_cast<size_t>(w) * h * 4);
@@ -211,6 +222,22 @@ TEST(Decode, PngUnderJpegNameFallsBackExactly) {
   EXPECT_EQ(dc.path, DecodePath::kFallback);
   EXPECT_EQ(maxAbsDiff(dc.crop, cropOf(pic, Box{5, 6, 20, 10})), 0);  // lossless
 }
+#else
+// Built without imgcodecs (the GPU host's bundle), what only OpenCV decodes is a DecodeError,
+// which the loader counts as a skipped file, never a crash or a silent black picture.
+TEST(Decode, WithoutImgcodecsACmykJpegIsADecodeError) {
+  std::vector<uint8_t> cmyk(64 * 48 * 4, 128);
+  const std::vector<uint8_t> jpg = turboJpeg(cmyk.data(), 64, 48, TJPF_CMYK, TJSAMP_444);
+  ASSERT_FALSE(jpg.empty());
+  EXPECT_THROW(decodeCrop(
+                   jpg.data(), jpg.size(),
+                   [](int w, int h) {
+    return Box{0, 0, w, h};
+                   },
+                   32, 32),
+               DecodeError);
+}
+#endif
 
 // The benchmark's floor (aiacc_bench data --entropy-only) walks the whole file: it reports the
 // image's height, and refuses what is not a JPEG.

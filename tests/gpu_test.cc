@@ -9,9 +9,11 @@
 // GPU each) check the sums themselves. Also: stream ordering, errors reaching the host, the
 // cast and unscale kernels, the device-side input normalization, the trainer with AMP and
 // channels-last.
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
+#include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -22,6 +24,7 @@
 #include <torch/nn/modules/pooling.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -38,7 +41,9 @@
 #include "aiacc/comm/transport.h"
 #include "aiacc/comm/store.h"
 #include "data/device_input.h"
+#include "tests/checkpoint_tensors.h"
 #include "tests/comm_test_util.h"
+#include "tests/json_util.h"
 #include "tests/test_util.h"
 #include "tests/train_problem.h"
 
@@ -124,6 +129,55 @@ TEST(Gpu, NcclErrorsReachTheHost) {
   EXPECT_TRUE(raises([&] { t->allreduce(host, comm::ReduceOp::kSum, 0)->wait(); }));
 }
 
+// The elastic path's NCCL contract at world 1 (one GPU holds one NCCL rank): a transport whose
+// collectives are in flight is aborted, its operations raise instead of hanging, it is destroyed,
+// and a new one is made in the same process, 20 times. Each cycle takes seconds at most, the
+// process is never aborted, and the device memory a cycle leaves behind does not grow: the free
+// memory the driver reports (NCCL's own buffers included, the caching allocator emptied) after
+// the last cycle is within 64 MiB of that after the second.
+TEST(Gpu, NcclAbortAndRecreateTwentyTimes) {
+  AIACC_REQUIRE_GPU();
+  using Clock = std::chrono::steady_clock;
+  auto freeBytes = [] {
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    size_t free = 0, total = 0;
+    EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+    return static_cast<double>(free);
+  };
+  std::vector<double> seconds, free_after;
+  for (int cycle = 0; cycle < 20; ++cycle) {
+    const auto t0 = Clock::now();
+    {
+      auto t = ncclWorldOne(2);
+      at::Tensor x = at::ones({16 << 20}, cuda());  // 64 MiB
+      t->allreduce(x, comm::ReduceOp::kSum, 0)->wait();
+      t->synchronize();
+      EXPECT_EQ(x.sum().item<double>(), static_cast<double>(16 << 20)) << "cycle " << cycle;
+      std::vector<std::shared_ptr<comm::Work>> inflight;
+      for (int k = 0; k < 4; ++k) inflight.push_back(t->allreduce(x, comm::ReduceOp::kSum, k % 2));
+      t->abort(strCat("test: cycle ", cycle, " lost a peer"));
+      for (auto& w : inflight) {
+        bool raised = false;
+        try {
+          w->synchronize();
+        } catch (const comm::CommError& e) {
+          raised = std::string(e.what()).find("lost a peer") != std::string::npos;
+        }
+        EXPECT_TRUE(raised) << "cycle " << cycle << ": an operation of an aborted transport completed silently";
+      }
+    }
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    free_after.push_back(freeBytes());
+  }
+  std::string line = "abort and re-create, seconds per cycle:";
+  for (double s : seconds) line += strCat(" ", static_cast<int>(s * 1000), "ms");
+  std::printf("%s\nfree device memory after cycles 2 / 10 / 20: %.1f / %.1f / %.1f MiB\n", line.c_str(),
+              free_after[1] / (1 << 20), free_after[9] / (1 << 20), free_after[19] / (1 << 20));
+  for (size_t i = 0; i < seconds.size(); ++i) EXPECT_LT(seconds[i], 30.0) << "cycle " << i;
+  EXPECT_GE(free_after[19], free_after[1] - 64.0 * (1 << 20)) << "device memory grows with each cycle";
+}
+
 // Ordering without host synchronization: work queued on the caller's stream (a side stream,
 // busy for a while) is seen by the collective, and the caller's stream sees its result.
 TEST(Gpu, NcclOperationsOrderAfterTheCallersStream) {
@@ -207,7 +261,8 @@ int64_t parameterCount(torch::nn::Module& m) {
 // model, to rounding in fp32 (cuDNN's backward may sum in another order between two runs) and
 // within fp16 rounding with fp16 transfer (cast and unscale on the device). After backward the
 // buckets hold the gradients, so .grad is poisoned (NaN) before finishBackward(): only the
-// reduced values written back pass; and the channels carried exactly every bucket's wire bytes.
+// reduced values written back pass; and the channels carried exactly every bucket's wire bytes
+// and striping's rate exchange (seen on the H200: 16 bytes beyond the buckets).
 TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
   AIACC_REQUIRE_GPU();
   at::globalContext().setDeterministicCuDNN(true);
@@ -244,8 +299,9 @@ TEST(Gpu, DataParallelOverNcclGivesTheLocalGradients) {
       ASSERT_TRUE(dp.finishBackward());
       dp.synchronize();
     }
+    // Besides the buckets, striping's rate exchange after the step: one double per channel.
     const double wire_bytes = transfer == comm::TransferDtype::kFloat32 ? 4.0 : 2.0;
-    EXPECT_EQ(bytesOf(*transport) - bytes_before, wire_bytes * static_cast<double>(parameterCount(*net)));
+    EXPECT_EQ(bytesOf(*transport) - bytes_before, wire_bytes * static_cast<double>(parameterCount(*net)) + 8.0 * 2);
     auto a = ref->parameters(), b = net->parameters();
     for (size_t i = 0; i < a.size(); ++i) {
       ASSERT_TRUE(at::isfinite(b[i].grad()).all().item<bool>()) << "parameter " << i << " was not written back";
@@ -381,6 +437,68 @@ TEST(Gpu, TrainerLearnsWithAmpAndChannelsLast) {
   EXPECT_GT(r.loss_scale, 0);
   EXPECT_GT(r.final_top1, 60.0) << "chance is 12.5%";
   EXPECT_EQ(r.skipped_files, 0);
+}
+
+// Preemption on one GPU under AMP fp16 (dynamic loss scaler) and channels-last, without cuDNN's
+// benchmarking and with its deterministic algorithms: a stop at step 27 saves the loss scale and
+// the CUDA generator's state, and --resume auto continues from them. Two uninterrupted runs are
+// compared first. Where they agree to the bit, the stopped-and-resumed run must too (parameters,
+// BN statistics, momentum, per-step losses, the final scale); where they do not, the difference
+// the resume makes is printed beside the run-to-run one and must not exceed it.
+TEST(Gpu, StopUnderAmpFp16AndResumeContinuesTheRun) {
+  AIACC_REQUIRE_GPU();
+  at::globalContext().setDeterministicCuDNN(true);
+  test::TempDir dir;
+  test::makeLearnableSample(dir / "ds");
+  auto config = [&](const std::string& name) {
+    app::Config c = test::learnableConfig(dir / "ds");
+    c.epochs = 2;  // 20 steps each
+    c.cuda = true;
+    c.amp = true;
+    c.amp_dtype = app::AmpDtype::kFp16;
+    c.channels_last = true;
+    c.cudnn_benchmark = false;
+    c.checkpoint_dir = dir / name;
+    c.metrics_file = dir / (name + ".jsonl");
+    return c;
+  };
+  const app::Report whole = app::Trainer(config("whole"), {}, app::localSync(), app::Trainer::Clock::now()).run();
+  app::Trainer(config("again"), {}, app::localSync(), app::Trainer::Clock::now()).run();
+  ASSERT_EQ(whole.steps, 40);
+  ASSERT_GT(whole.loss_scale, 0);
+
+  app::Config first = config("parts");
+  app::Trainer interrupted(first, {}, app::localSync(), app::Trainer::Clock::now());
+  int polls = 0;  // once a step, and once per batch of epoch 1's evaluation (5 of 16 images)
+  interrupted.setStopRequest([&] { return ++polls >= 20 + 5 + 7 ? SIGTERM : 0; });
+  const app::Report part = interrupted.run();
+  ASSERT_TRUE(part.preempted);
+  ASSERT_EQ(part.saved_step, 27);
+  const c10::impl::GenericDict saved =
+      models::readTorchSave(part.checkpoint).value.toGenericDict().at("training_state").toGenericDict();
+  EXPECT_TRUE(saved.at("rng_cuda").isTensor()) << "the CUDA generator's state is saved";
+  EXPECT_EQ(models::realOf(saved.at("loss_scale"), "loss_scale"), part.loss_scale);
+  app::Config second = first;
+  second.resume = "auto";
+  const app::Report rest = app::Trainer(second, {}, app::localSync(), app::Trainer::Clock::now()).run();
+  ASSERT_EQ(rest.steps, 40);
+
+  const auto losses = test::metricValues(dir / "whole.jsonl", "step", "loss");
+  const auto losses_again = test::metricValues(dir / "again.jsonl", "step", "loss");
+  const auto losses_parts = test::metricValues(dir / "parts.jsonl", "step", "loss");
+  const std::string w = test::newestCheckpoint(dir / "whole"), a = test::newestCheckpoint(dir / "again"),
+                    p = test::newestCheckpoint(dir / "parts");
+  const double run_to_run = test::largestDifference(w, a, 8), resumed = test::largestDifference(w, p, 8);
+  std::printf("GPU resume under AMP fp16: loss scale %g (uninterrupted %g); largest difference from the "
+              "uninterrupted run: resumed %.3g, a second uninterrupted run %.3g; per-step losses %s\n",
+              rest.loss_scale, whole.loss_scale, resumed, run_to_run, losses_parts == losses ? "equal" : "differ");
+  if (run_to_run == 0 && losses_again == losses) {
+    EXPECT_EQ(losses_parts, losses);
+    test::expectSameTensors(w, p, 8);
+    EXPECT_EQ(rest.loss_scale, whole.loss_scale);
+  } else {
+    EXPECT_LE(resumed, run_to_run) << "the resume adds a difference of its own";
+  }
 }
 
 // Failures end within the timeout, with an error naming the channel and rank, instead of

@@ -21,10 +21,7 @@
 #include <vector>
 
 #include "app/trainer.h"
-#include "models/resnet.h"
-#include "models/torch_format.h"
-#include "models/torch_unpickler.h"
-#include "models/weights.h"
+#include "tests/checkpoint_tensors.h"
 #include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
 #include "tests/json_util.h"
 #include "tests/test_util.h"
@@ -33,39 +30,8 @@
 namespace aiacc::app {
 namespace {
 
-// Every tensor a checkpoint holds (model state by name, then the momentum buffers by position),
-// for exact comparison; the rest of the file (clocks) may differ. Read as Python would, through
-// torch.save's format (app/checkpoint.h).
-std::vector<std::pair<std::string, at::Tensor>> checkpointTensors(const std::string& path, int64_t classes) {
-  models::ResNetOptions o;
-  o.arch = "resnet18";
-  o.num_classes = classes;
-  models::ResNet m(o);
-  const c10::impl::GenericDict root = models::readTorchSave(path).value.toGenericDict();
-  const c10::impl::GenericDict state = root.at("model").toGenericDict();
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& [name, t] : models::stateDictOf(*m)) out.emplace_back(name, state.at(name).toTensor());
-  const auto groups = root.at("optimizer").toGenericDict().at("groups").toList();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto buffers = groups.get(g).toGenericDict().at("momentum_buffers").toList();
-    for (size_t j = 0; j < buffers.size(); ++j) {
-      if (buffers.get(j).isTensor()) out.emplace_back(strCat("momentum/", g, "/", j), buffers.get(j).toTensor());
-    }
-  }
-  return out;
-}
-
 const auto newest = test::newestCheckpoint;
-
-void expectSameTensors(const std::string& a, const std::string& b, int64_t classes) {
-  const auto ta = checkpointTensors(a, classes), tb = checkpointTensors(b, classes);
-  ASSERT_EQ(ta.size(), tb.size());
-  ASSERT_GT(ta.size(), 100u) << "parameters, buffers and momentum";
-  for (size_t i = 0; i < ta.size(); ++i) {
-    ASSERT_EQ(ta[i].first, tb[i].first);
-    EXPECT_TRUE(ta[i].second.equal(tb[i].second)) << ta[i].first << " differs";
-  }
-}
+using test::expectSameTensors;
 
 class Preemption : public ::testing::Test {
  protected:
@@ -433,7 +399,7 @@ TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
   ASSERT_EQ(want.size(), 40u);
   EXPECT_EQ(test::metricValues(d / "m.jsonl", "step", "loss"), want);
   EXPECT_EQ(test::metricValues(d / "m.jsonl", "step", "step").size(), 40u) << "no step trained twice";
-  const auto a = checkpointTensors(newest(d / "whole/ck"), 4), b = checkpointTensors(newest(d / "ck"), 4);
+  const auto a = test::checkpointTensors(newest(d / "whole/ck"), 4), b = test::checkpointTensors(newest(d / "ck"), 4);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const bool running_stat = a[i].first.find("running_") != std::string::npos;

@@ -11,6 +11,8 @@
 
 int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
+  // The GPU tests' NCCL set-ups fail within seconds; a silent peer's then ends within 20 s.
+  ::setenv("TORCH_NCCL_NONBLOCKING_TIMEOUT", "20", /*overwrite=*/0);
   for (const auto& e : aiacc::comm::kNcclEnvironment) ::setenv(e.name, e.value, /*overwrite=*/0);
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

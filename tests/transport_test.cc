@@ -507,7 +507,8 @@ TEST(Gloo, LeavesSigpipeAlone) {
 TEST(NcclEnvironment, NotesWhatDiffers) {
   const std::map<std::string, std::string> env = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"},
                                                   {"TORCH_NCCL_PROPAGATE_ERROR", "1"},
-                                                  {"TORCH_NCCL_USE_COMM_NONBLOCKING", "1"}};
+                                                  {"TORCH_NCCL_USE_COMM_NONBLOCKING", "1"},
+                                                  {"TORCH_NCCL_NONBLOCKING_TIMEOUT", "60"}};
   const std::vector<std::string> notes = ncclEnvironmentNotes([&](const char* name) -> const char* {
     const auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gathers what building aiacc needs that a bare GPU host lacks (it has Python torch with its CUDA
 # LibTorch, nvcc, CMake and ninja, but no apt and no network): gflags, glog, GoogleTest, nlohmann-json,
-# libjpeg-turbo, OpenCV core + imgproc and the libraries they load, Gloo (used only when the
+# libjpeg-turbo, OpenCV core + imgproc and the libraries they load (X11 and the GCC runtime
+# included: a bare image may lack them), Gloo (used only when the
 # torch found there ships no Gloo headers of its own), all extracted from Debian 12 packages into
 # one folder. Nothing is installed on this machine. Run here (it needs apt); carry the folder.
 #   scripts/gpu/bundle.sh [DIR]        (default: gpu-bundle/, ignored by git)
@@ -18,7 +19,8 @@ PKGS=(
   nlohmann-json3-dev
   libturbojpeg0 libturbojpeg0-dev libjpeg62-turbo libjpeg62-turbo-dev
   libopencv-core406 libopencv-core-dev libopencv-imgproc406 libopencv-imgproc-dev
-  libtbb12 libblas3 liblapack3 libgfortran5 libglx0 libglvnd0
+  libtbb12 libblas3 liblapack3 libgfortran5 libquadmath0 libglx0 libglvnd0
+  libx11-6 libxau6 libxdmcp6 libxcb1 libbsd0 libmd0
   libgloo0 libgloo-dev libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
 )
 command -v apt-get >/dev/null || { echo "bundle.sh: needs apt-get (run it on a Debian 12 machine)" >&2; exit 1; }

@@ -7,8 +7,14 @@
 #     aiacc_train beside a PyTorch eager script doing the same (scripts/gpu/bench_eager.py);
 #   - the data pipeline on the host's cores: decode + augment of a generated photo-sized JPEG set
 #     at 224, images/s per core and in all, against the training rate it has to feed.
+#   - preemption on the GPU: aiacc_train --gpus 1 (AMP fp16) stopped by a real SIGTERM mid-epoch,
+#     then --resume auto: the exit status, the saved step, the loss scale and CUDA generator state
+#     in the checkpoint, and every step of the job trained once.
 # Logs and the reports go to $OUT (the device tool's folder) when set, else /tmp/aiacc-gpu-check:
-# eight files at most (summary, configure, build, tests, train log and report, eager, data).
+# eight files at most (summary, configure or preempt, build, tests, train log and report, eager,
+# data). --skip-build uses build-gpu/ as it is: built beforehand, here or on a machine with the
+# same torch (AIACC_BUILD_DIR=build-gpu scripts/build.sh --torch2 -DOPENCV_IMGCODECS_LIB=OFF, the
+# bundle's OpenCV having no imgcodecs), its binaries carried along.
 #   scripts/gpu/check.sh [--skip-build] [--steps N]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,6 +46,9 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export PATH=$CUDA_HOME/bin:$PATH
 LIBDIRS="$BUNDLE/usr/lib/x86_64-linux-gnu:$BUNDLE/usr/lib:$TORCH_DIR/lib"
 [ -n "$NCCL_LIB" ] && LIBDIRS="$LIBDIRS:$(dirname "$NCCL_LIB")"
+# The CUDA runtime as the wheel ships it, then the toolkit's: binaries built on another machine
+# name the runtime by soname only.
+for d in "$SITE"/nvidia/*/lib "$CUDA_HOME/lib64"; do [ -d "$d" ] && LIBDIRS="$LIBDIRS:$d"; done
 export LD_LIBRARY_PATH=$LIBDIRS:${LD_LIBRARY_PATH:-}
 {
   say "torch $($PY -c 'import torch; print(torch.__version__, torch.version.cuda)') at $TORCH_DIR"
@@ -74,16 +83,53 @@ fi
 FAIL=0
 if [ -x "$BUILD/tests/aiacc_tests" ]; then
   say "GPU tests"
-  (cd "$BUILD/tests" && ./aiacc_tests --gtest_filter='Gpu.*:GradScaler.*:Autocast.*' 2>&1;
-   ./aiacc_data_tests --gtest_filter='LoaderTest.*' 2>&1) \
+  # Bounded: a hang must not hold the GPU host past the call.
+  (cd "$BUILD/tests" && timeout 300 ./aiacc_tests --gtest_filter='Gpu.*:GradScaler.*:Autocast.*' 2>&1;
+   echo "aiacc_tests exit $?"; timeout 120 ./aiacc_data_tests --gtest_filter='LoaderTest.*:Decode.*' 2>&1;
+   echo "aiacc_data_tests exit $?") \
     | tee "$OUTDIR/tests.log" | grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) *\]|Failure|error" | head -40
+  grep -E "^abort and re-create|^free device memory|^GPU resume|tests exit" "$OUTDIR/tests.log"
   grep -q "FAILED" "$OUTDIR/tests.log" && FAIL=1
+  grep -qE "tests exit [1-9]" "$OUTDIR/tests.log" && FAIL=1
 else
   say "no test binary"; FAIL=1
 fi
 
 TRAIN=$BUILD/app/aiacc_train
 aiacc_ips=""; eager_ips=""; data_ips=""
+preempt=""
+if [ -x "$TRAIN" ]; then
+  say "preemption: aiacc_train --gpus 1 (AMP fp16) SIGTERMed after 12 steps, then --resume auto"
+  P=/tmp/aiacc-preempt
+  rm -rf "$P"
+  "$TRAIN" --make-sample "$P/ds" > /dev/null 2>&1
+  job=("$TRAIN" --gpus 1 --data "$P/ds" --arch resnet18 --batch-size 32 --image-size 64 --epochs 2
+       --cudnn-benchmark=false --checkpoint-dir "$P/ck" --metrics-file "$P/m.jsonl" --progress-seconds 1000)
+  timeout 120 "${job[@]}" > "$OUTDIR/preempt.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do [ "$(cat "$P/m.jsonl" 2>/dev/null | grep -c '"step"')" -ge 12 ] && break; sleep 0.1; done
+  kill -TERM $pid
+  wait $pid
+  rc1=$?
+  timeout 120 "${job[@]}" --resume auto >> "$OUTDIR/preempt.log" 2>&1
+  rc2=$?
+  grep -E "stopped by|resumed from|error" "$OUTDIR/preempt.log" | head -6
+  saved=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\); saved.*/\1/p' "$OUTDIR/preempt.log" | head -1)
+  preempt=$($PY - "$P" "$rc1" "$rc2" "${saved:-0}" <<'PYEOF' 2>&1 | tail -1
+import json, sys, torch
+p, rc1, rc2, saved = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+steps = [j["step"] for j in map(json.loads, open(p + "/m.jsonl")) if j.get("type") == "step"]
+t = torch.load(f"{p}/ck/step-{saved:012d}.ckpt", map_location="cpu", weights_only=False)["training_state"]
+cuda_rng = isinstance(t.get("rng_cuda"), torch.Tensor)
+once = steps == list(range(1, len(steps) + 1))
+ok = rc1 == 75 and rc2 == 0 and saved > 0 and t["step"] == saved and t["loss_scale"] > 0 and cuda_rng and once
+print(f"exit {rc1} then {rc2}; saved step {saved}, loss scale {t['loss_scale']:g}, CUDA generator state "
+      f"{'saved' if cuda_rng else 'MISSING'}; steps 1..{len(steps)} each once: {once}: {'ok' if ok else 'FAILED'}")
+PYEOF
+)
+  echo "$preempt"
+  case "$preempt" in *ok) ;; *) FAIL=1 ;; esac
+fi
 if [ -x "$TRAIN" ]; then
   say "benchmark: aiacc_train resnet50, batch 256, AMP, channels-last, synthetic, $STEPS steps"
   "$TRAIN" --gpus 1 --data synthetic --arch resnet50 --batch-size 256 --image-size 224 \
@@ -121,6 +167,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a
   printf "  %-50s %12s\n" "1 thread" "${one:-n/a}"
   printf "  %-50s %12s\n" "$(nproc) threads" "${data_ips:-n/a}"
   printf "  %-50s %12s\n" "feeds the training rate? (threads / training)" "$(ratio "${data_ips:-0}" "${aiacc_ips:-0}")"
+  echo "preemption (SIGTERM, resume): ${preempt:-not run}"
   echo "GPU tests: $([ $FAIL = 0 ] && echo passed || echo FAILED, see $OUTDIR/tests.log)"
 } | tee -a "$OUTDIR/summary.txt"
 exit $FAIL
