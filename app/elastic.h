@@ -57,12 +57,13 @@ class ElasticJob {
   comm::Generation generation_;
 };
 
-// Fewer than MIN processes regrouped within --rdzv-timeout: training stops. The process that
-// arrived first saved its training state (`checkpoint`, "" on the others or without
-// --checkpoint-dir); every one exits with the preempted status.
-class ElasticStop : public Error {
+// Training stops with ranks lost: in an elastic job fewer than MIN processes regrouped within
+// --rdzv-timeout; in a job of fixed size a rank was lost during the steps. One survivor saved its
+// own training state (`checkpoint`; "" on the others, without --checkpoint-dir, or when the write
+// failed); every survivor exits with the preempted status.
+class SurvivorStop : public Error {
  public:
-  ElasticStop(const std::string& what, std::string checkpoint) : Error(what), checkpoint_(std::move(checkpoint)) {}
+  SurvivorStop(const std::string& what, std::string checkpoint) : Error(what), checkpoint_(std::move(checkpoint)) {}
   const std::string& checkpoint() const { return checkpoint_; }
 
  private:

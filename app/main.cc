@@ -209,6 +209,8 @@ int main(int argc, char** argv) {
                                 start);
     trainer.setTimeline(timeline);
     if (elastic) trainer.setElastic(elastic);
+    // A rank lost in a job of fixed size: the first survivor to add to this key saves its state.
+    trainer.setSurvivorClaim([store] { return *store && (*store)->add("survivor/writes", 1) == 1; });
     if (const char* hold = std::getenv("AIACC_TEST_HOLD_CHECKPOINT")) {  // app/test_hooks.h
       trainer.setCheckpointFaultHook(aiacc::app::checkpointHoldHook(hold));
       if (world.rank == 0) LOG(WARNING) << "AIACC_TEST_HOLD_CHECKPOINT=" << hold << ": a test's fault hook is set";
@@ -228,12 +230,11 @@ int main(int argc, char** argv) {
     }
     const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
     return wanted_target && !report.target_reached ? 3 : 0;
-  } catch (const aiacc::app::ElasticStop& e) {  // fewer than MIN ranks came back within --rdzv-timeout
+  } catch (const aiacc::app::SurvivorStop& e) {  // ranks lost (an elastic job: below MIN after --rdzv-timeout)
     endElastic();
     std::cerr << "aiacc_train: " << e.what() << "; stopped"
               << (e.checkpoint().empty()
-                      ? std::string(" (the first rank to come back saves the checkpoint, with "
-                                    "--checkpoint-dir)")
+                      ? std::string(" (one surviving rank saves its state, with --checkpoint-dir)")
                       : "; saved " + e.checkpoint() + "; run the job again with --resume auto to continue")
               << "\n";
     return aiacc::app::kExitPreempted;

@@ -273,6 +273,8 @@ void Trainer::State::openRank0Outputs() {
 
 void Trainer::setElastic(std::shared_ptr<ElasticJob> elastic) { s_->elastic = std::move(elastic); }
 
+void Trainer::setSurvivorClaim(std::function<bool()> claim) { s_->survivor_claim = std::move(claim); }
+
 void Trainer::setStopRequest(StopRequest request) { s_->stop_request = std::move(request); }
 
 void Trainer::setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t)> hook) {
@@ -308,7 +310,7 @@ bool Trainer::State::trainEpoch(int epoch) {
     try {
       if (const std::optional<bool> complete = trainSegment(epoch)) return *complete;
     } catch (const comm::CommError& e) {
-      if (!elastic) throw;
+      if (!elastic) stopAfterLostRank(e);
       cause = firstLine(e.what());
     }
     regroup(cause);

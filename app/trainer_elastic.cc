@@ -104,22 +104,38 @@ const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause) 
     if (e.remedy() != comm::CommError::Remedy::kMembership) throw;
     // Too few came back: the one that came first saves what it holds (its own BatchNorm
     // statistics: nobody is left to average them with), and every one stops, resumable.
-    std::string saved;
-    if (elastic->arrivedFirst() && !cfg.checkpoint_dir.empty()) {
-      CheckpointDirOptions o;
-      o.keep = cfg.keep_checkpoints;
-      o.fault_hook = checkpoint_hook;
-      if (!checkpoints) checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
-      checkpoints->flush();
-      takeCheckpointErrors();
-      TrainingState p = snapshot();
-      p.rank_local_buffers = true;
-      checkpoints->submit(pos.step, encodeCheckpoint(*model, *optimizer, p));
-      checkpoints->flush();
-      if (takeCheckpointErrors()) saved = cfg.checkpoint_dir + "/" + checkpointPayloadName(pos.step);
-    }
-    throw ElasticStop(firstLine(e.what()), saved);
+    const std::string saved = elastic->arrivedFirst() ? saveOwnState() : std::string();
+    throw SurvivorStop(firstLine(e.what()), saved);
   }
+}
+
+std::string Trainer::State::saveOwnState() {
+  if (cfg.checkpoint_dir.empty()) return "";
+  CheckpointDirOptions o;
+  o.keep = cfg.keep_checkpoints;
+  o.fault_hook = checkpoint_hook;
+  if (!checkpoints) checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
+  checkpoints->flush();
+  takeCheckpointErrors();
+  TrainingState p = snapshot();
+  p.rank_local_buffers = true;
+  checkpoints->submit(pos.step, encodeCheckpoint(*model, *optimizer, p));
+  checkpoints->flush();
+  return takeCheckpointErrors() ? cfg.checkpoint_dir + "/" + checkpointPayloadName(pos.step) : "";
+}
+
+void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
+  if (cfg.checkpoint_dir.empty() || !survivor_claim) throw e;
+  bool writer = false;
+  try {
+    writer = survivor_claim();
+  } catch (const std::exception&) {  // the store went with the lost rank: nobody can be told apart
+    throw e;
+  }
+  sync_ptr.reset();  // the transports close: a survivor still waiting in them is released
+  LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << firstLine(e.what())
+               << (writer ? "; it saves its own state" : "; another surviving rank saves its state");
+  throw SurvivorStop(firstLine(e.what()), writer ? saveOwnState() : std::string());
 }
 
 int64_t Trainer::State::restoreFromRank0(int previous_world) {

@@ -132,7 +132,8 @@ struct Trainer::State {
   StopRequest stop_request = [] { return stopSignalReceived(); };
   // --nnodes MIN:MAX (app/elastic.h); null otherwise.
   std::shared_ptr<ElasticJob> elastic;
-  bool joined_running = false;  // this process joined a running elastic job (its state came from rank 0)
+  std::function<bool()> survivor_claim;  // Trainer::setSurvivorClaim; empty: no store to claim in
+  bool joined_running = false;           // this process joined a running elastic job (its state came from rank 0)
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 
@@ -165,8 +166,16 @@ struct Trainer::State {
   // training state from its rank 0 (restoreFromRank0); records the change.
   void regroup(const std::string& cause);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
-  // state (with --checkpoint-dir) and ElasticStop is thrown.
+  // state (with --checkpoint-dir) and SurvivorStop is thrown.
   const comm::Generation& regroupOrStop(const std::string& cause);
+  // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
+  // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first
+  // (survivor_claim: one store request, no collective) saves its own state, and every survivor
+  // throws SurvivorStop; otherwise `e` goes on as before.
+  [[noreturn]] void stopAfterLostRank(const comm::CommError& e);
+  // This rank's own state as the newest checkpoint (its BatchNorm statistics are its own:
+  // rank_local_buffers); the file's path, or "" when it could not be written.
+  std::string saveOwnState();
   // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.

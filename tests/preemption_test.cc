@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "app/trainer.h"
+#include "models/torch_format.h"
 #include "tests/checkpoint_tensors.h"
 #include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
 #include "tests/json_util.h"
@@ -436,6 +437,52 @@ TEST(PreemptedJobSignals, SigtermToEachWorkerHalfASecondApart) {
       << "every rank stopped at the step saved\n"
       << out;
   EXPECT_EQ(newest(d / "ck"), d / ("ck/step-" + std::string(12 - last.size(), '0') + last + ".ckpt"));
+}
+
+// SIGKILL to rank 0's worker mid-epoch, then SIGTERM to rank 1 (the launcher's store outlives
+// rank 0): rank 1 writes its own state (no collective: it claims the job's store key), says so,
+// and exits 75; the job started again with --resume auto continues from that step, trains each
+// later step once, and ends. The checkpoint says its BatchNorm statistics are rank 1's own.
+TEST(PreemptedJobSignals, Rank0KilledThenSigtermTheSurvivorSavesAndTheJobResumes) {
+  test::TempDir d;
+  const std::string job = twoRankJob(d.path(), true);
+  const std::string rank_pid = "$(for w in $(pgrep -P $L); do tr '\\0' '\\n' < /proc/$w/environ | "
+                               "grep -qx AIACC_RANK=R && echo $w; done)";
+  auto pidOf = [&](int r) { return std::string(rank_pid).replace(rank_pid.find("=R"), 2, "=" + std::to_string(r)); };
+  const std::string script = job + " > " + d.path() + "/log 2>&1 & L=$!; " + waitForLines(d / "m.jsonl", 4) +
+                             "R1=" + pidOf(1) + "; kill -KILL " + pidOf(0) + "; sleep 0.3; kill -TERM $R1; wait $L; " +
+                             "echo rc=$?; cat " + d.path() + "/log";
+  test::writeText(d / "kill.sh", script + "\n");
+  const std::string out = test::runShell("bash " + d.path() + "/kill.sh").second;
+  ASSERT_EQ(out.find("rc=0"), std::string::npos) << "a worker was killed: the launcher reports it\n" << out;
+  const size_t at = out.find("[rank 1] aiacc_train: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const size_t saved_at = out.find("; stopped; saved " + d.path() + "/ck/step-", at);
+  ASSERT_NE(saved_at, std::string::npos) << "rank 1 saved its state\n" << out;
+  EXPECT_NE(out.find("; run the job again with --resume auto to continue", saved_at), std::string::npos) << out;
+  EXPECT_NE(out.find("it saves its own state"), std::string::npos) << out;
+  const std::string ckpt = newest(d / "ck");
+  ASSERT_EQ(out.find(ckpt, saved_at), saved_at + std::string("; stopped; saved ").size()) << out;
+  const c10::impl::GenericDict state =
+      models::readTorchSave(ckpt).value.toGenericDict().at("training_state").toGenericDict();
+  EXPECT_TRUE(state.at("rank_local_buffers").toBool());
+  const int64_t saved_step = state.at("step").toInt();
+  const auto logged = test::metricValues(d / "m.jsonl", "step", "step");
+  ASSERT_FALSE(logged.empty());
+  EXPECT_GE(saved_step, static_cast<int64_t>(logged.back())) << "rank 1 holds every step rank 0 logged";
+  EXPECT_LE(saved_step, static_cast<int64_t>(logged.back()) + 1) << "and at most the one rank 0 died in";
+
+  const auto [rc, rest] = test::runShell(job + " --resume auto 2>&1");
+  ASSERT_EQ(rc, 0) << rest;
+  EXPECT_NE(rest.find("resumed from " + ckpt + " at step " + std::to_string(saved_step)), std::string::npos) << rest;
+  const auto steps = test::metricValues(d / "m.jsonl", "step", "step");
+  ASSERT_EQ(steps.back(), 40.0);
+  const std::set<double> once(steps.begin(), steps.end());
+  EXPECT_EQ(once.size(), steps.size()) << "no step logged twice";
+  EXPECT_EQ(static_cast<int64_t>(std::count_if(steps.begin(), steps.end(),
+                                               [&](double s) { return s > static_cast<double>(saved_step); })),
+            40 - saved_step)
+      << "every step after the saved one trained once";
 }
 
 // SIGUSR1 (Slurm's --signal=USR1@60 warning) to the launcher: the same stop, saved, exit 75,
