@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
       std::cout << kUsage
                 << "\nBenchmarks printed as ratios against a baseline measured in the same "
                    "run. Flags (hyphens or underscores):\n";
-      aiacc::app::printFlagsFrom("app/bench_main.cc", std::cout);
+      aiacc::app::printFlagsFrom({"app/bench_main.cc"}, std::cout);
       return 0;
     }
   }

@@ -47,14 +47,20 @@ std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usa
   return std::vector<std::string>(cargv, cargv + cargc);
 }
 
-void printFlagsFrom(const std::string& source, std::ostream& os) {
-  std::vector<gflags::CommandLineFlagInfo> flags;
-  gflags::GetAllFlags(&flags);
+bool flagDefinedIn(const gflags::CommandLineFlagInfo& f, const std::vector<std::string>& sources) {
+  return std::any_of(sources.begin(), sources.end(), [&](const std::string& s) {
+    return f.filename.size() >= s.size() && f.filename.compare(f.filename.size() - s.size(), s.size(), s) == 0;
+  });
+}
+
+void printFlagsFrom(const std::vector<std::string>& sources, std::ostream& os) {
+  std::vector<gflags::CommandLineFlagInfo> all, flags;
+  gflags::GetAllFlags(&all);
+  for (auto& f : all) {
+    if (flagDefinedIn(f, sources)) flags.push_back(std::move(f));
+  }
+  std::sort(flags.begin(), flags.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& f : flags) {
-    if (f.filename.size() < source.size() ||
-        f.filename.compare(f.filename.size() - source.size(), source.size(), source) != 0) {
-      continue;
-    }
     os << "  --" << hyphens(f.name) << " (" << f.type << ", default "
        << (f.default_value.empty() ? "\"\"" : f.default_value) << ")\n      " << f.description << "\n";
   }

@@ -2,6 +2,8 @@
 // (--batch-size) become gflags' underscores, then gflags parses and glog starts (to stderr).
 #pragma once
 
+#include <gflags/gflags.h>
+
 #include <ostream>
 #include <string>
 #include <vector>
@@ -26,9 +28,11 @@ std::string hyphens(std::string name);
 // (argv[0] first).
 std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usage);
 
-// Writes "--flag-name (type, default D)" and its description for every flag defined in a source
-// file whose path ends with `source` (e.g. "app/bench_main.cc"): a program's own flags, not the
-// libraries' (Debian's LibTorch registers dozens of caffe2 flags with gflags).
-void printFlagsFrom(const std::string& source, std::ostream& os);
+// Whether flag `f` is defined in a source file whose path ends with one of `sources` (e.g.
+// "app/bench_main.cc"): a program's own flags, not the libraries' (Debian's LibTorch registers
+// dozens of caffe2 flags with gflags).
+bool flagDefinedIn(const gflags::CommandLineFlagInfo& f, const std::vector<std::string>& sources);
+// Writes "--flag-name (type, default D)" and its description for each such flag, by name.
+void printFlagsFrom(const std::vector<std::string>& sources, std::ostream& os);
 
 }  // namespace aiacc::app

@@ -73,6 +73,8 @@ struct NodeRange {
   bool elastic = false;
 };
 NodeRange parseNodeRange(const std::string& text);
+// The flag an AIACC_* variable stands for: AIACC_BUCKET_MB, bucket_mb (which may not exist).
+std::string flagOfVariable(const char* variable);
 // From the flags, after applyRecipeFlag(); `env`: where the AIACC_* variables are read.
 DistSpec distSpecFromFlags(const comm::EnvMap& env = comm::currentEnvironment());
 

@@ -5,6 +5,11 @@
 //   AIACC_TEST_HOLD_CHECKPOINT=STEP:FILE   half way through writing step STEP's checkpoint
 //       payload (rank 0's writer thread), create FILE.held and wait until FILE exists (at most
 //       10 minutes), as a disk that stalls would: the training thread goes on meanwhile.
+//   AIACC_BENCH_NO_STEP_VOTE=1   no per-step vote (GradientSync::voteFlags) at all: the baseline
+//       scripts/bench_preempt.sh measures the vote's cost against, in the same build. Stop signals
+//       and --checkpoint-every by time then do nothing.
+//   AIACC_TEST_SAMPLE_LOG=PATH    each process appends, to PATH.<pid>, one line per applied step
+//       with its samples and one per restore (tests/elastic_test.cc).
 #pragma once
 
 #include <cstdint>

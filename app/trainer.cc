@@ -233,6 +233,13 @@ void Trainer::State::setUp() {
   if (const char* path = std::getenv("AIACC_TEST_SAMPLE_LOG")) {  // tests: which samples each step trained
     sample_log = std::make_unique<std::ofstream>(strCat(path, ".", ::getpid()), std::ios::app);
   }
+  if (const char* off = std::getenv("AIACC_BENCH_NO_STEP_VOTE"); off && std::string(off) == "1") {
+    step_vote = false;  // scripts/bench_preempt.sh's baseline (app/test_hooks.h)
+    if (isRank0()) {
+      LOG(WARNING) << "AIACC_BENCH_NO_STEP_VOTE=1: no per-step vote; a stop signal or --checkpoint-every by time is "
+                      "not agreed and does nothing";
+    }
+  }
   report.arch = cfg.arch;
   report.data = data_name;
   report.world = world;
@@ -397,7 +404,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
       mine |= kFlagRegroup;
       run.regroup_asked = true;
     }
-    const uint8_t agreed = sync().voteFlags(mine);
+    const uint8_t agreed = step_vote ? sync().voteFlags(mine) : 0;
     if (agreed & kFlagStop) {
       run.preempted = run.stop = true;
       run.stop_signal = wanted;

@@ -134,6 +134,7 @@ struct Trainer::State {
   std::shared_ptr<ElasticJob> elastic;
   std::function<bool()> survivor_claim;  // Trainer::setSurvivorClaim; empty: no store to claim in
   bool joined_running = false;           // this process joined a running elastic job (its state came from rank 0)
+  bool step_vote = true;                 // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 

@@ -132,9 +132,18 @@ std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s
     bytes_[static_cast<size_t>(c)] += static_cast<double>(bytes);
   }
   cv_.notify_all();
-  return std::make_shared<OpWork>([op] {
+  // Stage 3 is waited for here, by the caller: its failure aborts both levels too, before it is
+  // raised, so operations queued behind it end at once (the levels outlive this transport).
+  return std::make_shared<OpWork>([op, intra = intra_, inter = inter_] {
     if (Failure f = op->end.wait()) f.raise();
-    if (op->w3) op->w3->wait();
+    if (!op->w3) return;
+    try {
+      op->w3->wait();
+    } catch (const std::exception& e) {
+      intra->abort(abortReason(e));
+      inter->abort(abortReason(e));
+      throw;
+    }
   });
 }
 

@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
 # What preemption safety costs and saves, for a 2-rank resnet18 job at 64 px (batch 32, synthetic
 # data, one compute thread per rank), in one run:
-#   1. the per-step stop agreement (one byte OR behind each step's gradients): a build without it
-#      (BEFORE_BIN, e.g. the commit before it) against this one, interleaved, steady images/s;
-#   2. background checkpoints (--checkpoint-every K steps) against none, this build, interleaved;
+#   1. the per-step stop agreement (one byte OR behind each step's gradients): the same build with
+#      AIACC_BENCH_NO_STEP_VOTE=1 (no vote at all, app/test_hooks.h) against it as it is,
+#      interleaved, steady images/s, and the median of the rounds' ratios;
+#   2. background checkpoints (--checkpoint-every K steps) against none, interleaved;
 #   3. signal to exit: SIGTERM to the launcher mid-epoch until it has exited 75 (checkpoint written);
 #   4. work lost: steps trained after the saved one (redone after --resume auto) against what
 #      epoch-end checkpoints alone would lose at the same stop (the steps since the epoch began).
-#   scripts/bench_preempt.sh BEFORE_BIN [AFTER_BIN] [ROUNDS]
-# e.g. git worktree add /tmp/before b049886 && (cd /tmp/before && scripts/build.sh) and
-#      scripts/bench_preempt.sh /tmp/before/build/app/aiacc_train build/app/aiacc_train 3
+#   scripts/bench_preempt.sh [BIN] [ROUNDS]        (default build/app/aiacc_train, 3 rounds)
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,13p' "$0" >&2; exit 2; }
-BEFORE=$1; AFTER=${2:-build/app/aiacc_train}; ROUNDS=${3:-3}; STEPS=40; N=2; BATCH=32; EVERY=5
+AFTER=${1:-build/app/aiacc_train}; ROUNDS=${2:-3}; STEPS=40; N=2; BATCH=32; EVERY=5
+[ -x "$AFTER" ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 job() {  # bin flags...: the common job (exec: in the background, $! is the launcher itself)
   local bin=$1; shift
   exec "$bin" --nproc $N --master 127.0.0.1:29683 --data synthetic --arch resnet18 --batch-size $BATCH --image-size 64 \
     --epochs 1 --warmup-epochs 0 --threads 1 --noautotune --streams 1 --progress-seconds 1000 "$@"
 }
-steady() {  # bin flags...: steady images/s of a STEPS-step run
+steady() {  # bin flags...: steady images/s of a STEPS-step run (env: AIACC_BENCH_NO_STEP_VOTE)
   rm -rf "$tmp/ck"
   if ! (job "$@" --max-steps $((STEPS + 5)) --synthetic-images $((BATCH * N * (STEPS + 10))) \
       --report-file "$tmp/r.json") > "$tmp/log" 2>&1; then
@@ -28,16 +27,22 @@ steady() {  # bin flags...: steady images/s of a STEPS-step run
   "$(dirname "$0")/json_get.py" "$tmp/r.json" steady_images_per_s %.1f
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
-echo "1. stop agreement: $BEFORE (without) against $AFTER (with), steady images/s"
+echo "1. stop agreement: $AFTER without the vote (AIACC_BENCH_NO_STEP_VOTE=1) against with it, steady images/s"
 echo "2. background checkpoints every $EVERY steps against none ($AFTER)"
+vote_ratios=(); ck_ratios=()
 for round in $(seq 1 "$ROUNDS"); do
   if [ $((round % 2)) = 1 ]; then
-    b=$(steady "$BEFORE"); a=$(steady "$AFTER"); c=$(steady "$AFTER" --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY)
+    b=$(AIACC_BENCH_NO_STEP_VOTE=1 steady "$AFTER"); a=$(steady "$AFTER")
+    c=$(steady "$AFTER" --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY)
   else
-    c=$(steady "$AFTER" --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY); a=$(steady "$AFTER"); b=$(steady "$BEFORE")
+    c=$(steady "$AFTER" --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY); a=$(steady "$AFTER")
+    b=$(AIACC_BENCH_NO_STEP_VOTE=1 steady "$AFTER")
   fi
-  echo "round $round: without vote $b, with $a (with/without $(ratio "$a" "$b")); with checkpoints $c (/none $(ratio "$c" "$a"))"
+  vote_ratios+=("$(ratio "$a" "$b")"); ck_ratios+=("$(ratio "$c" "$a")")
+  echo "round $round: without vote $b, with $a (with/without ${vote_ratios[-1]}); with checkpoints $c (/none ${ck_ratios[-1]})"
 done
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+echo "median over $ROUNDS rounds: vote with/without $(median "${vote_ratios[@]}"), checkpoints every $EVERY steps /none $(median "${ck_ratios[@]}")"
 echo "3./4. SIGTERM to the launcher after 25 step lines (an epoch of 100 steps)"
 rm -rf "$tmp/ck" "$tmp/m.jsonl"
 job "$AFTER" --synthetic-images $((BATCH * N * 100)) --checkpoint-dir "$tmp/ck" --metrics-file "$tmp/m.jsonl" \

@@ -168,9 +168,10 @@ class RatedTransport : public Transport {
 // with the reason (the sticky abort of a real transport).
 class ImmediateTransport : public Transport {
  public:
-  explicit ImmediateTransport(int k) : k_(k) {}
+  // `world`: the size it claims (rank 0 of it); its operations still complete at once, in place.
+  explicit ImmediateTransport(int k, int world = 1) : k_(k), world_(world) {}
   int rank() const override { return 0; }
-  int size() const override { return 1; }
+  int size() const override { return world_; }
   int channels() const override { return k_; }
   ChannelStats channelStats(int) const override { return {}; }
   std::string describe() const override { return "immediate"; }
@@ -202,7 +203,7 @@ class ImmediateTransport : public Transport {
     std::lock_guard<std::mutex> lock(mu_);
     return std::make_shared<Result>(why_);
   }
-  int k_;
+  int k_, world_;
   std::mutex mu_;
   std::string why_;
 };

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aiacc/config.h"
@@ -239,7 +240,11 @@ constexpr auto kLongStall = std::chrono::seconds(3);  // what a missing abort co
 // A failed bucket and a stalled one on the other channel: finishBackward() aborts the transport,
 // waits for the rest (ended by the abort), and throws the failure; destroying DataParallel then
 // waits for nothing.
-TEST(AbortBeforeWait, DataParallelAbortsWhenABucketFails) {
+// In each transfer dtype: fp16 and bf16 buckets go through the codec (cast, scale, finiteness
+// check) after their waits, fp32 ones straight back into the gradients.
+class AbortBeforeWaitCodec : public ::testing::TestWithParam<TransferDtype> {};
+
+TEST_P(AbortBeforeWaitCodec, DataParallelAbortsWhenABucketFails) {
   auto net = [] {
     torch::nn::Sequential s(torch::nn::Linear(16, 16), torch::nn::Linear(16, 4));
     return s.ptr();
@@ -248,6 +253,7 @@ TEST(AbortBeforeWait, DataParallelAbortsWhenABucketFails) {
   o.reducer.bucket_mb = 1.0 / (1 << 20);  // every parameter its own bucket: 4 buckets over 2 channels
   o.reducer.first_bucket_mb = 1.0 / (1 << 20);
   o.striping.channels = 2;
+  o.codec.dtype = GetParam();
   // The operations of construction come first; the step's first bucket is the one after them.
   int64_t setup_ops = 0;
   {
@@ -286,6 +292,12 @@ TEST(AbortBeforeWait, DataParallelAbortsWhenABucketFails) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Transfers, AbortBeforeWaitCodec,
+                         ::testing::Values(TransferDtype::kFloat32, TransferDtype::kFloat16, TransferDtype::kBFloat16),
+                         [](const ::testing::TestParamInfo<TransferDtype>& i) {
+  return std::string(transferDtypeName(i.param));
+});
+
 // A bucket split across two channels: one piece fails, the other stalls. Its Work aborts the
 // transport before waiting for the stalled piece.
 TEST(AbortBeforeWait, StripedPiecesAbortWhenOneFails) {
@@ -298,16 +310,40 @@ TEST(AbortBeforeWait, StripedPiecesAbortWhenOneFails) {
   expectAbortBeforeTheOtherWaits(t->log(), 0);
 }
 
-// Two-level reduction: one operation's first stage fails, the next one's second stage stalls.
-// The relay that sees the failure aborts both levels, so the second operation ends at once.
-TEST(AbortBeforeWait, TwoLevelStagesAbortWhenOneFails) {
-  auto intra = std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(
-      std::make_shared<test::ImmediateTransport>(2), FaultSpec{FaultSpec::Kind::kFail, 0, kLongStall}));
-  auto inter = std::make_shared<LoggingTransport>(std::make_shared<FaultTransport>(
-      std::make_shared<test::ImmediateTransport>(1), FaultSpec{FaultSpec::Kind::kStall, 0, kLongStall}));
+// Two-level reduction over a node of 2 ranks (3 stages: reduce-scatter inside the node, the
+// shard's allreduce between nodes, allgather inside the node), for each stage: operation A fails
+// there and everything submitted after that failure, on either level, stalls (as behind a peer
+// that hangs). Operation B, queued behind A, must end at once by the abort, not at the stall
+// limit, and the stalled level must have been aborted before anything else was waited for.
+struct StageCase {
+  const char* name;
+  int stage;  // 1, 2 or 3: where A fails
+};
+class TwoLevelAbort : public ::testing::TestWithParam<StageCase> {};
+
+TEST_P(TwoLevelAbort, EveryStageAbortsBothLevelsWhenItFails) {
+  const int stage = GetParam().stage;
+  // Operations counted on each level. Intra: A's reduce-scatter (0), A's allgather (1) unless A
+  // failed before it, then B's reduce-scatter. Inter: A's shard (0) unless A failed in stage 1,
+  // then B's. B is submitted once A's operations up to its failing one were.
+  const bool fail_intra = stage != 2;
+  const int64_t fail_at = stage == 3 ? 1 : 0;
+  const int64_t a_intra = stage == 3 ? 2 : 1, a_inter = stage == 1 ? 0 : 1;
+  auto level = [&](bool intra) {
+    std::shared_ptr<Transport> t = std::make_shared<test::ImmediateTransport>(intra ? 2 : 1, intra ? 2 : 1);
+    if (intra == fail_intra)
+      t = std::make_shared<FaultTransport>(t, FaultSpec{FaultSpec::Kind::kFail, fail_at, kLongStall});
+    // B's operations, on both levels, stall.
+    return std::make_shared<LoggingTransport>(
+        std::make_shared<FaultTransport>(t, FaultSpec{FaultSpec::Kind::kStall, intra ? a_intra : a_inter, kLongStall}));
+  };
+  auto intra = level(true), inter = level(false);
   HierarchicalTransport h(intra, inter);
-  at::Tensor a = at::zeros({100}), b = at::zeros({100});
+  at::Tensor a = at::zeros({1 << 14}), b = at::zeros({1 << 14});  // 32 KiB shards: the three-stage path
   auto wa = h.allreduce(a, ReduceOp::kSum, 0);
+  for (int i = 0; i < 2000 && (intra->submitted() < a_intra || inter->submitted() < a_inter); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   auto wb = h.allreduce(b, ReduceOp::kSum, 0);
   EXPECT_THROW(wa->wait(), CommError);
   std::string error;
@@ -317,11 +353,21 @@ TEST(AbortBeforeWait, TwoLevelStagesAbortWhenOneFails) {
     error = e.what();
   }
   EXPECT_NE(error.find("aborted after an earlier failure: injected failure"), std::string::npos) << error;
-  EXPECT_EQ(error.find("the stall limit passed"), std::string::npos) << error;
-  const std::vector<std::string> log = inter->log();
-  ASSERT_FALSE(log.empty());
-  EXPECT_EQ(log.front(), "abort") << "the stalled stage was waited for before the abort";
+  EXPECT_EQ(error.find("the stall limit passed"), std::string::npos) << "B waited for the stall limit: " << error;
+  for (const auto& t : {intra, inter}) {
+    const std::vector<std::string> log = t->log();
+    const auto abort = std::find(log.begin(), log.end(), "abort");
+    ASSERT_NE(abort, log.end()) << (t == intra ? "intra" : "inter") << " was never aborted";
+    for (auto it = abort; it != log.end(); ++it) {
+      EXPECT_EQ(it->find("the stall limit passed"), std::string::npos) << *it;
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Stages, TwoLevelAbort,
+                         ::testing::Values(StageCase{"ReduceScatterInside", 1}, StageCase{"AllreduceBetween", 2},
+                                           StageCase{"AllgatherInside", 3}),
+                         [](const ::testing::TestParamInfo<StageCase>& i) { return std::string(i.param.name); });
 
 // ---- Errors of a device-ordered transport reach the host where it blocks --------------------
 // Like NCCL: wait() returns at once (it would only order the streams), and a failure of the
