@@ -64,6 +64,7 @@ struct DistSpec {
   comm::TwoLevelMode hierarchical = comm::TwoLevelMode::kAuto;                     // --hierarchical
   int ranks_per_node = 0;                                                          // 0: the launcher's local size
   double rdzv_last_call_s = 1.0;                                                   // --rdzv-last-call (elastic jobs)
+  bool rendezvous_server = false;  // --rendezvous-server: serve the store at launch.master, nothing else
   bool elastic() const { return launch.min_nodes > 0; }
 };
 

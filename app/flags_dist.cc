@@ -47,6 +47,14 @@ DEFINE_double(rdzv_timeout, 600,
 DEFINE_double(rdzv_last_call, 1.0,
               "elastic jobs: once MIN ranks are there, seconds a forming generation waits for more (it "
               "closes at once when MAX are there, or every lost rank is known)");
+DEFINE_string(rdzv_endpoint, "",
+              "HOST:PORT of a rendezvous store served outside the job (aiacc_train --rendezvous-server there, "
+              "or any TCPStore); the launchers host none, so the job outlives any node, node 0 included. "
+              "Replaces --master (give one of them)");
+DEFINE_bool(rendezvous_server, false,
+            "serve the rendezvous store at --rdzv-endpoint's port in this process, and nothing else, until a job "
+            "it serves ends (an elastic job's last rank 0 says so) or SIGTERM / SIGINT; the job's launchers "
+            "name it with the same --rdzv-endpoint");
 DEFINE_int32(node_rank, 0, "this node's index, 0..nnodes-1 (a launcher's, e.g. GROUP_RANK, wins)");
 DEFINE_int32(grace_seconds, aiacc::app::kDefaultGraceSeconds,
              "launcher (--nproc / --gpus): seconds the workers get to save a checkpoint and exit (code 75) "
@@ -159,6 +167,7 @@ DistSpec distSpecFromFlags(const comm::EnvMap& env) {
   d.rdzv_last_call_s = FLAGS_rdzv_last_call;
   d.launch.node_rank = FLAGS_node_rank;
   d.launch.master = FLAGS_master;
+  d.rendezvous_server = FLAGS_rendezvous_server;
   d.launch.log_dir = FLAGS_log_dir;
   d.launch.job_id = FLAGS_job_id;
   checkGraceSeconds(FLAGS_grace_seconds);
@@ -173,6 +182,17 @@ DistSpec distSpecFromFlags(const comm::EnvMap& env) {
   if (given("nnodes")) d.launch_flags.nnodes = nodes.max;
   if (given("node_rank")) d.launch_flags.node_rank = FLAGS_node_rank;
   if (given("master")) d.launch_flags.master = FLAGS_master;
+  if (!FLAGS_rdzv_endpoint.empty()) {
+    AIACC_CHECK_INPUT(!given("master") || FLAGS_master == FLAGS_rdzv_endpoint,
+                      "give --rdzv-endpoint or --master, not both: the store is at the endpoint");
+    parseHostPort(FLAGS_rdzv_endpoint);
+    d.launch.master = FLAGS_rdzv_endpoint;
+    d.launch.external_store = !FLAGS_rendezvous_server;
+    d.launch_flags.values = d.launch;
+    d.launch_flags.master = FLAGS_rdzv_endpoint;
+  }
+  AIACC_CHECK_INPUT(!FLAGS_rendezvous_server || !FLAGS_rdzv_endpoint.empty(),
+                    "--rendezvous-server needs --rdzv-endpoint HOST:PORT (the port it serves)");
   d.gpus = FLAGS_gpus;
   d.bind_host = FLAGS_bind_host;
   d.timeout_s = FLAGS_comm_timeout;

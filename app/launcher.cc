@@ -122,7 +122,7 @@ std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int
       {"AIACC_LOCAL_RANK", std::to_string(local)},
       {"AIACC_LOCAL_SIZE", std::to_string(spec.nproc)},
       {"AIACC_MASTER", spec.master},
-      {"AIACC_LAUNCHER_STORE", spec.host_store ? "1" : "0"},
+      {"AIACC_LAUNCHER_STORE", spec.host_store || spec.external_store ? "1" : "0"},
       {"AIACC_ELASTIC_MIN_NODES", std::to_string(spec.min_nodes)}};
   for (char** e = environ; e && *e; ++e) {
     const std::string kv = *e;
@@ -178,13 +178,10 @@ std::string defaultJobId(const LaunchSpec& spec) {
 // An elastic job's node 0, once its own workers ended: the other nodes' ranks may still train and
 // regroup through the store this launcher serves. Served until the job's last rank 0 says it
 // ended, --rdzv-timeout passes, or a stop signal comes.
-static void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, const LaunchSpec& spec, int sfd) {
+// Serves until the job ends, `until` passes, or a stop signal comes (read from `sfd`).
+static void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served,
+                                 std::chrono::steady_clock::time_point until, int sfd) {
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);  // the workers' keys' prefix
-  if (comm::jobEnded(store)) return;
-  std::cerr << "aiacc_train: this node's workers have ended; serving the rendezvous store for the other nodes until "
-               "the job ends (at most --rdzv-timeout "
-            << std::chrono::duration_cast<std::chrono::seconds>(spec.rdzv_timeout).count() << " s)\n";
-  const auto until = std::chrono::steady_clock::now() + spec.rdzv_timeout;
   while (!comm::jobEnded(store) && std::chrono::steady_clock::now() < until) {
     pollfd p{sfd, POLLIN, 0};
     if (::poll(&p, 1, 100) > 0) {
@@ -196,6 +193,34 @@ static void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& serv
       }
     }
   }
+}
+
+static void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, const LaunchSpec& spec, int sfd) {
+  c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);
+  if (comm::jobEnded(store)) return;
+  std::cerr << "aiacc_train: this node's workers have ended; serving the rendezvous store for the other nodes until "
+               "the job ends (at most --rdzv-timeout "
+            << std::chrono::duration_cast<std::chrono::seconds>(spec.rdzv_timeout).count() << " s)\n";
+  serveUntilTheJobEnds(served, std::chrono::steady_clock::now() + spec.rdzv_timeout, sfd);
+}
+
+int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeout) {
+  const int port = parseHostPort(endpoint).second;
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int sig : {SIGINT, SIGTERM}) sigaddset(&handled, sig);
+  AIACC_CHECK(::pthread_sigmask(SIG_BLOCK, &handled, nullptr) == 0, "cannot block signals");
+  const int sfd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  AIACC_CHECK(sfd >= 0, "signalfd failed: ", std::strerror(errno));
+  // After the signals are blocked: the server's threads inherit the mask.
+  const c10::intrusive_ptr<c10d::Store> served = comm::hostStore(port, 1, timeout);
+  std::cerr << "aiacc_train: serving the rendezvous store on port " << port
+            << " until a job it serves ends (or SIGTERM / SIGINT); its launchers name it with --rdzv-endpoint "
+            << endpoint << "\n";
+  serveUntilTheJobEnds(served, std::chrono::steady_clock::time_point::max(), sfd);
+  ::close(sfd);
+  std::cerr << "aiacc_train: the rendezvous store on port " << port << " is closed\n";
+  return 0;
 }
 
 // The launcher's loop. Workers run in a process group of their own (the first worker leads it),
@@ -231,7 +256,7 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   // After the signals are blocked: the store's threads inherit the mask, so that SIGTERM and
   // SIGINT reach only the signalfd.
   c10::intrusive_ptr<c10d::Store> store;
-  if (spec.host_store && spec.node_rank == 0) {
+  if (spec.host_store && !spec.external_store && spec.node_rank == 0) {
     store = comm::hostStore(parseHostPort(spec.master).second, spec.nproc * spec.nnodes, spec.store_timeout);
   }
 

@@ -68,6 +68,10 @@ struct LaunchSpec {
   // every worker (of every node) connects to it as a client (AIACC_LAUNCHER_STORE=1): the
   // rendezvous outlives any one worker, rank 0's included. aiacc_train sets it; off, rank 0 hosts.
   bool host_store = false;
+  // The store is served outside the job (--rdzv-endpoint: aiacc_train --rendezvous-server, or any
+  // TCPStore): no launcher hosts it, every worker connects to `master` as a client, and losing
+  // any node, node 0 included, leaves the rendezvous standing.
+  bool external_store = false;
   std::chrono::milliseconds store_timeout{60000};
   // An elastic job (--nnodes MIN:MAX; min_nodes 0: not elastic). A worker that dies no longer
   // ends its siblings: the job's ranks regroup without it (app/elastic.h), and the launcher
@@ -85,6 +89,12 @@ struct LaunchSpec {
 // signalfd): call it from a process's only thread, or with those signals blocked in every other.
 // Throws InputError on a bad spec (before anything starts).
 int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args);
+
+// aiacc_train --rendezvous-server: serves a job's rendezvous store at `endpoint`'s port (every
+// interface) in this process, for launchers that name it with --rdzv-endpoint, until a job it
+// served says it has ended (an elastic job's last rank 0 does), or SIGTERM / SIGINT. Returns the
+// exit code (0); a port in use is a CommError. Call it from the process's only thread.
+int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeout);
 
 // This process's place in the job, from AIACC_* (or MPI/Slurm) variables; nullopt when the
 // process was not started as a worker.

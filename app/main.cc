@@ -180,10 +180,14 @@ int main(int argc, char** argv) {
     AIACC_CHECK_INPUT(dist.launch.max_restarts == 0 || plan.role == aiacc::app::LaunchPlan::Role::kWorker ||
                           (plan.role == aiacc::app::LaunchPlan::Role::kSpawn && plan.spawn.min_nodes > 0),
                       "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
+    if (dist.rendezvous_server) {
+      return aiacc::app::serveRendezvous(dist.launch.master,
+                                         std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000)));
+    }
     if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
       if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
       aiacc::app::LaunchSpec spec = plan.spawn;
-      spec.host_store = true;  // the rendezvous outlives any one worker
+      spec.host_store = !spec.external_store;  // the rendezvous outlives any one worker
       spec.store_timeout = std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000));
       return aiacc::app::launchWorkers(spec, std::vector<std::string>(argv, argv + argc));
     }

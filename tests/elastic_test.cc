@@ -75,10 +75,13 @@ struct Job {
 };
 
 // Three nodes of one job; node 2's worker SIGKILLed after rank 0's first metrics line.
-// `act`: what is done to the worker, $W (default: SIGKILL). `kubeflow`: each node's aiacc_train
-// gets Kubeflow's PET_* variables instead of the launch flags (an elastic PyTorchJob's pods).
+// `act`: what is done to the worker, $W (default: SIGKILL; $L0..$L2 are the nodes' launchers).
+// `kubeflow`: each node's aiacc_train gets Kubeflow's PET_* variables instead of the launch flags
+// (an elastic PyTorchJob's pods). `server`: the store is served by a standalone
+// `aiacc_train --rendezvous-server` (its exit code and log in the output as rcS and logS), every
+// node names it with --rdzv-endpoint and writes a report (r<node>.json; job.report: node 1's).
 Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::string& nnodes = "2:3",
-                 const std::string& act = "kill -KILL $W", bool kubeflow = false) {
+                 const std::string& act = "kill -KILL $W", bool kubeflow = false, bool server = false) {
   const std::string data = d / "ds";
   const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
                                           " --sample-shapes 3 --sample-train-per-class ", kPerClass,
@@ -87,6 +90,9 @@ Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::st
   const std::string port = std::to_string(test::freePort());
   const std::string metrics = d / "m.jsonl";
   std::string script = "cd " + d.path() + "; ";
+  if (server) {
+    script += strCat(AIACC_TRAIN_BIN, " --rendezvous-server --rdzv-endpoint 127.0.0.1:", port, " > logS 2>&1 & S=$!; ");
+  }
   for (int n = 0; n < 3; ++n) {
     const std::string launch = kubeflow ? strCat("PET_NNODES=", nnodes, " PET_NODE_RANK=", n,
                                                  " PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=127.0.0.1 ",
@@ -94,21 +100,24 @@ Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::st
                                         : std::string();
     const std::string flags = kubeflow ? std::string()
                                        : strCat(" --nproc 1 --nnodes ", nnodes, " --node-rank ", n,
-                                                " --master 127.0.0.1:", port);
+                                                server ? " --rdzv-endpoint 127.0.0.1:" : " --master 127.0.0.1:", port);
     script += strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", AIACC_TRAIN_BIN, " --data ", data,
                      " --arch resnet18 --image-size 32 --rdzv-timeout 60 --batch-size ", kBatch,
                      " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags,
-                     " ", extra,
-                     n == 0 ? strCat(" --metrics-file ", metrics, " --report-file ", d / "r.json") : std::string(),
+                     " ", extra, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
+                     n == 0 || server ? strCat(" --report-file ", d / (n == 0 ? "r.json" : strCat("r", n, ".json")))
+                                      : std::string(),
                      " > log", n, " 2>&1 & L", n, "=$!; ");
   }
   script += "for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; W=$(pgrep -P $L2); " + act +
             "; "
-            "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; cat log0 log1 log2";
+            "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; " +
+            (server ? "wait $S; echo rcS=$?; cat logS; " : "") + "cat log0 log1 log2";
   test::writeText(d / "job.sh", script + "\n");
   Job job;
   job.out = test::runShell("timeout 300 bash " + d.path() + "/job.sh 2>&1").second;
-  if (std::filesystem::exists(d / "r.json")) job.report = test::readJson(d / "r.json");
+  const std::string report = d / (server ? "r1.json" : "r.json");
+  if (std::filesystem::exists(report)) job.report = test::readJson(report);
   job.counts = epochZeroCounts(d.path(), &job.restores);
   return job;
 }
@@ -179,6 +188,27 @@ TEST(Elastic, AKilledWorkerStartedAgainRejoinsTheRunningJob) {
   EXPECT_EQ(job.report.at("membership").back().at("world_after"), 3) << job.report.at("membership");
   EXPECT_EQ(job.report.at("world_size"), 3);
   expectEachSampleOnce(job, 3 * (kBatch - 1) + 2);
+}
+
+// The store served by a standalone aiacc_train --rendezvous-server: node 0 (its launcher and its
+// worker, rank 0) SIGKILLed; nodes 1 and 2 regroup and finish the job, each sample of the epoch
+// seen once, and the server ends by itself when the job's last rank 0 says the job ended.
+TEST(Elastic, WithAStandaloneStoreTheJobOutlivesNodeZero) {
+  test::TempDir d;
+  const Job job = runKilledJob(d, "", "2:3", "kill -KILL $(pgrep -P $L0) $L0", false, /*server=*/true);
+  EXPECT_EQ(job.out.find("rc0=0"), std::string::npos) << job.out;  // killed
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rcS=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("serving the rendezvous store on port"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("is closed"), std::string::npos) << "the server ended with the job\n" << job.out;
+  ASSERT_TRUE(job.report.contains("membership")) << job.out;
+  const Json& change = job.report.at("membership").at(0);
+  EXPECT_EQ(change.at("world_before"), 3) << change;
+  EXPECT_EQ(change.at("world_after"), 2) << change;
+  EXPECT_LE(change.at("steps_lost").get<int>(), 1) << change;
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
+  expectEachSampleOnce(job, 2 * (kBatch - 1) + 1);
 }
 
 // --nnodes 3:3: with one node lost the others are below MIN. They wait --rdzv-timeout, then the
