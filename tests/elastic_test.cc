@@ -211,6 +211,28 @@ TEST(Elastic, WithAStandaloneStoreTheJobOutlivesNodeZero) {
   expectEachSampleOnce(job, 2 * (kBatch - 1) + 1);
 }
 
+// Every worker SIGKILLed at once (all of a job's spot nodes reclaimed; the launchers stay): no
+// survivor holds the training state. The launchers start their workers again (--max-restarts),
+// they form a generation with no survivor, and each starts from the newest valid checkpoint
+// (--resume auto); the job ends at its last step.
+TEST(Elastic, WithNoSurvivorTheNewestCheckpointContinuesTheJob) {
+  test::TempDir d;
+  // (A last call of 5 s: the three restarted workers form one generation however slowly they start.)
+  const Job job = runKilledJob(d,
+                               strCat("--max-restarts 1 --rdzv-last-call 5 --resume auto --checkpoint-every 2 "
+                                      "--checkpoint-dir ",
+                                      d / "ck"),
+                               "2:3",
+                               "for i in $(seq 600); do ls ck/step-*.manifest > /dev/null 2>&1 && break; sleep 0.05; "
+                               "done; kill -KILL $(pgrep -P $L0) $(pgrep -P $L1) $(pgrep -P $L2)");
+  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("resumed from " + d / "ck/step-"), std::string::npos) << job.out;
+  ASSERT_TRUE(job.report.contains("epochs")) << job.out;
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
+}
+
 // --nnodes 3:3: with one node lost the others are below MIN. They wait --rdzv-timeout, then the
 // first to come back saves its state, and both exit 75 (preempted, resumable) saying so.
 TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
