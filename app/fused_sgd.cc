@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -73,9 +74,86 @@ bool dense(const at::Tensor& t) {
          t.layout() == at::kStrided;
 }
 
+// Every parameter with a gradient (and its gradient and momentum buffer) on one CUDA device,
+// dense, with one dtype: what the _foreach_ kernels take in one launch per chunk.
+bool oneCudaDevice(torch::optim::SGD& opt) {
+  std::optional<at::Device> device;
+  std::optional<at::ScalarType> dtype;
+  auto same = [&](const at::Tensor& t) {
+    if (!t.is_cuda() || t.layout() != at::kStrided) return false;
+    if (!device) device = t.device(), dtype = t.scalar_type();
+    return t.device() == *device && t.scalar_type() == *dtype;
+  };
+  bool any = false;
+  for (auto& group : opt.param_groups()) {
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (!same(p) || !same(p.grad())) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
 }  // namespace
 
+void multiTensorSgdStep(torch::optim::SGD& opt) {
+  torch::NoGradGuard no_grad;
+  auto& states = opt.state();
+  for (auto& group : opt.param_groups()) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    std::vector<at::Tensor> params, grads;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      params.push_back(p);
+      grads.push_back(p.grad());
+    }
+    if (params.empty()) continue;
+    // d = g + wd * w (out of place, as SGD's d_p.add(p, wd))
+    std::vector<at::Tensor> d = o.weight_decay() != 0 ? at::_foreach_add(grads, params, o.weight_decay()) : grads;
+    if (o.momentum() != 0) {
+      // Buffers made this step start as d (SGD's clone of d_p); the others are updated.
+      std::vector<at::Tensor> bufs, d_old;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto key = compat::optimStateKey(params[i]);
+        auto it = states.find(key);
+        if (it == states.end()) {
+          auto st = std::make_unique<torch::optim::SGDParamState>();
+          st->momentum_buffer(d[i].clone().detach());
+          states[key] = std::move(st);
+          continue;
+        }
+        bufs.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+        d_old.push_back(d[i]);
+      }
+      if (!bufs.empty()) {  // b = b * m + (1 - damp) * d
+        at::_foreach_mul_(bufs, o.momentum());
+        at::_foreach_add_(bufs, d_old, 1 - o.dampening());
+      }
+      std::vector<at::Tensor> all_bufs;
+      all_bufs.reserve(params.size());
+      for (auto& p : params) {
+        all_bufs.push_back(
+            static_cast<torch::optim::SGDParamState&>(*states.at(compat::optimStateKey(p))).momentum_buffer());
+      }
+      // u = nesterov ? d + m * b : b
+      d = o.nesterov() ? at::_foreach_add(d, all_bufs, o.momentum()) : all_bufs;
+    }
+    at::_foreach_add_(params, d, -o.lr());  // w = w - lr * u
+  }
+}
+
 torch::Tensor FusedSgd::step(LossClosure closure) {
+  if (oneCudaDevice(*this)) {
+    torch::Tensor loss;
+    if (closure != nullptr) {
+      at::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    multiTensorSgdStep(*this);
+    ++multi_tensor_steps_;
+    return loss;
+  }
   static const bool have_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   bool fusable = have_fma;
   auto& states = state();

@@ -62,12 +62,29 @@ void Trainer::State::resume() {
   // Format 4 on: the settings it was written with. An evaluation continues no training: it only
   // needs the model, which the load checked.
   if (!pos.settings.empty() && !cfg.evaluate_only) {
+    const auto written = [&](const std::string& name) {
+      return std::find_if(pos.settings.begin(), pos.settings.end(), [&](const auto& kv) { return kv.first == name; });
+    };
+    // An elastic job resumes in whatever world its generation has (a node that did not come
+    // back): the rest of the epoch is shared out among the ranks there are, as a regroup does.
+    const auto ck_world = written("world size");
+    const int written_world = ck_world == pos.settings.end() ? world : std::stoi(ck_world->second);
+    const bool reshard = elastic && written_world != world;
     for (const auto& [name, value] : continuationSettings()) {
-      const auto it = std::find_if(pos.settings.begin(), pos.settings.end(),
-                                   [&](const auto& kv) { return kv.first == name; });
+      if (reshard && (name == "world size" || name == "steps per epoch")) continue;
+      const auto it = written(name);
       AIACC_CHECK_INPUT(it == pos.settings.end() || it->second == value, "cannot resume from '", path,
                         "': it was written with ", name, " ", it->second, ", this run has ", value,
                         " (resume with the same settings, or start afresh with another --checkpoint-dir)");
+    }
+    if (reshard) {
+      const Stage& st = stageAt(cfg, static_cast<int>(pos.epochs_done));
+      pos.segment_offset += (pos.batches_in_epoch - pos.segment_batch) * st.batch_size * written_world;
+      pos.segment_batch = pos.batches_in_epoch;
+      if (isRank0()) {
+        LOG(INFO) << "resume: the checkpoint was written by " << written_world << " ranks, this generation has "
+                  << world << ": the rest of epoch " << pos.epochs_done + 1 << " is shared out among them";
+      }
     }
   }
   if (pos.rng_cpu.defined()) {

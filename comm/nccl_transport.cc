@@ -205,14 +205,43 @@ class NcclTransport::Channel {
     auto options = c10d::ProcessGroupNCCL::Options::create(/*is_high_priority_stream=*/true);
     options->timeout = o.timeout;
     c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg;
+    const auto t0 = nccl_channel::Clock::now();
+    auto failed = [&](const std::string& why) {
+      if (pg) {
+        try {
+          pg->abort();  // not a teardown that waits for a communicator that never came
+        } catch (const std::exception&) {
+        }
+      }
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(nccl_channel::Clock::now() - t0).count();
+      AIACC_THROW(CommError, "NCCL set-up of channel ", index, " (rank ", o.rank, " of ", o.world, ", cuda:", o.device,
+                  ") failed after ", ms, " ms: ", why);
+    };
     try {
       pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, o.rank, o.world, options);
       pg->eagerConnectSingleDevice(at::Device(at::kCUDA, device_));
     } catch (const std::exception& e) {
-      AIACC_THROW(CommError, "NCCL set-up of channel ", index, " (rank ", o.rank, " of ", o.world, ", cuda:", o.device,
-                  ") failed within ", o.timeout.count(), " ms: ", firstLine(e.what()));
+      failed(firstLine(e.what()));
     }
-    core_ = std::make_shared<ChannelCore>(std::move(pg), index, o.rank, o.world, o.timeout);
+    // A non-blocking set-up returns before the communicator exists: a peer gone silent would
+    // surface only at the first operation, or as a teardown that waits. One element reduced
+    // here proves every rank's communicator made: its launch waits for the communicator
+    // (TORCH_NCCL_NONBLOCKING_TIMEOUT, comm/nccl_env.h), then the host waits for the operation
+    // (NcclOptions::timeout). Seen on an H200: without it the set-up "succeeded" and the
+    // transport's destructor waited out the non-blocking timeout.
+    c10::intrusive_ptr<c10d::Work> ready;
+    try {
+      std::vector<at::Tensor> one{at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_))};
+      ready = pg->allreduce(one);
+    } catch (const std::exception& e) {
+      failed(firstLine(e.what()));
+    }
+    core_ = std::make_shared<ChannelCore>(pg, index, o.rank, o.world, o.timeout);
+    try {
+      core_->waitOnHost(ready, t0, "set-up");
+    } catch (const CommError& e) {
+      failed(firstLine(e.what()));
+    }
   }
 
   ~Channel() {

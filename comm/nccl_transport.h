@@ -11,7 +11,9 @@
 //
 // Errors. Every operation is bounded by `timeout`. The communicator's set-up and teardown are
 // bounded by TORCH_NCCL_NONBLOCKING_TIMEOUT (seconds; read once per process), not by `timeout`:
-// ProcessGroupNCCL waits for a non-blocking communicator there, for 30 minutes by default.
+// ProcessGroupNCCL waits for a non-blocking communicator there, for 30 minutes by default. The
+// constructor returns only once every rank's communicator exists (one element reduced per
+// channel), so a peer that joined and went silent fails the set-up, not a later operation.
 // ProcessGroupNCCL's watchdog thread checks every operation for NCCL errors and for the timeout;
 // when one fails it marks the process group failed (ProcessGroupNCCL::getError(); with
 // TORCH_NCCL_PROPAGATE_ERROR=1 the other ranks' groups too, through the store), and later, after

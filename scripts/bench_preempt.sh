@@ -42,7 +42,13 @@ for round in $(seq 1 "$ROUNDS"); do
   echo "round $round: without vote $b, with $a (with/without ${vote_ratios[-1]}); with checkpoints $c (/none ${ck_ratios[-1]})"
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
-echo "median over $ROUNDS rounds: vote with/without $(median "${vote_ratios[@]}"), checkpoints every $EVERY steps /none $(median "${ck_ratios[@]}")"
+ck_median=$(median "${ck_ratios[@]}")
+echo "median over $ROUNDS rounds: vote with/without $(median "${vote_ratios[@]}"), checkpoints every $EVERY steps /none $ck_median"
+# What one checkpoint costs, in steps of training time: with one every K steps the run takes
+# 1/ratio as long, so each costs (1/ratio - 1) x K steps; at one every N steps that is that over N.
+awk -v r="$ck_median" -v k=$EVERY -v cores="$(nproc)" 'BEGIN { if (r <= 0) exit; c = (1 / r - 1) * k; if (c < 0) c = 0;
+  printf "one background checkpoint costs %.2f steps of training here (snapshot, and the writer sharing %d cores with the ranks); ", c, cores
+  printf "per-step cost at --checkpoint-every 100: %.2f%%, 500: %.2f%%; under 1%% from every %d steps\n", 100 * c / 100, 100 * c / 500, int(c * 100) + 1 }'
 echo "3./4. SIGTERM to the launcher after 25 step lines (an epoch of 100 steps)"
 rm -rf "$tmp/ck" "$tmp/m.jsonl"
 job "$AFTER" --synthetic-images $((BATCH * N * 100)) --checkpoint-dir "$tmp/ck" --metrics-file "$tmp/m.jsonl" \

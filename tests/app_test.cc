@@ -17,6 +17,7 @@
 #include "aiacc/common/error.h"
 #include "app/config.h"
 #include "app/flags.h"
+#include "aiacc/common/torch_compat.h"
 #include "app/fused_sgd.h"
 #include "app/heap.h"
 #include "app/job_settings.h"
@@ -193,59 +194,74 @@ TEST(Heap, FreedBlocksStayInTheHeap) {
 #endif
 }
 
-// FusedSgd takes the fused path on CPU fp32 and matches torch::optim::SGD step for step: two
-// groups (with and without weight decay), a parameter without gradient, momentum with and
-// without Nesterov, dampening, and a learning-rate change between steps.
-TEST(FusedSgd, MatchesLibTorchSgd) {
-  struct Case {
-    double momentum, dampening;
-    bool nesterov;
-  };
-  for (const Case c : {Case{0.9, 0, true}, Case{0.9, 0, false}, Case{0.8, 0.3, false}, Case{0, 0, false}}) {
-    auto gen = at::detail::createCPUGenerator(11);
-    std::vector<at::Tensor> init = {at::randn({37, 5}, gen), at::randn({13}, gen), at::randn({3, 3, 3, 3}, gen),
-                                    at::randn({8}, gen)};
-    auto make = [&] {
-      std::vector<at::Tensor> ps;
-      for (const auto& t : init) ps.push_back(t.clone().requires_grad_(true));
-      return ps;
+// SGD beside an optimizer under test: two copies of the same parameters (a 2-D weight, a bias, a
+// 4-D weight in `conv_format`, and one whose gradient is missing every other step) in two groups
+// (with and without weight decay), the same gradients, a learning-rate change before step 3.
+struct SgdCase {
+  double momentum, dampening;
+  bool nesterov;
+};
+constexpr SgdCase kSgdCases[] = {{0.9, 0, true}, {0.9, 0, false}, {0.8, 0.3, false}, {0, 0, false}};
+
+struct SideBySide {
+  std::vector<at::Tensor> init, a, b;  // a: SGD's parameters; b: the other's
+  at::Generator gen = at::detail::createCPUGenerator(11);
+
+  explicit SideBySide(at::MemoryFormat conv_format) {
+    init = {at::randn({37, 5}, gen), at::randn({13}, gen), at::randn({4, 3, 3, 3}, gen).contiguous(conv_format),
+            at::randn({8}, gen)};
+    for (const auto& t : init) a.push_back(t.clone().requires_grad_(true));
+    for (const auto& t : init) b.push_back(t.clone().requires_grad_(true));
+  }
+  static std::vector<torch::optim::OptimizerParamGroup> groups(const SgdCase& c, std::vector<at::Tensor>& ps) {
+    auto opts = [&](double wd) {
+      return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.1)
+                                                            .momentum(c.momentum)
+                                                            .dampening(c.dampening)
+                                                            .nesterov(c.nesterov)
+                                                            .weight_decay(wd));
     };
-    std::vector<at::Tensor> a = make(), b = make();
-    auto groups = [&](std::vector<at::Tensor>& ps) {
-      auto opts = [&](double wd) {
-        return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(0.1)
-                                                              .momentum(c.momentum)
-                                                              .dampening(c.dampening)
-                                                              .nesterov(c.nesterov)
-                                                              .weight_decay(wd));
-      };
-      std::vector<torch::optim::OptimizerParamGroup> g;
-      g.emplace_back(std::vector<at::Tensor>{ps[0], ps[2]}, opts(1e-3));
-      g.emplace_back(std::vector<at::Tensor>{ps[1], ps[3]}, opts(0));
-      return g;
-    };
-    torch::optim::SGD ref(groups(a), torch::optim::SGDOptions(0.1));
-    aiacc::app::FusedSgd fused(groups(b), torch::optim::SGDOptions(0.1));
+    std::vector<torch::optim::OptimizerParamGroup> g;
+    g.emplace_back(std::vector<at::Tensor>{ps[0], ps[2]}, opts(1e-3));
+    g.emplace_back(std::vector<at::Tensor>{ps[1], ps[3]}, opts(0));
+    return g;
+  }
+  // Six steps: `ref.step()` and `other_step()`, then `check(i, step)` for each parameter.
+  void run(torch::optim::SGD& ref, torch::optim::Optimizer& other, const std::function<void()>& other_step,
+           const std::function<void(size_t, int)>& check) {
     for (int step = 0; step < 6; ++step) {
       for (size_t i = 0; i < a.size(); ++i) {
-        const at::Tensor g = at::randn(init[i].sizes(), gen);
+        const at::Tensor g = at::randn(init[i].sizes(), gen).contiguous(init[i].suggest_memory_format());
         const bool none = i == 3 && step % 2 == 1;  // sometimes no gradient at all
         a[i].mutable_grad() = none ? at::Tensor() : g.clone();
         b[i].mutable_grad() = none ? at::Tensor() : g.clone();
       }
       if (step == 3) {
-        for (auto* o : {static_cast<torch::optim::Optimizer*>(&ref), static_cast<torch::optim::Optimizer*>(&fused)}) {
+        for (auto* o : {static_cast<torch::optim::Optimizer*>(&ref), &other}) {
           for (auto& pg : o->param_groups()) static_cast<torch::optim::SGDOptions&>(pg.options()).lr(0.03);
         }
       }
       ref.step();
-      fused.step();
-      for (size_t i = 0; i < a.size(); ++i) {
-        const double diff = (a[i] - b[i]).abs().max().item<double>();
-        EXPECT_LE(diff, 1e-6 * (1 + a[i].abs().max().item<double>()))
-            << "param " << i << " step " << step << " momentum " << c.momentum << " nesterov " << c.nesterov;
-      }
+      other_step();
+      for (size_t i = 0; i < a.size(); ++i) check(i, step);
     }
+  }
+};
+
+// FusedSgd takes the fused path on CPU fp32 and matches torch::optim::SGD step for step, for
+// momentum with and without Nesterov, dampening, and none.
+TEST(FusedSgd, MatchesLibTorchSgd) {
+  for (const SgdCase& c : kSgdCases) {
+    SideBySide s(at::MemoryFormat::Contiguous);
+    torch::optim::SGD ref(SideBySide::groups(c, s.a), torch::optim::SGDOptions(0.1));
+    aiacc::app::FusedSgd fused(SideBySide::groups(c, s.b), torch::optim::SGDOptions(0.1));
+    s.run(
+        ref, fused, [&] { fused.step(); },
+        [&](size_t i, int step) {
+      const double diff = (s.a[i] - s.b[i]).abs().max().item<double>();
+      EXPECT_LE(diff, 1e-6 * (1 + s.a[i].abs().max().item<double>()))
+          << "param " << i << " step " << step << " momentum " << c.momentum << " nesterov " << c.nesterov;
+        });
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
       EXPECT_EQ(fused.fusedSteps(), 6) << "the fused path was not taken";
     }
@@ -257,7 +273,34 @@ TEST(FusedSgd, MatchesLibTorchSgd) {
   const at::Tensor before = t.detach().clone();
   plain.step();
   EXPECT_EQ(plain.fusedSteps(), 0);
+  EXPECT_EQ(plain.multiTensorSteps(), 0);
   EXPECT_TRUE(t.detach().allclose(before - 0.5));
+}
+
+// The multi-tensor path (FusedSgd's on a GPU) is SGD's arithmetic: on the CPU, where ATen's
+// _foreach_ operations run SGD's own per-tensor kernels, equal to the bit (channels-last 4-D
+// weights included), and its state is SGD's own (a checkpoint of one loads into the other).
+TEST(FusedSgd, MultiTensorStepIsLibTorchSgd) {
+  for (const SgdCase& c : kSgdCases) {
+    SideBySide s(at::MemoryFormat::ChannelsLast);
+    torch::optim::SGD ref(SideBySide::groups(c, s.a), torch::optim::SGDOptions(0.1));
+    torch::optim::SGD multi(SideBySide::groups(c, s.b), torch::optim::SGDOptions(0.1));
+    s.run(
+        ref, multi, [&] { aiacc::app::multiTensorSgdStep(multi); },
+        [&](size_t i, int step) {
+      EXPECT_TRUE(s.a[i].equal(s.b[i])) << "param " << i << " step " << step << " momentum " << c.momentum
+                                        << " nesterov " << c.nesterov;
+        });
+    for (size_t i = 0; i < s.a.size() && c.momentum != 0; ++i) {
+      const auto key = aiacc::compat::optimStateKey(s.b[i]);
+      ASSERT_TRUE(multi.state().count(key)) << "param " << i << ": no momentum buffer";
+      const auto& mine = static_cast<torch::optim::SGDParamState&>(*multi.state().at(key)).momentum_buffer();
+      const auto& theirs =
+          static_cast<torch::optim::SGDParamState&>(*ref.state().at(aiacc::compat::optimStateKey(s.a[i])))
+              .momentum_buffer();
+      EXPECT_TRUE(mine.equal(theirs)) << "param " << i;
+    }
+  }
 }
 
 // One SGD+momentum step on a fixed batch.

@@ -80,8 +80,11 @@ struct Job {
 // (an elastic PyTorchJob's pods). `server`: the store is served by a standalone
 // `aiacc_train --rendezvous-server` (its exit code and log in the output as rcS and logS), every
 // node names it with --rdzv-endpoint and writes a report (r<node>.json; job.report: node 1's).
+// `again` (not with `server`): once all three launchers ended, nodes 0 and 1 run the same job again
+// with --nnodes `again` --resume auto (exit codes again0=, again1=; job.report: theirs).
 Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::string& nnodes = "2:3",
-                 const std::string& act = "kill -KILL $W", bool kubeflow = false, bool server = false) {
+                 const std::string& act = "kill -KILL $W", bool kubeflow = false, bool server = false,
+                 const std::string& again = "") {
   const std::string data = d / "ds";
   const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
                                           " --sample-shapes 3 --sample-train-per-class ", kPerClass,
@@ -93,26 +96,31 @@ Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::st
   if (server) {
     script += strCat(AIACC_TRAIN_BIN, " --rendezvous-server --rdzv-endpoint 127.0.0.1:", port, " > logS 2>&1 & S=$!; ");
   }
-  for (int n = 0; n < 3; ++n) {
-    const std::string launch = kubeflow ? strCat("PET_NNODES=", nnodes, " PET_NODE_RANK=", n,
+  auto node = [&](int n, const std::string& range, const std::string& more, const std::string& log) {
+    const std::string launch = kubeflow ? strCat("PET_NNODES=", range, " PET_NODE_RANK=", n,
                                                  " PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=127.0.0.1 ",
                                                  "PET_MASTER_PORT=", port, " ")
                                         : std::string();
     const std::string flags = kubeflow ? std::string()
-                                       : strCat(" --nproc 1 --nnodes ", nnodes, " --node-rank ", n,
+                                       : strCat(" --nproc 1 --nnodes ", range, " --node-rank ", n,
                                                 server ? " --rdzv-endpoint 127.0.0.1:" : " --master 127.0.0.1:", port);
-    script += strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", AIACC_TRAIN_BIN, " --data ", data,
-                     " --arch resnet18 --image-size 32 --rdzv-timeout 60 --batch-size ", kBatch,
-                     " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags,
-                     " ", extra, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
-                     n == 0 || server ? strCat(" --report-file ", d / (n == 0 ? "r.json" : strCat("r", n, ".json")))
-                                      : std::string(),
-                     " > log", n, " 2>&1 & L", n, "=$!; ");
-  }
+    return strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", AIACC_TRAIN_BIN, " --data ", data,
+                  " --arch resnet18 --image-size 32 --rdzv-timeout 60 --batch-size ", kBatch,
+                  " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags, " ",
+                  extra, more, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
+                  n == 0 || server ? strCat(" --report-file ", d / (n == 0 ? "r.json" : strCat("r", n, ".json")))
+                                   : std::string(),
+                  " > ", log, " 2>&1 & L", n, "=$!; ");
+  };
+  for (int n = 0; n < 3; ++n) script += node(n, nnodes, "", strCat("log", n));
   script += "for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; W=$(pgrep -P $L2); " + act +
             "; "
             "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; " +
-            (server ? "wait $S; echo rcS=$?; cat logS; " : "") + "cat log0 log1 log2";
+            (server ? "wait $S; echo rcS=$?; cat logS; " : "") + "cat log0 log1 log2; ";
+  if (!again.empty()) {
+    for (int n = 0; n < 2; ++n) script += node(n, again, " --resume auto", strCat("again", n));
+    script += "wait $L0; echo again0=$?; wait $L1; echo again1=$?; cat again0 again1";
+  }
   test::writeText(d / "job.sh", script + "\n");
   Job job;
   job.out = test::runShell("timeout 300 bash " + d.path() + "/job.sh 2>&1").second;
@@ -249,6 +257,28 @@ TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
   int files = 0;
   for (const auto& f : std::filesystem::directory_iterator(d / "ckpt")) files += f.path().extension() == ".ckpt";
   EXPECT_EQ(files, 1);
+}
+
+// Below MIN the saved state continues in a smaller world: the job run again on the two nodes left
+// (--nnodes 2:3 --resume auto) resumes the survivor's checkpoint of the three-rank job, shares the
+// rest of the epoch out between two ranks, and ends; no sample of the epoch is trained twice over
+// both runs.
+TEST(Elastic, BelowMinTheSavedStateContinuesOnTheNodesLeft) {
+  test::TempDir d;
+  const Job job = runKilledJob(d, strCat("--rdzv-timeout 2 --checkpoint-dir ", d / "ckpt"), "3:3", "kill -KILL $W",
+                               false, false, "2:3");
+  EXPECT_NE(job.out.find("rc0=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("again0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("again1=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("resume: the checkpoint was written by 3 ranks, this generation has 2: the rest of epoch 1 "
+                         "is shared out among them"),
+            std::string::npos)
+      << job.out;
+  ASSERT_TRUE(job.report.contains("epochs")) << job.out;
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
+  EXPECT_EQ(job.report.at("world_size"), 2);
+  expectEachSampleOnce(job, 3 * (kBatch - 1) + 2 + 2 * (kBatch - 1) + 1);
 }
 
 // SIGSTOP: the worker's sockets stay open and nothing comes. Its neighbours name it within the

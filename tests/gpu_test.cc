@@ -22,7 +22,9 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/pooling.h>
+#include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "app/amp.h"
+#include "app/fused_sgd.h"
 #include "app/trainer.h"
 #include "aiacc/comm/data_parallel.h"
 #include "aiacc/comm/nccl_transport.h"
@@ -214,6 +217,45 @@ TEST(Gpu, GradScalerUnscalesOnTheDeviceLikeTheCpu) {
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(gpu[i].grad().cpu().equal(cpu[i].grad()));
   gpu[1].mutable_grad()[5] = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(b.unscaleAndCheck(gpu));
+}
+
+// FusedSgd on the GPU takes the multi-tensor path, and its weights and momentum follow
+// torch::optim::SGD's on the same device over five steps (channels-last weights, weight decay,
+// Nesterov): the _foreach_ kernels may round a fused multiply-add differently, so the
+// difference is bounded (and printed) rather than zero.
+TEST(Gpu, FusedSgdTakesTheMultiTensorPathLikeSgd) {
+  AIACC_REQUIRE_GPU();
+  auto gen = at::detail::createCPUGenerator(5);
+  std::vector<at::Tensor> init = {at::randn({64, 32, 3, 3}, gen), at::randn({64}, gen), at::randn({1000, 2048}, gen)};
+  auto make = [&] {
+    std::vector<at::Tensor> ps;
+    for (const auto& t : init) {
+      at::Tensor d = t.to(at::kCUDA);
+      if (d.dim() == 4) d = d.contiguous(at::MemoryFormat::ChannelsLast);
+      ps.push_back(d.requires_grad_(true));
+    }
+    return ps;
+  };
+  std::vector<at::Tensor> a = make(), b = make();
+  const auto opts = torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(5e-5);
+  torch::optim::SGD ref(a, opts);
+  app::FusedSgd fused(b, opts);
+  double largest = 0;
+  for (int step = 0; step < 5; ++step) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const at::Tensor g = at::randn(init[i].sizes(), gen).to(at::kCUDA).contiguous(a[i].suggest_memory_format());
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    ref.step();
+    fused.step();
+    for (size_t i = 0; i < a.size(); ++i) {
+      largest = std::max(largest, (a[i] - b[i]).abs().max().item<double>() / (1 + a[i].abs().max().item<double>()));
+    }
+  }
+  std::printf("multi-tensor SGD on the GPU: largest relative difference from SGD after 5 steps %.3g\n", largest);
+  EXPECT_EQ(fused.multiTensorSteps(), 5);
+  EXPECT_LE(largest, 1e-6);
 }
 
 // The GPU input path: uint8 batches normalized on the GPU equal the CPU computation.

@@ -10,17 +10,18 @@
 #   - preemption on the GPU: aiacc_train --gpus 1 (AMP fp16) stopped by a real SIGTERM mid-epoch,
 #     then --resume auto: the exit status, the saved step, the loss scale and CUDA generator state
 #     in the checkpoint, and every step of the job trained once.
-# Logs and the reports go to $OUT (the device tool's folder) when set, else /tmp/aiacc-gpu-check:
-# eight files at most (summary, configure or preempt, build, tests, train log and report, eager,
-# data). --skip-build uses build-gpu/ as it is: built beforehand, here or on a machine with the
+# Logs and the reports go to /tmp/aiacc-gpu-check, and with $OUT set (the device tool's folder)
+# also into $OUT/check-logs.tgz. --skip-build uses build-gpu/ as it is: built beforehand, here or on a machine with the
 # same torch (AIACC_BUILD_DIR=build-gpu scripts/build.sh --torch2 -DOPENCV_IMGCODECS_LIB=OFF, the
 # bundle's OpenCV having no imgcodecs), its binaries carried along.
 #   scripts/gpu/check.sh [--skip-build] [--steps N]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-OUTDIR=${OUT:-/tmp/aiacc-gpu-check}
-mkdir -p "$OUTDIR"
+# Logs go to a folder of their own; with $OUT (the device tool's, which brings back a few files
+# only) they come back as one archive, check-logs.tgz.
+OUTDIR=/tmp/aiacc-gpu-check
+rm -rf "$OUTDIR"; mkdir -p "$OUTDIR"
 STEPS=60
 SKIP_BUILD=0
 while [ $# -gt 0 ]; do
@@ -88,7 +89,7 @@ if [ -x "$BUILD/tests/aiacc_tests" ]; then
    echo "aiacc_tests exit $?"; timeout 120 ./aiacc_data_tests --gtest_filter='LoaderTest.*:Decode.*' 2>&1;
    echo "aiacc_data_tests exit $?") \
     | tee "$OUTDIR/tests.log" | grep -E "^\[ *(OK|FAILED|SKIPPED|PASSED) *\]|Failure|error" | head -40
-  grep -E "^abort and re-create|^free device memory|^GPU resume|tests exit" "$OUTDIR/tests.log"
+  grep -E "^abort and re-create|^free device memory|^GPU resume|^multi-tensor|tests exit" "$OUTDIR/tests.log"
   grep -q "FAILED" "$OUTDIR/tests.log" && FAIL=1
   grep -qE "tests exit [1-9]" "$OUTDIR/tests.log" && FAIL=1
 else
@@ -96,7 +97,7 @@ else
 fi
 
 TRAIN=$BUILD/app/aiacc_train
-aiacc_ips=""; eager_ips=""; data_ips=""
+aiacc_ips=""; eager_ips=""; data_ips=""; jpeg_ips=""
 preempt=""
 if [ -x "$TRAIN" ]; then
   say "preemption: aiacc_train --gpus 1 (AMP fp16) SIGTERMed after 12 steps, then --resume auto"
@@ -153,6 +154,14 @@ if [ -x "$BENCH" ]; then
   all=$("$BENCH" data --data "$DATA" --image-size 224 --workers "$(nproc)" --images 12000 --repeat 6 --bytes | tee -a "$OUTDIR/data.log" \
         | sed -n 's/.* \([0-9.]*\) images\/s total.*/\1/p')
   data_ips=$all
+  # End to end: the same JPEGs through aiacc_train's loader into ResNet-50 on the GPU (one
+  # process, every core decoding), against the synthetic rate above.
+  say "aiacc_train resnet50 on the JPEGs ($(nproc) decode workers), batch 256, 5 epochs"
+  timeout 180 "$TRAIN" --gpus 1 --data "$DATA" --arch resnet50 --batch-size 256 --image-size 224 \
+    --epochs 5 --workers "$(nproc)" --progress-seconds 5 \
+    --report-file "$OUTDIR/jpeg_report.json" > "$OUTDIR/jpeg_train.log" 2>&1
+  tail -4 "$OUTDIR/jpeg_train.log"
+  jpeg_ips=$($PY -c "import json; print(round(json.load(open('$OUTDIR/jpeg_report.json'))['steady_images_per_s'], 1))" 2>/dev/null)
 fi
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
@@ -167,7 +176,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a
   printf "  %-50s %12s\n" "1 thread" "${one:-n/a}"
   printf "  %-50s %12s\n" "$(nproc) threads" "${data_ips:-n/a}"
   printf "  %-50s %12s\n" "feeds the training rate? (threads / training)" "$(ratio "${data_ips:-0}" "${aiacc_ips:-0}")"
+  printf "  %-50s %12s\n" "aiacc_train on the JPEGs, images/s" "${jpeg_ips:-n/a}"
   echo "preemption (SIGTERM, resume): ${preempt:-not run}"
   echo "GPU tests: $([ $FAIL = 0 ] && echo passed || echo FAILED, see $OUTDIR/tests.log)"
 } | tee -a "$OUTDIR/summary.txt"
+[ -n "${OUT:-}" ] && tar czf "$OUT/check-logs.tgz" -C "$OUTDIR" . && echo "logs: \$OUT/check-logs.tgz"
 exit $FAIL
