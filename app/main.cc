@@ -215,9 +215,12 @@ int main(int argc, char** argv) {
     if (elastic) trainer.setElastic(elastic);
     // A rank lost in a job of fixed size: the first survivor to add to this key saves its state.
     trainer.setSurvivorClaim([store] { return *store && (*store)->add("survivor/writes", 1) == 1; });
-    if (const char* hold = std::getenv("AIACC_TEST_HOLD_CHECKPOINT")) {  // app/test_hooks.h
-      trainer.setCheckpointFaultHook(aiacc::app::checkpointHoldHook(hold));
-      if (world.rank == 0) LOG(WARNING) << "AIACC_TEST_HOLD_CHECKPOINT=" << hold << ": a test's fault hook is set";
+    {
+      const aiacc::app::TestHooks hooks = aiacc::app::testHooksFromEnvironment();  // app/test_hooks.h
+      trainer.setTestHooks(hooks);
+      if (world.rank == 0) {
+        for (const std::string& note : hooks.notes) LOG(WARNING) << note;
+      }
     }
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();

@@ -29,4 +29,20 @@ CheckpointFaultHook checkpointHoldHook(const std::string& value) {
   };
 }
 
+TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>& get) {
+  TestHooks h;
+  if (const char* hold = get("AIACC_TEST_HOLD_CHECKPOINT")) {
+    h.checkpoint = checkpointHoldHook(hold);
+    h.notes.push_back(std::string("AIACC_TEST_HOLD_CHECKPOINT=") + hold + ": a test's fault hook is set");
+  }
+  if (const char* off = get("AIACC_BENCH_NO_STEP_VOTE"); off && std::string(off) == "1") {
+    h.step_vote = false;
+    h.notes.push_back(
+        "AIACC_BENCH_NO_STEP_VOTE=1: no per-step vote; a stop signal or --checkpoint-every by time is not agreed and "
+        "does nothing");
+  }
+  if (const char* path = get("AIACC_TEST_SAMPLE_LOG")) h.sample_log = path;
+  return h;
+}
+
 }  // namespace aiacc::app

@@ -1,6 +1,7 @@
 // Faults a real aiacc_train process takes from its environment, for tests of real processes that
 // need one on cue (tests/preemption_test.cc); in-process tests call Trainer's setters directly.
-// Nothing here is set in normal use, and a set variable is said on rank 0's log.
+// Nothing here is set in normal use, and a set variable is said on rank 0's log. main() reads
+// them once (testHooksFromEnvironment) and hands them to the Trainer (Trainer::setTestHooks).
 //
 //   AIACC_TEST_HOLD_CHECKPOINT=STEP:FILE   half way through writing step STEP's checkpoint
 //       payload (rank 0's writer thread), create FILE.held and wait until FILE exists (at most
@@ -13,8 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "aiacc/common/checkpoint_dir.h"
 
@@ -24,5 +27,19 @@ using CheckpointFaultHook = std::function<void(CheckpointPhase, int64_t step)>;
 
 // The hook AIACC_TEST_HOLD_CHECKPOINT's value asks for; InputError when it is not STEP:FILE.
 CheckpointFaultHook checkpointHoldHook(const std::string& value);
+
+// What the variables above ask for; all unset: none of it.
+struct TestHooks {
+  CheckpointFaultHook checkpoint;  // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
+  bool step_vote = true;           // false with AIACC_BENCH_NO_STEP_VOTE=1
+  std::string sample_log;          // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
+  std::vector<std::string> notes;  // one line for each variable set, for rank 0's log
+};
+
+// Reads the variables (through `get`; default: the process's environment); InputError for a
+// malformed value.
+TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>& get = [](const char* name) {
+  return std::getenv(name);
+});
 
 }  // namespace aiacc::app

@@ -230,15 +230,8 @@ void Trainer::State::setUp() {
   // A run resumed at its end (--max-steps reached, or the target) trains no further step.
   if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached) run.stop = true;
   openRank0Outputs();
-  if (const char* path = std::getenv("AIACC_TEST_SAMPLE_LOG")) {  // tests: which samples each step trained
-    sample_log = std::make_unique<std::ofstream>(strCat(path, ".", ::getpid()), std::ios::app);
-  }
-  if (const char* off = std::getenv("AIACC_BENCH_NO_STEP_VOTE"); off && std::string(off) == "1") {
-    step_vote = false;  // scripts/bench_preempt.sh's baseline (app/test_hooks.h)
-    if (isRank0()) {
-      LOG(WARNING) << "AIACC_BENCH_NO_STEP_VOTE=1: no per-step vote; a stop signal or --checkpoint-every by time is "
-                      "not agreed and does nothing";
-    }
+  if (!sample_log_path.empty()) {  // tests: which samples each step trained (app/test_hooks.h)
+    sample_log = std::make_unique<std::ofstream>(strCat(sample_log_path, ".", ::getpid()), std::ios::app);
   }
   report.arch = cfg.arch;
   report.data = data_name;
@@ -256,14 +249,19 @@ void Trainer::State::setUp() {
   run.last_checkpoint_s = now();
 }
 
-void Trainer::State::openRank0Outputs() {
-  if (!isRank0()) return;
-  if (!cfg.checkpoint_dir.empty() && !checkpoints) {  // a folder that cannot be written is said now, not hours in
+CheckpointWriter& Trainer::State::checkpointWriter() {
+  if (!checkpoints) {
     CheckpointDirOptions o;
     o.keep = cfg.keep_checkpoints;
     o.fault_hook = checkpoint_hook;
     checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
   }
+  return *checkpoints;
+}
+
+void Trainer::State::openRank0Outputs() {
+  if (!isRank0()) return;
+  if (!cfg.checkpoint_dir.empty()) checkpointWriter();  // a folder that cannot be written is said now, not hours in
   if (!cfg.metrics_file.empty() && !metrics.is_open()) {
     metrics.open(cfg.metrics_file, std::ios::app);
     AIACC_CHECK_INPUT(metrics.good(), "cannot open --metrics-file '", cfg.metrics_file, "'");
@@ -286,6 +284,12 @@ void Trainer::setStopRequest(StopRequest request) { s_->stop_request = std::move
 
 void Trainer::setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t)> hook) {
   s_->checkpoint_hook = std::move(hook);
+}
+
+void Trainer::setTestHooks(const TestHooks& hooks) {
+  if (hooks.checkpoint) s_->checkpoint_hook = hooks.checkpoint;
+  s_->step_vote = hooks.step_vote;
+  s_->sample_log_path = hooks.sample_log;
 }
 
 Report Trainer::run() {

@@ -13,6 +13,7 @@
 #include "app/config.h"
 #include "app/report.h"
 #include "app/stop_signal.h"
+#include "app/test_hooks.h"
 #include "aiacc/comm/agreement.h"
 #include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/comm/gradient_sync.h"
@@ -60,6 +61,9 @@ class Trainer {
   void setStopRequest(StopRequest request);
   // Tests: called by the checkpoint writer at each phase of every write (a slow or failing disk).
   void setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t step)> hook);
+  // The faults and logs of app/test_hooks.h a real process was asked for (its checkpoint hook, if
+  // any, as setCheckpointFaultHook). Call before run().
+  void setTestHooks(const TestHooks& hooks);
   // An elastic job (--nnodes MIN:MAX): its first generation already joined (the world given to
   // the constructor is that generation's). A failure of the communication during the epoch's
   // steps, or a process waiting to join, then regroups the ranks and training goes on (app/elastic.h).

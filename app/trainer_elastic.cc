@@ -111,11 +111,7 @@ const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause) 
 
 std::string Trainer::State::saveOwnState() {
   if (cfg.checkpoint_dir.empty()) return "";
-  CheckpointDirOptions o;
-  o.keep = cfg.keep_checkpoints;
-  o.fault_hook = checkpoint_hook;
-  if (!checkpoints) checkpoints = std::make_unique<CheckpointWriter>(cfg.checkpoint_dir, o);
-  checkpoints->flush();
+  checkpointWriter().flush();
   takeCheckpointErrors();
   TrainingState p = snapshot();
   p.rank_local_buffers = true;

@@ -135,6 +135,7 @@ struct Trainer::State {
   std::function<bool()> survivor_claim;  // Trainer::setSurvivorClaim; empty: no store to claim in
   bool joined_running = false;           // this process joined a running elastic job (its state came from rank 0)
   bool step_vote = true;                 // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
+  std::string sample_log_path;           // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 
@@ -162,6 +163,9 @@ struct Trainer::State {
   // Rank 0's outputs (checkpoint writer, metrics file, TensorBoard): at set-up, and in an elastic
   // job for a process that becomes rank 0 later.
   void openRank0Outputs();
+  // The checkpoint writer for Config::checkpoint_dir, made on first use (rank 0's at set-up; a
+  // survivor's when it saves its own state).
+  CheckpointWriter& checkpointWriter();
   // Elastic (app/trainer_elastic.cc): leaves the current generation after `cause` (empty: a
   // newcomer), joins the next, rebuilds the gradient sync for its world and restores the
   // training state from its rank 0 (restoreFromRank0); records the change.

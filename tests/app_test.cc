@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -23,6 +24,7 @@
 #include "app/job_settings.h"
 #include "app/option_names.h"
 #include "app/report.h"
+#include "app/test_hooks.h"
 #include "aiacc/comm/gloo_transport.h"
 #include "aiacc/comm/shm_transport.h"
 #include "aiacc/comm/store.h"
@@ -192,6 +194,35 @@ TEST(Heap, FreedBlocksStayInTheHeap) {
 #else
   GTEST_SKIP() << "not glibc: keepFreedMemoryInHeap() is a no-op";
 #endif
+}
+
+// The test hooks a real process reads from its environment, each said in a note; none when unset;
+// a malformed AIACC_TEST_HOLD_CHECKPOINT is an InputError naming the variable.
+TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
+  std::map<std::string, std::string> env;
+  auto get = [&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  aiacc::app::TestHooks h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_TRUE(h.step_vote);
+  EXPECT_FALSE(h.checkpoint);
+  EXPECT_EQ(h.sample_log, "");
+  EXPECT_TRUE(h.notes.empty());
+  env = {
+      {"AIACC_BENCH_NO_STEP_VOTE", "1"}, {"AIACC_TEST_SAMPLE_LOG", "/tmp/s"}, {"AIACC_TEST_HOLD_CHECKPOINT", "4:/x"}};
+  h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_FALSE(h.step_vote);
+  EXPECT_TRUE(h.checkpoint);
+  EXPECT_EQ(h.sample_log, "/tmp/s");
+  EXPECT_EQ(h.notes.size(), 2u);
+  env = {{"AIACC_TEST_HOLD_CHECKPOINT", "four"}};
+  try {
+    aiacc::app::testHooksFromEnvironment(get);
+    ADD_FAILURE() << "a malformed hold was taken";
+  } catch (const aiacc::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("AIACC_TEST_HOLD_CHECKPOINT must be STEP:FILE"), std::string::npos);
+  }
 }
 
 // SGD beside an optimizer under test: two copies of the same parameters (a 2-D weight, a bias, a
