@@ -1,5 +1,6 @@
 #include "app/elastic.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,10 @@
 #include "aiacc/common/error.h"
 
 namespace aiacc::app {
+namespace {
+// Where a rank's list of its keys is published, under its generation's prefix.
+std::string keyListName(int rank) { return "keys/" + std::to_string(rank); }
+}  // namespace
 
 std::vector<int> lostRanksIn(const std::string& message) {
   static const std::regex gone(R"(rank (\d+) (died|stopped responding))");
@@ -77,8 +82,36 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
   self.rank = generation_.rank;
   self.step = step;
   const int before = generation_.size();
+  // (A generation that failed before its keys were deleted: its own keys go with it now; the
+  // lost ranks' of the one before it stay.)
+  if (previous_keys_) previous_keys_->deleteOwn(*keysOf(previous_number_), keyListName(previous_rank_));
+  previous_keys_ = keys_;
+  previous_number_ = generation_.number;
+  previous_rank_ = generation_.rank;
+  previous_world_ = before;
+  keys_ = std::make_shared<comm::KeyLog>();
   generation_ = membership_.join(self, lostRanksIn(cause), before);
   return generation_;
+}
+
+c10::intrusive_ptr<c10d::Store> ElasticJob::keysOf(int64_t generation) const {
+  return c10::make_intrusive<c10d::PrefixStore>(comm::Generation::prefixOf(generation), store_);
+}
+
+void ElasticJob::publishKeys() { keys_->publish(*keysOf(generation_.number), keyListName(generation_.rank)); }
+
+ElasticJob::KeysDeleted ElasticJob::deletePreviousKeys() {
+  KeysDeleted n;
+  if (!previous_keys_) return n;
+  const c10::intrusive_ptr<c10d::Store> old = keysOf(previous_number_);
+  n.generation = previous_number_;
+  n.own = previous_keys_->deleteOwn(*old, keyListName(previous_rank_));
+  if (generation_.rank == 0) {
+    for (const int r : generation_.lostFrom(previous_world_))
+      n.lost += comm::KeyLog::deleteKeysOf(*old, keyListName(r));
+  }
+  previous_keys_.reset();
+  return n;
 }
 
 }  // namespace aiacc::app

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "aiacc/comm/key_log.h"
 #include "aiacc/comm/membership.h"
 #include "aiacc/common/error.h"
 
@@ -50,11 +51,35 @@ class ElasticJob {
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded() { comm::markJobEnded(*store_); }
 
+  // Each generation's keys go when the next has formed (comm/key_log.h). The keys this process
+  // writes under the current generation's prefix (its transports' and the agreement's): the
+  // sync factory hands this log to the store it makes (StoreOptions::key_log).
+  const std::shared_ptr<comm::KeyLog>& keyLog() const { return keys_; }
+  // Once the generation's set-up is done: publishes this process's keys, so that the next
+  // generation's rank 0 can delete them should this process die.
+  void publishKeys();
+  struct KeysDeleted {
+    int64_t generation = -1;  // the generation before (-1: this process was in none)
+    int64_t own = 0;          // this process's keys of it
+    int64_t lost = 0;         // the keys the ranks lost from it had published (rank 0 deletes them)
+  };
+  // Once the next generation has formed and restored its state (nobody reads the old keys any
+  // more): deletes this process's keys of the generation before, and on rank 0 the keys of the
+  // ranks that generation lost.
+  KeysDeleted deletePreviousKeys();
+
  private:
+  c10::intrusive_ptr<c10d::Store> keysOf(int64_t generation) const;  // the store under that prefix
+
   ElasticOptions o_;
   c10::intrusive_ptr<c10d::Store> store_;
   comm::Membership membership_;
   comm::Generation generation_;
+  std::shared_ptr<comm::KeyLog> keys_ = std::make_shared<comm::KeyLog>();
+  // The generation left at the last regroup, until its keys are deleted.
+  std::shared_ptr<comm::KeyLog> previous_keys_;
+  int64_t previous_number_ = -1;
+  int previous_rank_ = -1, previous_world_ = 0;
 };
 
 // Training stops with ranks lost: in an elastic job fewer than MIN processes regrouped within

@@ -85,7 +85,10 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& launched, 
     pg.store.world = world.world;
     pg.store.timeout = timeout;
     pg.store.prefix = address.key_prefix;
-    if (elastic) pg.store.prefix += "/" + elastic->generation().prefix();  // each generation its own keys
+    if (elastic) {
+      pg.store.prefix += "/" + elastic->generation().prefix();  // each generation its own keys,
+      pg.store.key_log = elastic->keyLog();                     // deleted once the next has formed
+    }
     pg.store.client_only = address.agent_hosted;
     pg.store.job = address.job;
     // Ranks started with different options or data stop there, all of them, naming the option.

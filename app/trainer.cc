@@ -178,6 +178,7 @@ void Trainer::State::setupModel() {
   // then receives from rank 0.
   const bool joining = elastic && elastic->generation().survivors() > 0;
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), joining ? TrainingState{} : pos));
+  if (elastic) elastic->publishKeys();  // the generation's store keys, for whoever deletes them
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
   if (joining) {

@@ -60,11 +60,14 @@ void Trainer::State::regroup(const std::string& cause) {
   train->reshard(rank, world);
   val->reshard(rank, world);
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), TrainingState{}));
+  elastic->publishKeys();
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
   const auto t_grouped = Clock::now();
   change.bytes = restoreFromRank0(change.world_before);
   const std::vector<std::string> unused = sync().restoreCommState(pos.comm);
   const auto t_restored = Clock::now();
+  // Everyone has left the generation before (the restore was a collective of this one).
+  const ElasticJob::KeysDeleted deleted = elastic->deletePreviousKeys();
   change.generation = g.number;
   change.world_after = world;
   change.step = pos.step;
@@ -79,6 +82,10 @@ void Trainer::State::regroup(const std::string& cause) {
   if (isRank0()) {
     LOG(INFO) << "elastic: " << describe(change);
     for (const std::string& line : unused) LOG(INFO) << "elastic: " << line;
+    if (deleted.generation >= 0) {
+      LOG(INFO) << "elastic: generation " << deleted.generation << "'s store keys deleted: " << deleted.own
+                << " of this rank's, " << deleted.lost << " of the ranks lost";
+    }
   }
   run.change_began = t_failed;
   run.last_step_end = Clock::now();

@@ -18,7 +18,7 @@ include(CMakePackageConfigHelpers)
 # library.
 set(AIACC_PUBLIC_HEADERS agreement autotune bucket_codec bucket_plan buffer_sync comm_hook data_parallel
     data_parallel_options factory failure
-    grad_scale gradient_sync hierarchical launch_env membership nccl_env process_group reducer shm_transport store striped_transport timeline timeout
+    grad_scale gradient_sync hierarchical key_log launch_env membership nccl_env process_group reducer shm_transport store striped_transport timeline timeout
     transport)
 if(AIACC_WITH_GLOO)
   list(APPEND AIACC_PUBLIC_HEADERS gloo_transport)

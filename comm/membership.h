@@ -72,7 +72,8 @@ struct Generation {
   // Rank, world, and local rank and size among the members on this process's node.
   WorldInfo world() const;
   // The key prefix of this generation's transports and agreement.
-  std::string prefix() const { return "g" + std::to_string(number); }
+  std::string prefix() const { return prefixOf(number); }
+  static std::string prefixOf(int64_t generation) { return "g" + std::to_string(generation); }
   // Ranks that were in generation `number - 1` (survivors).
   int survivors() const;
   // Ranks of the previous generation absent from this one.

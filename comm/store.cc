@@ -35,6 +35,7 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
                     CommError::Remedy::kStore);
   }
   if (!o.job.empty()) claimForJob(*store, o.job, o.host + ":" + std::to_string(o.port));
+  if (o.key_log) return makeRecordingPrefixStore(o.prefix, store, o.key_log);
   return c10::make_intrusive<c10d::PrefixStore>(o.prefix, store);
 }
 

@@ -6,8 +6,10 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
+#include "aiacc/comm/key_log.h"
 #include "aiacc/comm/timeout.h"
 
 namespace aiacc::comm {
@@ -25,6 +27,9 @@ struct StoreOptions {
   // The launcher's agent (torchrun with TORCHELASTIC_USE_AGENT_STORE=True) already hosts the
   // server at host:port: every rank, rank 0 included, connects as a client.
   bool client_only = false;
+  // Set: every key written through the store is recorded there (comm/key_log.h), so that the
+  // writer can delete its keys when they are no longer read (an elastic job's old generation).
+  std::shared_ptr<KeyLog> key_log;
   // Non-empty: the store belongs to this job. The first process to connect claims it (one
   // compare-and-set of an unprefixed key); a process of another job is refused with a CommError
   // naming both ids, and touches none of the running job's keys.

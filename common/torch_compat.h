@@ -8,7 +8,9 @@
 //   - torch::optim::Optimizer::state() is keyed by the TensorImpl's address as a string
 //     (c10::guts::to_string, removed in 2.2) in 1.x and by the address itself in 2.x. The key is
 //     also what torch::optim's own serializer writes, which is why checkpoints do not use it
-//     (app/checkpoint.h writes optimizer state by parameter position).
+//     (app/checkpoint.h writes optimizer state by parameter position);
+//   - c10d's Store writes keys also through append and multiSet from 2.1 (comm/key_log.cc records
+//     every key written).
 #pragma once
 
 #include <ATen/autocast_mode.h>
@@ -23,6 +25,9 @@
 #endif
 #if TORCH_VERSION_MAJOR >= 2
 #define AIACC_TORCH_OPTIM_KEY_IS_POINTER 1
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define AIACC_TORCH_STORE_HAS_APPEND 1
 #endif
 
 namespace aiacc::compat {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -175,6 +176,15 @@ TEST_P(ElasticTransports, AKilledNodeLeavesTheOthersTrainingWithNoSampleLostOrRe
   // The first world's part of the epoch ends at a step: only the last world's tail is left unseen
   // (2 ranks x 7 of a batch, and 1 of the order).
   expectEachSampleOnce(job, 2 * (kBatch - 1) + 1);
+  // Generation 0's store keys are gone once generation 1 has restored: rank 0's own, and from
+  // the list the killed rank had published, its.
+  std::smatch keys;
+  ASSERT_TRUE(std::regex_search(
+      job.out, keys,
+      std::regex(R"(elastic: generation 0's store keys deleted: (\d+) of this rank's, (\d+) of the ranks lost)")))
+      << job.out;
+  EXPECT_GT(std::stoi(keys[1].str()), 0) << keys[0];
+  EXPECT_GT(std::stoi(keys[2].str()), 0) << keys[0];
   // Shared memory names the dead rank, so the generation closes without waiting the last call.
   if (shm) {
     EXPECT_NE(job.out.find("shm: rank 2 died (its process is gone)"), std::string::npos) << job.out;
