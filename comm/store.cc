@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include "aiacc/comm/transport.h"
@@ -74,6 +75,8 @@ void waitForRanks(c10d::Store& store, const std::string& what, int world, std::c
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(what + "/" + std::to_string(r));
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  const std::chrono::milliseconds longest = waitForRanksLongestPause(world);
   while (!store.check(keys)) {
     if (std::chrono::steady_clock::now() > deadline) {
       std::string missing;
@@ -86,8 +89,13 @@ void waitForRanks(c10d::Store& store, const std::string& what, int world, std::c
       AIACC_THROW(CommError, "timed out after ", timeout.count() / 1000.0, " s waiting for '", what, "' from rank(s) ",
                   missing, n_missing > 16 ? ",..." : "", " (", n_missing, " of ", world, " missing)");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, longest);
   }
+}
+
+std::chrono::milliseconds waitForRanksLongestPause(int world) {
+  return std::chrono::milliseconds(std::clamp(world / 10, 20, 200));
 }
 
 }  // namespace aiacc::comm

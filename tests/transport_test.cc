@@ -469,9 +469,11 @@ class CountingStore : public c10d::HashStore {
  public:
   bool check(const std::vector<std::string>& keys) override {
     if (++requests == 3) set("ready/7", std::vector<uint8_t>{1});  // the last rank arrives during the third poll
+    if (keys.size() > 1) ++polls;
     return c10d::HashStore::check(keys);
   }
   int requests = 0;
+  int polls = 0;  // checks of every key at once
 };
 
 TEST(Store, WaitPollsWithOneRequestPerPoll) {
@@ -479,6 +481,26 @@ TEST(Store, WaitPollsWithOneRequestPerPoll) {
   for (int r = 0; r < 7; ++r) store->set("ready/" + std::to_string(r), std::vector<uint8_t>{1});
   waitForRanks(*store, "ready", 8, std::chrono::seconds(30));
   EXPECT_EQ(store->requests, 3);
+}
+
+// The polls back off: 1, 2, 4 ... ms up to the longest pause, so a rank waiting 1 s asks at most
+// ~log2(longest) + 1 s / longest times (a loaded machine only sleeps longer: fewer polls), and the
+// longest pause grows with the world, bounding the store's load.
+TEST(Store, WaitBacksOffToALongestPauseThatGrowsWithTheWorld) {
+  EXPECT_EQ(waitForRanksLongestPause(2).count(), 20);
+  EXPECT_EQ(waitForRanksLongestPause(512).count(), 51);
+  EXPECT_EQ(waitForRanksLongestPause(4096).count(), 200);
+  // 4096 ranks: 1+2+...+128 ms (8 polls), then 200 ms pauses: at most 8 + 750 / 200 + the last
+  // poll in a second (polling every 20 ms, as before, asked 50 times).
+  auto store = c10::make_intrusive<CountingStore>();
+  try {
+    waitForRanks(*store, "never", 4096, std::chrono::seconds(1));
+    FAIL() << "nobody came, and no timeout";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("4096 of 4096 missing"), std::string::npos) << e.what();
+  }
+  EXPECT_LE(store->polls, 8 + 4 + 1);
+  EXPECT_GE(store->polls, 2);
 }
 
 // A library leaves the process's signal dispositions alone: the program decides about SIGPIPE.
