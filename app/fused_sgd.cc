@@ -74,8 +74,8 @@ bool dense(const at::Tensor& t) {
          t.layout() == at::kStrided;
 }
 
-// Every parameter with a gradient (and its gradient and momentum buffer) on one CUDA device,
-// dense, with one dtype: what the _foreach_ kernels take in one launch per chunk.
+// Every parameter with a gradient, and its gradient, on one CUDA device, strided, with one dtype: what the _foreach_
+// kernels take in one launch per chunk.
 bool oneCudaDevice(torch::optim::SGD& opt) {
   std::optional<at::Device> device;
   std::optional<at::ScalarType> dtype;
@@ -112,29 +112,27 @@ void multiTensorSgdStep(torch::optim::SGD& opt) {
     // d = g + wd * w (out of place, as SGD's d_p.add(p, wd))
     std::vector<at::Tensor> d = o.weight_decay() != 0 ? at::_foreach_add(grads, params, o.weight_decay()) : grads;
     if (o.momentum() != 0) {
-      // Buffers made this step start as d (SGD's clone of d_p); the others are updated.
-      std::vector<at::Tensor> bufs, d_old;
+      // Buffers made this step start as d (SGD's clone of d_p); the others are updated. Each
+      // parameter's state is looked up once (in 1.13 its key is a formatted string).
+      std::vector<at::Tensor> bufs, d_old, all_bufs;
+      all_bufs.reserve(params.size());
       for (size_t i = 0; i < params.size(); ++i) {
         const auto key = compat::optimStateKey(params[i]);
         auto it = states.find(key);
         if (it == states.end()) {
           auto st = std::make_unique<torch::optim::SGDParamState>();
           st->momentum_buffer(d[i].clone().detach());
+          all_bufs.push_back(st->momentum_buffer());
           states[key] = std::move(st);
           continue;
         }
         bufs.push_back(static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer());
+        all_bufs.push_back(bufs.back());
         d_old.push_back(d[i]);
       }
       if (!bufs.empty()) {  // b = b * m + (1 - damp) * d
         at::_foreach_mul_(bufs, o.momentum());
         at::_foreach_add_(bufs, d_old, 1 - o.dampening());
-      }
-      std::vector<at::Tensor> all_bufs;
-      all_bufs.reserve(params.size());
-      for (auto& p : params) {
-        all_bufs.push_back(
-            static_cast<torch::optim::SGDParamState&>(*states.at(compat::optimStateKey(p))).momentum_buffer());
       }
       // u = nesterov ? d + m * b : b
       d = o.nesterov() ? at::_foreach_add(d, all_bufs, o.momentum()) : all_bufs;
