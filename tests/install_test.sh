@@ -74,10 +74,18 @@ grep -q "another _GLIBCXX_USE_CXX11_ABI" "$work/abi.log" || { cat "$work/abi.log
 c++ -std=c++17 -fsyntax-only -I"$prefix/include" -D_GLIBCXX_USE_CXX11_ABI=$abi "$work/abi.cc" || fail "aiacc/config.h refused its own ABI"
 
 # 4.
+# Through ccache where there is one, set as the project's own build sets it (CMakeLists.txt): every
+# path here is under the project's folder, so another clone's build of the same sources hits.
+launcher=()
+if command -v ccache > /dev/null; then
+  export CCACHE_BASEDIR=$(cd "$here/.." && pwd) CCACHE_NOHASHDIR=1
+  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 project() {  # NAME SOURCE_DIR [cmake args...]
   local name=$1 src=$2
   shift 2
-  cmake -S "$src" -B "$work/$name" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefixes" "$@" \
+  cmake -S "$src" -B "$work/$name" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefixes" "${launcher[@]}" "$@" \
     > "$work/$name.configure.log" 2>&1 || { cat "$work/$name.configure.log"; fail "configuring $name"; }
   cmake --build "$work/$name" -j 2 > "$work/$name.build.log" 2>&1 || { tail -50 "$work/$name.build.log"; fail "building $name"; }
 }

@@ -21,6 +21,7 @@
 #include "aiacc/comm/gloo_transport.h"
 #include "aiacc/comm/shm_transport.h"
 #include "aiacc/comm/store.h"
+#include "tests/build_paths.h"  // AIACC_PEER_RANK_BIN
 #include "tests/comm_test_util.h"
 
 extern char** environ;

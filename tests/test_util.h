@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/build_paths.h"
+
 namespace aiacc::test {
 
 class TempDir {
@@ -85,13 +87,11 @@ inline std::pair<int, std::string> runShell(const std::string& cmd) {
   return {WEXITSTATUS(status), out};
 }
 
-#ifdef AIACC_TRAIN_BIN
 // Runs the aiacc_train this build made with `args`; returns its exit code and its output
 // (stdout and stderr together).
 inline std::pair<int, std::string> runTrain(const std::string& args) {
   return runShell(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
 }
-#endif
 
 // A loopback port nobody listens on now (the kernel's pick for port 0): tests run in parallel.
 inline int freePort() {
