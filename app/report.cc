@@ -165,6 +165,17 @@ std::string reportJson(const Report& r, const Config& c) {
     for (const MembershipChange& c : r.membership) changes.push_back(Json::parse(membershipJson(c)));
     j["membership"] = changes;
   }
+  if (r.vote_ab.block > 0) {
+    const Report::VoteAb& v = r.vote_ab;
+    const double with = v.steps_with > 0 ? v.s_with / static_cast<double>(v.steps_with) : 0;
+    const double without = v.steps_without > 0 ? v.s_without / static_cast<double>(v.steps_without) : 0;
+    j["step_vote_ab"] = Json{{"block", v.block},
+                             {"steps_with", v.steps_with},
+                             {"steps_without", v.steps_without},
+                             {"s_per_step_with", with},
+                             {"s_per_step_without", without},
+                             {"with_over_without", without > 0 ? with / without : 0.0}};
+  }
   j["exposed_comm_s"] = r.exposed_comm_s;
   j["comm"] = r.comm;
   j["device"] = r.device;

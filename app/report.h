@@ -91,6 +91,13 @@ struct Report {
   std::string checkpoint;  // the checkpoint written at that step (rank 0; "" if none)
   int64_t saved_step = -1;
   std::vector<MembershipChange> membership;  // an elastic job's changes, in order
+  // AIACC_BENCH_STEP_VOTE_AB=K (app/test_hooks.h): this rank's steady steps (wall time from the end
+  // of the one before, which holds the vote) after a vote and after none. block 0: not measured.
+  struct VoteAb {
+    int block = 0;
+    int64_t steps_with = 0, steps_without = 0;
+    double s_with = 0, s_without = 0;
+  } vote_ab;
 };
 
 std::string reportJson(const Report& r, const Config& c);

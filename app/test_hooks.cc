@@ -41,6 +41,16 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
         "AIACC_BENCH_NO_STEP_VOTE=1: no per-step vote; a stop signal or --checkpoint-every by time is not agreed and "
         "does nothing");
   }
+  if (const char* ab = get("AIACC_BENCH_STEP_VOTE_AB")) {
+    char* end = nullptr;
+    const long k = std::strtol(ab, &end, 10);
+    AIACC_CHECK_INPUT(*ab != '\0' && *end == '\0' && k >= 1 && k <= 1000000,
+                      "AIACC_BENCH_STEP_VOTE_AB must be a number of steps, 1 or more (got '", ab, "')");
+    AIACC_CHECK_INPUT(h.step_vote, "AIACC_BENCH_STEP_VOTE_AB and AIACC_BENCH_NO_STEP_VOTE=1 exclude each other");
+    h.step_vote_ab = static_cast<int>(k);
+    h.notes.push_back(std::string("AIACC_BENCH_STEP_VOTE_AB=") + ab + ": the per-step vote after " + ab +
+                      " steps in turn, then none after " + ab + " (a benchmark's A/B)");
+  }
   if (const char* path = get("AIACC_TEST_SAMPLE_LOG")) h.sample_log = path;
   return h;
 }

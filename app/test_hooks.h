@@ -9,6 +9,11 @@
 //   AIACC_BENCH_NO_STEP_VOTE=1   no per-step vote (GradientSync::voteFlags) at all: the baseline
 //       scripts/bench_preempt.sh measures the vote's cost against, in the same build. Stop signals
 //       and --checkpoint-every by time then do nothing.
+//   AIACC_BENCH_STEP_VOTE_AB=K   the vote after K steps in turn, then none after the next K, and so
+//       on (every rank at the same steps): the report's "step_vote_ab" has the steady steps that
+//       followed a vote and those that followed none, so that one run compares the two
+//       step by step (scripts/bench_preempt.sh). A flag raised while the vote is off waits for
+//       the next vote; nothing else changes.
 //   AIACC_TEST_SAMPLE_LOG=PATH    each process appends, to PATH.<pid>, one line per applied step
 //       with its samples and one per restore (tests/elastic_test.cc).
 #pragma once
@@ -32,6 +37,7 @@ CheckpointFaultHook checkpointHoldHook(const std::string& value);
 struct TestHooks {
   CheckpointFaultHook checkpoint;  // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
   bool step_vote = true;           // false with AIACC_BENCH_NO_STEP_VOTE=1
+  int step_vote_ab = 0;            // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
   std::string sample_log;          // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
   std::vector<std::string> notes;  // one line for each variable set, for rank 0's log
 };

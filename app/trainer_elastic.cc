@@ -47,7 +47,10 @@ void Trainer::State::regroup(const std::string& cause) {
                << (cause.empty() ? std::string(" to let a process join") : ": " + cause);
   // Keep what the old rank 0's comm state said (the new rank 0 sends its own in the state).
   pos.comm = sync().commState();
-  run.window = LogWindow{};   // steps not in a metrics line yet: the restored position counts them
+  // Steps not in a metrics line yet: their images go into the position now (each rank trained as
+  // many as this one), since the line that would have summed them is not written.
+  pos.images_seen += run.window.images * world;
+  run.window = LogWindow{};
   run.regroup_asked = false;  // a vote in flight for a newcomer died with the old generation: ask again
   sync_ptr.reset();           // the old transports close: every peer still waiting in them is released
   const comm::Generation& g = regroupOrStop(cause);

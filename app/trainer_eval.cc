@@ -126,6 +126,7 @@ Report Trainer::State::finishReport() {
   r.epochs = run.epoch_pos;
   r.train_s = pos.train_s;
   r.mean_images_per_s = static_cast<double>(run.images) / std::max(1e-9, run.train_s);
+  r.vote_ab = run.vote_ab;
   r.steady_images_per_s = run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s
                                                 : r.mean_images_per_s;
   r.total_s = now();

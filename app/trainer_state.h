@@ -68,6 +68,8 @@ struct RunTotals {
   // Steady state: after 3 warm-up steps and once the communication tuner has frozen.
   double steady_s = 0;
   int64_t steady_images = 0;
+  Report::VoteAb vote_ab;     // AIACC_BENCH_STEP_VOTE_AB: the steady steps after a vote and after none
+  bool voted = true;          // the ranks voted after the last step (AIACC_BENCH_STEP_VOTE_AB)
   bool index_logged = false;  // the JPEG index summary, once, after the first complete epoch
   bool stop = false;          // the run ends (target, --max-steps, or a stop request)
   // The ranks agreed to stop on a stop request (a signal); the signal this rank received (0:
@@ -135,6 +137,7 @@ struct Trainer::State {
   std::function<bool()> survivor_claim;  // Trainer::setSurvivorClaim; empty: no store to claim in
   bool joined_running = false;           // this process joined a running elastic job (its state came from rank 0)
   bool step_vote = true;                 // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
+  int step_vote_ab = 0;                  // AIACC_BENCH_STEP_VOTE_AB's K (app/test_hooks.h); 0: none
   std::string sample_log_path;           // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;

@@ -223,6 +223,20 @@ TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
   } catch (const aiacc::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("AIACC_TEST_HOLD_CHECKPOINT must be STEP:FILE"), std::string::npos);
   }
+  EXPECT_EQ(h.step_vote_ab, 0);
+  env = {{"AIACC_BENCH_STEP_VOTE_AB", "3"}};
+  h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_TRUE(h.step_vote);
+  EXPECT_EQ(h.step_vote_ab, 3);
+  EXPECT_EQ(h.notes.size(), 1u);
+  for (const auto& bad : std::vector<std::map<std::string, std::string>>{
+           {{"AIACC_BENCH_STEP_VOTE_AB", "0"}},
+           {{"AIACC_BENCH_STEP_VOTE_AB", "2x"}},
+           {{"AIACC_BENCH_STEP_VOTE_AB", ""}},
+           {{"AIACC_BENCH_STEP_VOTE_AB", "2"}, {"AIACC_BENCH_NO_STEP_VOTE", "1"}}}) {
+    env = bad;
+    EXPECT_THROW(aiacc::app::testHooksFromEnvironment(get), aiacc::InputError) << env.begin()->second;
+  }
 }
 
 // SGD beside an optimizer under test: two copies of the same parameters (a 2-D weight, a bias, a

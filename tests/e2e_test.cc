@@ -55,6 +55,31 @@ TEST_F(TrainE2E, LearnsWellAboveChanceAndReports) {
   EXPECT_EQ(json.at("evals").size(), 3u);
 }
 
+// AIACC_BENCH_STEP_VOTE_AB=2 (scripts/bench_preempt.sh's step-by-step comparison): the ranks vote
+// after steps 1, 2, 5, 6, 9, 10, and the steady steps (from the 4th) are split by whether a vote
+// came before them: 6, 7, 10, 11 after one; 4, 5, 8, 9, 12 after none.
+TEST_F(TrainE2E, StepVoteAbSplitsTheSteadyStepsByTheVoteBeforeThem) {
+  Config c = smallConfig();
+  c.max_steps = 12;
+  Trainer t(c, {}, localSync(), Trainer::Clock::now());
+  TestHooks hooks;
+  hooks.step_vote_ab = 2;
+  t.setTestHooks(hooks);
+  const Report r = t.run();
+  EXPECT_EQ(r.steps, 12);
+  EXPECT_EQ(r.vote_ab.block, 2);
+  EXPECT_EQ(r.vote_ab.steps_with, 4);
+  EXPECT_EQ(r.vote_ab.steps_without, 5);
+  EXPECT_GT(r.vote_ab.s_with, 0);
+  EXPECT_GT(r.vote_ab.s_without, 0);
+  const Json ab = Json::parse(reportJson(r, c)).at("step_vote_ab");
+  EXPECT_EQ(ab.at("steps_with").get<int64_t>(), 4);
+  EXPECT_NEAR(ab.at("with_over_without").get<double>(), (r.vote_ab.s_with / 4) / (r.vote_ab.s_without / 5), 1e-12);
+  EXPECT_FALSE(
+      Json::parse(reportJson(Trainer(c, {}, localSync(), Trainer::Clock::now()).run(), c)).contains("step_vote_ab"))
+      << "only when asked for";
+}
+
 // --amp on the CPU: autocast in bf16 (no loss scaling needed), fp32 master weights. Its losses
 // track the fp32 run's, and the bf16 computation is deterministic: run twice in one process
 // (after an fp32 run, as a user's program might), it gives the same loss at every step.

@@ -29,8 +29,8 @@ constexpr int kBatch = 8;
 
 // What the sample logs say about epoch 0: how often each sample was trained, counting a step only
 // if no later generation restored a state from before it (a step some rank applied that the
-// others did not is trained again).
-std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* restores) {
+// others did not is trained again); *trained: the images of every such step, all epochs.
+std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* restores, int64_t* trained) {
   std::map<int64_t, int64_t> restored;  // generation -> the step it went on from
   struct Step {
     int64_t generation, step, epoch;
@@ -62,6 +62,7 @@ std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* rest
   for (const Step& st : steps) {
     bool redone = false;
     for (const auto& [g, s] : restored) redone = redone || (g > st.generation && st.step > s);
+    if (!redone) *trained += static_cast<int64_t>(st.samples.size());
     if (redone || st.epoch != 0) continue;
     for (int64_t id : st.samples) ++counts[id];
   }
@@ -73,6 +74,7 @@ struct Job {
   Json report;
   std::map<int64_t, int> counts;
   std::string restores;
+  int64_t trained = 0;  // images of the steps kept, all epochs (the sample logs)
 };
 
 // Three nodes of one job; node 2's worker SIGKILLed after rank 0's first metrics line. (The
@@ -86,9 +88,10 @@ struct Job {
 // node names it with --rdzv-endpoint and writes a report (r<node>.json; job.report: node 1's).
 // `again` (not with `server`): once all three launchers ended, nodes 0 and 1 run the same job again
 // with --nnodes `again` --resume auto (exit codes again0=, again1=; job.report: theirs).
+// `when`: a shell test the act waits for (default: rank 0's first metrics line).
 Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::string& nnodes = "2:3",
                  const std::string& act = "kill -KILL $W", bool kubeflow = false, bool server = false,
-                 const std::string& again = "") {
+                 const std::string& again = "", const std::string& when = "[ -s m.jsonl ]") {
   const std::string data = d / "ds";
   const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
                                           " --sample-shapes 3 --sample-train-per-class ", kPerClass,
@@ -117,7 +120,7 @@ Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::st
                   " > ", log, " 2>&1 & L", n, "=$!; ");
   };
   for (int n = 0; n < 3; ++n) script += node(n, nnodes, "", strCat("log", n));
-  script += "for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; W=$(pgrep -P $L2); " + act +
+  script += "for i in $(seq 600); do " + when + " && break; sleep 0.1; done; W=$(pgrep -P $L2); " + act +
             "; "
             "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; " +
             (server ? "wait $S; echo rcS=$?; cat logS; " : "") + "cat log0 log1 log2; ";
@@ -131,7 +134,7 @@ Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::st
   job.out = test::runShell("timeout 300 bash " + d.path() + "/job.sh 2>&1").second;
   const std::string report = d / (server ? "r1.json" : "r.json");
   if (std::filesystem::exists(report)) job.report = test::readJson(report);
-  job.counts = epochZeroCounts(d.path(), &job.restores);
+  job.counts = epochZeroCounts(d.path(), &job.restores, &job.trained);
   return job;
 }
 
@@ -155,7 +158,10 @@ TEST_P(ElasticTransports, AKilledNodeLeavesTheOthersTrainingWithNoSampleLostOrRe
   if (!shm) GTEST_SKIP() << "this build has no GlooTransport";
 #endif
   test::TempDir d;
-  const Job job = runKilledJob(d, shm ? "" : "--noshm");
+  // No metrics line before the epoch's end (--log-every 100): the steps trained before the kill
+  // are still to be counted when the ranks regroup. The kill comes once each rank applied 2 steps.
+  const Job job = runKilledJob(d, shm ? "--log-every 100" : "--noshm --log-every 100", "2:3", "kill -KILL $W", false,
+                               false, "", "[ \"$(cat samples.* 2> /dev/null | grep -c ^step)\" -ge 6 ]");
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_EQ(job.out.find("rc2=0"), std::string::npos) << job.out;  // its worker was killed
@@ -177,6 +183,8 @@ TEST_P(ElasticTransports, AKilledNodeLeavesTheOthersTrainingWithNoSampleLostOrRe
   EXPECT_TRUE(recorded);
   EXPECT_EQ(job.report.at("world_size"), 2);
   EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
+  // Every image trained counted once, the steps not yet in a metrics line at the failure included.
+  EXPECT_EQ(job.report.at("images_seen").get<int64_t>(), job.trained) << job.restores;
   // The first world's part of the epoch ends at a step: only the last world's tail is left unseen
   // (2 ranks x 7 of a batch, and 1 of the order).
   expectEachSampleOnce(job, 2 * (kBatch - 1) + 1);
