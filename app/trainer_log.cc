@@ -17,10 +17,12 @@ void Trainer::State::writeMetric(const std::string& json) {
 }
 
 void Trainer::State::flushLog() {
-  LogWindow w = std::exchange(run.window, LogWindow{});
-  if (w.steps == 0) return;
-  at::Tensor sums = at::tensor({w.loss_sum, static_cast<double>(w.images)}, at::kDouble);
+  if (run.window.steps == 0) return;
+  at::Tensor sums = at::tensor({run.window.loss_sum, static_cast<double>(run.window.images)}, at::kDouble);
+  // The window is emptied only once its sums are in: a failure here (a lost rank) leaves its steps
+  // for the regroup to count.
   sync().allreduceSum(sums);
+  const LogWindow w = std::exchange(run.window, LogWindow{});
   const double loss_sum = sums[0].item<double>();
   const auto images = static_cast<int64_t>(std::llround(sums[1].item<double>()));
   // A rank's non-finite loss makes the job's non-finite (null in the line): the run diverged.

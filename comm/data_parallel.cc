@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "aiacc/comm/buffer_sync.h"
 #include "aiacc/comm/reducer.h"
@@ -61,6 +62,7 @@ struct DataParallel::Impl {
   std::vector<std::string> restoreCommState(const CommState& state);
   std::string describe() const;
   uint8_t voteFlags(uint8_t mine);
+  void sendStagedVote();
   bool tuning() const { return tuner_ && !tuner_->frozen(); }
 
   std::shared_ptr<torch::nn::Module> module_;
@@ -75,7 +77,10 @@ struct DataParallel::Impl {
   std::unique_ptr<Autotuner> tuner_;
   double last_finish_ = 0;
   int64_t steps_ = 0;
-  // The vote in flight (voteFlags), on the parameters' device; destruction waits for it.
+  // The stop vote (voteFlags): the flags of the last call, sent behind the next step's last
+  // gradient bucket (or by the next call, if no step came between); the one in flight, on the
+  // parameters' device (destruction waits for it).
+  std::optional<uint8_t> staged_vote_;
   at::Tensor vote_;
   std::shared_ptr<Work> pending_vote_;
 };
@@ -157,6 +162,10 @@ void DataParallel::Impl::synchronizeTransports() {
 bool DataParallel::Impl::finishBackward() {
   buffers_.markChanged();
   if (!reducer_->syncing()) return true;
+  // The vote goes right behind the step's last bucket: every rank meets it there, in step, while
+  // this thread waits for the gradients, so it costs no wake-up or wait of its own.
+  reducer_->launchRemaining();
+  sendStagedVote();
   if (!reducer_->finish()) {
     last_finish_ = now();
     return false;
@@ -260,15 +269,23 @@ std::string DataParallel::Impl::describe() const {
                 reducer_->bucketCap(), " MiB) over ", k, k == 1 ? " channel" : " channels", tuned);
 }
 
+void DataParallel::Impl::sendStagedVote() {
+  if (!staged_vote_) return;
+  vote_.fill_(*staged_vote_);
+  staged_vote_.reset();
+  pending_vote_ = control().allreduce(vote_, ReduceOp::kBitwiseOr, 0);
+}
+
 uint8_t DataParallel::Impl::voteFlags(uint8_t mine) {
   return abortOnFailure([&] {
+    sendStagedVote();  // no step since the last call: its flags go now (and are waited for below)
     uint8_t agreed = 0;
     if (pending_vote_) {
-      pending_vote_->synchronize();  // submitted a step ago, behind that step's buckets: done by now
+      pending_vote_->synchronize();  // sent behind this step's buckets, which finishBackward waited for
       agreed = vote_.item<uint8_t>();
+      pending_vote_.reset();
     }
-    vote_.fill_(mine);
-    pending_vote_ = control().allreduce(vote_, ReduceOp::kBitwiseOr, 0);
+    staged_vote_ = mine;
     return agreed;
   });
 }

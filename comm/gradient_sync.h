@@ -107,8 +107,10 @@ class GradientSync {
   // it the same number of times, at the same points (once per training step).
   // This default answers this call's flags with one blocking sum through allreduceSum (alone:
   // `mine` itself). DataParallel answers with the previous call's instead (0 at the first call):
-  // one byte sent behind the step's gradients and read at the next call, so no collective blocks
-  // a step, and a flag raised on any rank reaches every rank at most 2 calls later.
+  // one byte sent right behind the next step's last gradient bucket (every rank meets it there,
+  // in step; by the next call itself if no step came between) and read at the next call, so no
+  // collective blocks a step, and a flag raised on any rank reaches every rank at most 2 calls
+  // later.
   virtual uint8_t voteFlags(uint8_t mine) {
     at::Tensor bits = at::zeros({8}, at::kDouble);
     for (int b = 0; b < 8; ++b) bits[b] = (mine >> b) & 1;

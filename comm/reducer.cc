@@ -287,7 +287,7 @@ at::Tensor Reducer::localGradientFlags() const {
   return mine;
 }
 
-bool Reducer::finish(const at::Tensor& agreed) {
+void Reducer::launchRemaining() {
   try {
     std::lock_guard<std::mutex> lock(mu_);
     // Buckets with parameters that got no gradient this step are launched now, still in order.
@@ -300,6 +300,10 @@ bool Reducer::finish(const at::Tensor& agreed) {
     resetStep();
     throw;
   }
+}
+
+bool Reducer::finish(const at::Tensor& agreed) {
+  launchRemaining();  // (nothing left when the caller launched them)
   const auto now = [this] {
     return clock_ ? clock_()
                   : std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -92,6 +92,10 @@ class Reducer {
   // reduced gradient, or a comm hook's finish() said to skip: every rank skips the step, and .grad
   // is unspecified.
   bool finish(const at::Tensor& agreed = at::Tensor());
+  // The first half of finish(): launches the buckets not launched yet (launch_in_backward), so
+  // that a caller can queue more behind them (DataParallel's stop vote) before finish() waits.
+  // On a launch failure: the transports aborted, the step reset, the error thrown.
+  void launchRemaining();
   // Seconds finish() waited for communication: the last call's, and the sum since construction.
   double lastExposedSeconds() const { return last_exposed_s_; }
   // Steps a comm hook said to skip (finish() returned false through it).

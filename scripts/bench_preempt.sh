@@ -16,7 +16,7 @@
 #   scripts/bench_preempt.sh [BIN] [ROUNDS]        (default build/app/aiacc_train, 3 rounds)
 set -uo pipefail
 AFTER=${1:-build/app/aiacc_train}; ROUNDS=${2:-3}; STEPS=40; AB_STEPS=120; N=2; BATCH=32; EVERY=5
-[ -x "$AFTER" ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+[ -x "$AFTER" ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 job() {  # bin flags...: the common job (exec: in the background, $! is the launcher itself)
   local bin=$1; shift
@@ -31,11 +31,11 @@ steady() {  # bin flags...: steady images/s of a STEPS-step run (env: AIACC_BENC
   fi
   "$(dirname "$0")/json_get.py" "$tmp/r.json" steady_images_per_s %.1f
 }
-step_ab() {  # bin: one AB_STEPS-step run voting after every other step; "with/without s_with s_without"
+step_ab() {  # bin: one AB_STEPS-step run voting after every other step; "s_with/s_without s_with s_without" (seconds a step)
   local j=$(dirname "$0")/json_get.py
   if ! (AIACC_BENCH_STEP_VOTE_AB=1 job "$1" --max-steps "$AB_STEPS" --synthetic-images $((BATCH * N * (AB_STEPS + 5))) \
       --report-file "$tmp/ab.json") > "$tmp/log" 2>&1; then
-    echo "bench_preempt.sh: failed: AIACC_BENCH_STEP_VOTE_AB=1 $1" >&2; tail -3 "$tmp/log" >&2; echo "0 0 0"; return
+    echo "bench_preempt.sh: failed: AIACC_BENCH_STEP_VOTE_AB=1 $1" >&2; tail -3 "$tmp/log" >&2; echo "- - -"; return
   fi
   echo "$("$j" "$tmp/ab.json" step_vote_ab.with_over_without %.4f)" \
     "$("$j" "$tmp/ab.json" step_vote_ab.s_per_step_with %.4f)" "$("$j" "$tmp/ab.json" step_vote_ab.s_per_step_without %.4f)"
@@ -54,16 +54,18 @@ for round in $(seq 1 "$ROUNDS"); do
     b=$(AIACC_BENCH_NO_STEP_VOTE=1 steady "$AFTER")
   fi
   read -r ab ab_with ab_without < <(step_ab "$AFTER")
-  vote_ratios+=("$(ratio "$a" "$b")"); ck_ratios+=("$(ratio "$c" "$a")"); ab_ratios+=("$ab")
-  echo "round $round: without vote $b, with $a (with/without ${vote_ratios[-1]}); with checkpoints $c (/none ${ck_ratios[-1]});" \
-    "step by step: ${ab_with} s a step after a vote, ${ab_without} s after none (${ab})"
+  vote_ratios+=("$(ratio "$a" "$b")"); ck_ratios+=("$(ratio "$c" "$a")")
+  [ "$ab" != - ] && ab_ratios+=("$ab")  # (a failed run is left out, and said above)
+  echo "round $round: images/s without vote $b, with $a (with/without ${vote_ratios[-1]}: below 1 is a cost);" \
+    "with checkpoints $c (/none ${ck_ratios[-1]}); step by step: ${ab_with} s a step after a vote, ${ab_without} s after none" \
+    "(time with/without ${ab}: above 1 is a cost)"
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 ck_median=$(median "${ck_ratios[@]}")
-ab_median=$(median "${ab_ratios[@]}")
-echo "median over $ROUNDS rounds: vote with/without $(median "${vote_ratios[@]}") run by run, $ab_median step by step" \
-  "(a step's time with the vote over without: the vote's per-step cost is $(awk -v r="$ab_median" 'BEGIN { printf "%+.2f%%", 100 * (r - 1) }'));" \
-  "checkpoints every $EVERY steps /none $ck_median"
+ab_median=$( [ ${#ab_ratios[@]} -gt 0 ] && median "${ab_ratios[@]}" || echo 0)
+echo "median over $ROUNDS rounds: vote with/without $(median "${vote_ratios[@]}") run by run (images/s);" \
+  "$ab_median step by step (${#ab_ratios[@]} runs; a step's time: the vote's per-step cost" \
+  "$(awk -v r="$ab_median" 'BEGIN { printf "%+.2f%%", 100 * (r - 1) }')); checkpoints every $EVERY steps /none $ck_median (images/s)"
 # What one checkpoint costs, in steps of training time: with one every K steps the run takes
 # 1/ratio as long, so each costs (1/ratio - 1) x K steps; at one every N steps that is that over N.
 awk -v r="$ck_median" -v k=$EVERY -v cores="$(nproc)" 'BEGIN { if (r <= 0) exit; c = (1 / r - 1) * k; if (c < 0) c = 0;

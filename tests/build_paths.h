@@ -1,6 +1,6 @@
 // This build's paths for the tests: the source folder, the Pythons with the golden PyTorch and
 // the pinned tensorboard, aiacc_train and the peer-rank program. They live in one source
-// tests/CMakeLists.txt generates (build_paths.cc, library aiacc_test_paths) rather than on the
+// tests/CMakeLists.txt generates (build_paths_<config>.cc, library aiacc_test_paths) rather than on the
 // test sources' compile lines: the tests' objects are then the same in every clone of the project,
 // and ccache's entries for them serve another clone's build (a fresh clone's CI).
 #pragma once

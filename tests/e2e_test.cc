@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -78,6 +79,15 @@ TEST_F(TrainE2E, StepVoteAbSplitsTheSteadyStepsByTheVoteBeforeThem) {
   EXPECT_FALSE(
       Json::parse(reportJson(Trainer(c, {}, localSync(), Trainer::Clock::now()).run(), c)).contains("step_vote_ab"))
       << "only when asked for";
+  // A stop request from step 3 on (a step without a vote) is agreed at the next vote, after step 5
+  // (alone, a vote answers at once).
+  Trainer stopped(c, {}, localSync(), Trainer::Clock::now());
+  stopped.setTestHooks(hooks);
+  int polls = 0;
+  stopped.setStopRequest([&] { return ++polls >= 3 ? SIGTERM : 0; });
+  const Report s = stopped.run();
+  EXPECT_TRUE(s.preempted);
+  EXPECT_EQ(s.steps, 5);
 }
 
 // --amp on the CPU: autocast in bf16 (no loss scaling needed), fp32 master weights. Its losses
