@@ -290,7 +290,6 @@ void Trainer::setCheckpointFaultHook(std::function<void(CheckpointPhase, int64_t
 void Trainer::setTestHooks(const TestHooks& hooks) {
   if (hooks.checkpoint) s_->checkpoint_hook = hooks.checkpoint;
   s_->step_vote = hooks.step_vote;
-  s_->step_vote_ab = hooks.step_vote_ab;
   s_->run.vote_ab.block = hooks.step_vote_ab;
   s_->sample_log_path = hooks.sample_log;
 }
@@ -368,7 +367,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     if (run.steps >= 3 && !sync().tuning()) {
       run.steady_s += wall_s;
       run.steady_images += imgs;
-      if (step_vote_ab > 0) {  // wall_s holds the gap after the last step, where the vote was or was not
+      if (run.vote_ab.block > 0) {  // wall_s holds the gap after the last step, where the vote was or was not
         (run.voted ? run.vote_ab.s_with : run.vote_ab.s_without) += wall_s;
         ++(run.voted ? run.vote_ab.steps_with : run.vote_ab.steps_without);
       }
@@ -403,7 +402,8 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     // What every rank must act on at the same step, agreed once per step (GradientSync::voteFlags:
     // at most 2 steps after any rank raised it): a stop request, and --checkpoint-every by time
     // (rank 0's clock decides, once per interval).
-    run.voted = step_vote && (step_vote_ab == 0 || (pos.step - 1) / step_vote_ab % 2 == 0);
+    const int ab = run.vote_ab.block;
+    run.voted = step_vote && (ab == 0 || (pos.step - 1) / ab % 2 == 0);
     uint8_t mine = 0;
     const int wanted = stopWanted();
     if (wanted != 0) mine |= kFlagStop;

@@ -137,7 +137,6 @@ struct Trainer::State {
   std::function<bool()> survivor_claim;  // Trainer::setSurvivorClaim; empty: no store to claim in
   bool joined_running = false;           // this process joined a running elastic job (its state came from rank 0)
   bool step_vote = true;                 // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
-  int step_vote_ab = 0;                  // AIACC_BENCH_STEP_VOTE_AB's K (app/test_hooks.h); 0: none
   std::string sample_log_path;           // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
