@@ -88,6 +88,7 @@ c10::impl::GenericDict stateDict(const TrainingState& p) {
   d.insert("segment_offset", p.segment_offset);
   d.insert("segment_batch", p.segment_batch);
   d.insert("generation", p.generation);
+  d.insert("batch_world", p.batch_world);
   return d;
 }
 
@@ -160,6 +161,7 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
     p.segment_batch = num("segment_batch");
     p.generation = num("generation");
   }
+  if (d.contains("batch_world")) p.batch_world = num("batch_world");  // written since --elastic-batch keep-global
   return p;
 }
 

@@ -35,6 +35,11 @@ double learningRate(const Config& c, double pos, int64_t global_batch) {
   AIACC_THROW(Error, "internal: unknown LrSchedule ", static_cast<int>(c.lr_schedule));
 }
 
+double meanLossWeight(int64_t images, int64_t global_batch, int world) {
+  AIACC_CHECK(global_batch > 0 && world >= 1, "global batch ", global_batch, ", world ", world);
+  return static_cast<double>(images) * world / static_cast<double>(global_batch);
+}
+
 std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, double scale_min) {
   std::vector<Stage> stages;
   std::stringstream ss(spec);

@@ -28,6 +28,17 @@ enum class AmpDtype {
 // The learning rate's shape after warmup (--lr-schedule).
 enum class LrSchedule { kCosine, kStep, kLinear };
 
+// What an elastic job keeps when its world changes (--elastic-batch).
+enum class ElasticBatch {
+  // Each rank's batch: the global batch follows the world, the learning rate with it (the linear
+  // rule, learningRate's global_batch).
+  kKeepPerRank,
+  // The global batch of the job's first world (TrainingState::batch_world): shared out over the
+  // ranks there are, unevenly where they do not divide it, each image weighing 1 / global batch;
+  // the learning rate and the steps per epoch stay as they were.
+  kKeepGlobal,
+};
+
 struct Config {
   // Data
   std::string data;  // ImageNet-layout folder, or "synthetic"
@@ -67,6 +78,7 @@ struct Config {
   double weight_decay = 1e-4;
   bool bn_weight_decay = false;  // decay BN parameters and biases too
   double label_smoothing = 0.1;
+  ElasticBatch elastic_batch = ElasticBatch::kKeepPerRank;
 
   // Run control
   uint64_t seed = 0;
@@ -114,6 +126,11 @@ const Stage& stageAt(const Config& c, int epoch);
 // Learning rate at fractional epoch position `pos` (epoch + step/steps_per_epoch) for a global
 // batch of `global_batch` images: warmup from 0 linearly, then the schedule's shape.
 double learningRate(const Config& c, double pos, int64_t global_batch);
+
+// The factor on a rank's mean loss over its `images` decoded images that makes each weigh
+// 1 / global_batch in the gradient the sync averages over `world` ranks: images x world /
+// global_batch (1 for a full batch of an even split).
+double meanLossWeight(int64_t images, int64_t global_batch, int world);
 
 // Parses "0:128,10:192,14:224" into stages with the given batch size and scale.
 std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, double scale_min);

@@ -18,7 +18,8 @@
 #include "aiacc/common/error.h"
 #include "aiacc/common/shortest_double.h"
 
-DECLARE_int32(gpus);  // app/flags_dist.cc
+DECLARE_int32(gpus);            // app/flags_dist.cc
+DECLARE_string(elastic_batch);  // app/flags_dist.cc (with the elastic flags; a training setting)
 
 // ---- Data ----------------------------------------------------------------------------------
 DEFINE_string(data, "",
@@ -440,6 +441,7 @@ Config configFromFlags(const Recipe& recipe) {
   if (!set_on_cli("warmup_epochs")) c.warmup_epochs = std::min(c.warmup_epochs, static_cast<double>(c.epochs));
   AIACC_CHECK_INPUT(c.warmup_epochs >= 0 && c.warmup_epochs <= c.epochs, "--warmup-epochs must be in [0, --epochs]");
   c.lr_schedule = parseOption<LrSchedule>("--lr-schedule", FLAGS_lr_schedule);
+  c.elastic_batch = parseOption<ElasticBatch>("--elastic-batch", FLAGS_elastic_batch);
   AIACC_CHECK_INPUT(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   AIACC_CHECK_INPUT(c.ratio_min > 0 && c.ratio_min <= c.ratio_max, "need 0 < --min-ratio <= --max-ratio");
   AIACC_CHECK_INPUT(c.crop_fraction > 0 && c.crop_fraction <= 1, "--crop-fraction must be in (0, 1]");

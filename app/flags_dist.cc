@@ -37,6 +37,13 @@ DEFINE_string(nnodes, "1",
               "most advanced survivor and share out the rest of the epoch; a node started later joins at a "
               "step boundary; below MIN ranks the job waits --rdzv-timeout, then saves a checkpoint and "
               "exits 75. Without a range, a lost rank ends the job");
+DEFINE_string(elastic_batch, "keep-per-rank",
+              "elastic jobs: what stays when the world changes. keep-per-rank: each rank's --batch-size, so "
+              "the global batch follows the world and the learning rate with it (linear rule); keep-global: "
+              "the global batch of the job's first world, shared out over the ranks there are (uneven where "
+              "they do not divide it, each image weighing the same), so the learning rate and the steps per "
+              "epoch stay. Either way the schedule follows the samples consumed. No effect in a job of fixed "
+              "size");
 DEFINE_int32(max_restarts, 0,
              "elastic jobs (--nnodes MIN:MAX): how many times each node's launcher starts a worker that "
              "died again, to join the running job");

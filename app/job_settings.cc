@@ -85,6 +85,7 @@ comm::Settings trainSettings(const Config& c, const std::string& dataset, int64_
       {"--weight-decay", str(c.weight_decay)},
       {"--bn-weight-decay", onOff(c.bn_weight_decay)},
       {"--label-smoothing", str(c.label_smoothing)},
+      {"--elastic-batch", optionName(c.elastic_batch)},
       {"--amp", c.amp ? optionName(c.amp_dtype) : "off"},
       {"checkpoints (--checkpoint-dir)", onOff(!c.checkpoint_dir.empty())},
       // Each rank enters the checkpoint's buffer sync at the steps it decides (by steps; by time

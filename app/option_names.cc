@@ -47,6 +47,11 @@ constexpr std::initializer_list<Named<LrSchedule>> kNames<LrSchedule> = {
     {LrSchedule::kStep, "step"},
     {LrSchedule::kLinear, "linear"},
 };
+template <>
+constexpr std::initializer_list<Named<ElasticBatch>> kNames<ElasticBatch> = {
+    {ElasticBatch::kKeepPerRank, "keep-per-rank"},
+    {ElasticBatch::kKeepGlobal, "keep-global"},
+};
 
 template <typename E>
 const char* nameIn(E v) {
@@ -76,6 +81,7 @@ std::string flagHint(comm::CommError::Remedy remedy) {
 const char* optionName(comm::TwoLevelMode v) { return nameIn(v); }
 const char* optionName(AmpDtype v) { return nameIn(v); }
 const char* optionName(LrSchedule v) { return nameIn(v); }
+const char* optionName(ElasticBatch v) { return nameIn(v); }
 
 template <typename E>
 std::optional<E> optionFromName(const std::string& name) {
@@ -110,6 +116,7 @@ AIACC_OPTION_ENUM(comm::BufferSync)
 AIACC_OPTION_ENUM(comm::TwoLevelMode)
 AIACC_OPTION_ENUM(AmpDtype)
 AIACC_OPTION_ENUM(LrSchedule)
+AIACC_OPTION_ENUM(ElasticBatch)
 #undef AIACC_OPTION_ENUM
 
 }  // namespace aiacc::app

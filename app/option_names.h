@@ -18,6 +18,7 @@ const char* optionName(comm::BufferSync v);     // --bn-sync lazy | average | br
 const char* optionName(comm::TwoLevelMode v);   // --hierarchical on | off | auto
 const char* optionName(AmpDtype v);             // --amp-dtype fp16 | bf16
 const char* optionName(LrSchedule v);           // --lr-schedule cosine | step | linear
+const char* optionName(ElasticBatch v);         // --elastic-batch keep-per-rank | keep-global
 
 // aiacc_train's flags for the setting a CommError says to change (comm speaks of "the store's
 // port", "the bucket size"): " (aiacc_train: --bucket-mb)", appended to the message; "" when the

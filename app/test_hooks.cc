@@ -6,9 +6,25 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "aiacc/common/error.h"
 
 namespace aiacc::app {
+
+namespace {
+
+// Creates `marker`, then waits until `release` exists (at most 10 minutes).
+void holdUntilReleased(const std::string& marker, const std::string& release, int64_t note) {
+  std::ofstream(marker) << note << "\n";
+  std::error_code ec;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!std::filesystem::exists(release, ec) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
 
 CheckpointFaultHook checkpointHoldHook(const std::string& value) {
   const size_t colon = value.find(':');
@@ -19,13 +35,7 @@ CheckpointFaultHook checkpointHoldHook(const std::string& value) {
                     "AIACC_TEST_HOLD_CHECKPOINT must be STEP:FILE (got '", value, "')");
   const std::string release = value.substr(colon + 1);
   return [step, release](CheckpointPhase phase, int64_t at) {
-    if (phase != CheckpointPhase::kMidPayload || at != step) return;
-    std::ofstream(release + ".held") << at << "\n";
-    std::error_code ec;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-    while (!std::filesystem::exists(release, ec) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    if (phase == CheckpointPhase::kMidPayload && at == step) holdUntilReleased(release + ".held", release, at);
   };
 }
 
@@ -52,6 +62,14 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
                       " steps in turn, then none after " + ab + " (a benchmark's A/B)");
   }
   if (const char* path = get("AIACC_TEST_SAMPLE_LOG")) h.sample_log = path;
+  if (const char* hold = get("AIACC_TEST_HOLD_EPOCH_EVAL")) {
+    const std::string release = hold;
+    AIACC_CHECK_INPUT(!release.empty(), "AIACC_TEST_HOLD_EPOCH_EVAL must name a file");
+    h.epoch_eval = [release] {
+      holdUntilReleased(release + ".held." + std::to_string(::getpid()), release, ::getpid());
+    };
+    h.notes.push_back("AIACC_TEST_HOLD_EPOCH_EVAL=" + release + ": each epoch's end evaluation waits for the file");
+  }
   return h;
 }
 

@@ -14,6 +14,9 @@
 //       followed a vote and those that followed none, so that one run compares the two
 //       step by step (scripts/bench_preempt.sh). A flag raised while the vote is off waits for
 //       the next vote; nothing else changes.
+//   AIACC_TEST_HOLD_EPOCH_EVAL=FILE   before each epoch's end evaluation, create FILE.held.<pid> and
+//       wait until FILE exists (at most 10 minutes): a test then knows every rank is there, and
+//       can take one away before the evaluation's collectives (tests/elastic_test.cc).
 //   AIACC_TEST_SAMPLE_LOG=PATH    each process appends, to PATH.<pid>, one line per applied step
 //       with its samples and one per restore (tests/elastic_test.cc).
 #pragma once
@@ -35,11 +38,12 @@ CheckpointFaultHook checkpointHoldHook(const std::string& value);
 
 // What the variables above ask for; all unset: none of it.
 struct TestHooks {
-  CheckpointFaultHook checkpoint;  // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
-  bool step_vote = true;           // false with AIACC_BENCH_NO_STEP_VOTE=1
-  int step_vote_ab = 0;            // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
-  std::string sample_log;          // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
-  std::vector<std::string> notes;  // one line for each variable set, for rank 0's log
+  CheckpointFaultHook checkpoint;    // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
+  bool step_vote = true;             // false with AIACC_BENCH_NO_STEP_VOTE=1
+  int step_vote_ab = 0;              // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
+  std::string sample_log;            // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
+  std::function<void()> epoch_eval;  // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)
+  std::vector<std::string> notes;    // one line for each variable set, for rank 0's log
 };
 
 // Reads the variables (through `get`; default: the process's environment); InputError for a

@@ -27,6 +27,7 @@
 #include "data/device_input.h"
 #include "data/entropy_gate.h"
 #include "data/loader.h"
+#include "data/sampler.h"
 #include "models/resnet.h"
 #include "models/torch_format.h"
 #include "models/weights.h"
@@ -172,6 +173,9 @@ void Trainer::State::setupModel() {
   so.enabled = cfg.amp && cfg.amp_dtype == AmpDtype::kFp16;  // bf16 has fp32's range: nothing to scale
   scaler = std::make_unique<GradScaler>(so);
   resume();  // --resume: model, optimizer and pos from the checkpoint, before rank 0's weights spread
+  // --elastic-batch keep-global: this world's ranks make the job's global batch for good (a
+  // resumed or joining process has it from the state it continues).
+  if (elastic && cfg.elastic_batch == ElasticBatch::kKeepGlobal && pos.batch_world == 0) pos.batch_world = world;
   // Data parallelism wraps the model here: the ranks' settings are compared first, then
   // DataParallel broadcasts rank 0's weights.
   // A process joining a running elastic job agrees on everything but the position, which it
@@ -182,7 +186,6 @@ void Trainer::State::setupModel() {
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
   if (joining) {
-    joined_running = true;
     const int64_t bytes = restoreFromRank0(0);
     LOG(INFO) << "elastic: joined generation " << elastic->generation().number << " as rank " << rank << " of " << world
               << " at step " << pos.step << ", " << std::fixed << std::setprecision(2)
@@ -211,9 +214,30 @@ void Trainer::State::setLearningRate(double lr) {
   }
 }
 
+int64_t Trainer::State::globalBatch(const Stage& st, int w) const {
+  const bool keep_global = cfg.elastic_batch == ElasticBatch::kKeepGlobal && pos.batch_world > 0;
+  return static_cast<int64_t>(st.batch_size) * (keep_global ? pos.batch_world : w);
+}
+
+int64_t Trainer::State::rankBatchSize(const Stage& st) const {
+  const int64_t global = globalBatch(st);
+  AIACC_CHECK_INPUT(global >= world, "--elastic-batch keep-global: the job's global batch of ", global,
+                    " images cannot be shared by ", world,
+                    " ranks (one image each at least); use a larger --batch-size "
+                    "or fewer ranks (--nnodes MIN:MAX)");
+  return data::rankBatch(global, rank, world);
+}
+
+int64_t Trainer::State::stepsPerEpoch(const Stage& st) const {
+  const int64_t global = globalBatch(st);
+  // Where the world divides the global batch the ranks' shards are the even ones.
+  if (global == static_cast<int64_t>(st.batch_size) * world) return train->shardSize() / st.batch_size;
+  return train->epochSize() / global;
+}
+
 int64_t Trainer::State::plannedSteps() const {
   int64_t steps = 0;
-  for (int e = 0; e < cfg.epochs; ++e) steps += train->shardSize() / stageAt(cfg, e).batch_size;
+  for (int e = 0; e < cfg.epochs; ++e) steps += stepsPerEpoch(stageAt(cfg, e));
   if (cfg.max_steps > 0) steps = std::min(steps, cfg.max_steps);
   return steps;
 }
@@ -244,7 +268,7 @@ void Trainer::State::setUp() {
   run.planned = plannedSteps();
   run.last_progress = Clock::now();
   // (A run resumed in the middle of an epoch is that far into it: training batches are whole.)
-  const int64_t nb = train->shardSize() / stageAt(cfg, static_cast<int>(pos.epochs_done)).batch_size;
+  const int64_t nb = stepsPerEpoch(stageAt(cfg, static_cast<int>(pos.epochs_done)));
   run.epoch_pos = static_cast<double>(pos.epochs_done) +
                   (nb > 0 ? static_cast<double>(pos.batches_in_epoch) / static_cast<double>(nb) : 0.0);
   run.last_checkpoint_s = now();
@@ -292,6 +316,7 @@ void Trainer::setTestHooks(const TestHooks& hooks) {
   s_->step_vote = hooks.step_vote;
   s_->run.vote_ab.block = hooks.step_vote_ab;
   s_->sample_log_path = hooks.sample_log;
+  s_->epoch_eval_hook = hooks.epoch_eval;
 }
 
 Report Trainer::run() {
@@ -301,39 +326,68 @@ Report Trainer::run() {
     s.evaluateAndRecord();
     return s.run.preempted ? s.finishPreempted() : s.finishReport();
   }
-  // Resumed after a stop that interrupted an evaluation: that evaluation first.
-  // (Not a process that joined a running elastic job: the running ranks evaluate nothing now.)
-  if (!s.joined_running && s.evaluationPending()) s.evaluateAndRecord();
-  for (int epoch = static_cast<int>(s.pos.epochs_done); epoch < s.cfg.epochs && !s.run.stop; ++epoch) {
-    const bool epoch_complete = s.trainEpoch(epoch);
-    if (s.run.preempted) break;
-    if (epoch_complete) s.finishEpoch(epoch);
-    if (s.cfg.eval_every == 0 && !s.pos.target_reached) s.evaluateAndRecord();
-    if (s.run.preempted) break;
-    if (epoch_complete) s.checkpoint();
-  }
+  s.trainEpochs();
   // Make sure the final state was evaluated.
   if (!s.run.preempted && (s.pos.evals.empty() || s.pos.evals.back().step != s.pos.step)) s.evaluateAndRecord();
   return s.run.preempted ? s.finishPreempted() : s.finishReport();
 }
 
+void Trainer::State::trainEpochs() {
+  // Resumed after a stop that interrupted an evaluation: that evaluation first. So too a process
+  // that joined a running elastic job, and the ranks regrouped at an epoch's end (below): every
+  // rank of the generation holds the same state, so they all evaluate, or none does.
+  bool pending = true;
+  while (!run.stop && pos.epochs_done < cfg.epochs) {
+    try {
+      if (std::exchange(pending, false) && evaluationPending()) evaluateAndRecord();
+      if (run.stop) break;
+      const int epoch = static_cast<int>(pos.epochs_done);
+      const bool complete = trainEpoch(epoch);  // regroups within the epoch itself
+      if (run.preempted) break;
+      if (complete) finishEpoch(epoch);
+      if (cfg.eval_every == 0 && !pos.target_reached) {
+        if (epoch_eval_hook) epoch_eval_hook();
+        evaluateAndRecord();
+      }
+      if (run.preempted) break;
+      if (complete) checkpoint();
+      if (!complete) break;  // stopped within the epoch (target, --max-steps): run.stop is set
+    } catch (const comm::CommError& e) {
+      // A rank lost at the epoch's end (its metrics line, evaluation or checkpoint): the new
+      // generation goes on from its rank 0's state as a process joining it would, with that
+      // state's pending evaluation, then its epoch (any batches its world can still make of it,
+      // and the epoch's end). An epoch end whose checkpoint was under way is not written again:
+      // the next one is.
+      if (!elastic) stopAfterLostRank(e);
+      regroup(firstLine(e.what()), /*step_cut=*/false);
+      pending = true;
+    }
+  }
+}
+
 bool Trainer::State::trainEpoch(int epoch) {
+  bool regrouped = false;
   for (;;) {
     std::string cause;  // empty: the ranks voted to let a newcomer in
     try {
+      // After a regroup every rank of the new generation, a newcomer too (trainEpochs), holds the
+      // same state: an evaluation it has pending (one a failure cut) is done by all, or by none.
+      if (std::exchange(regrouped, false) && evaluationPending()) evaluateAndRecord();
+      if (run.stop) return false;
       if (const std::optional<bool> complete = trainSegment(epoch)) return *complete;
     } catch (const comm::CommError& e) {
       if (!elastic) stopAfterLostRank(e);
       cause = firstLine(e.what());
     }
     regroup(cause);
+    regrouped = true;
   }
 }
 
-double Trainer::State::epochFraction(int64_t batches, int64_t nb, int64_t batch) const {
+double Trainer::State::epochFraction(int64_t batches, int64_t nb, int64_t global_batch) const {
   if (pos.segment_offset == 0) return static_cast<double>(batches) / static_cast<double>(std::max<int64_t>(nb, 1));
   // The world changed within the epoch: by the samples of the epoch's order consumed.
-  const int64_t per_batch = batch * world;
+  const int64_t per_batch = global_batch;
   const double done = static_cast<double>(pos.segment_offset + (batches - pos.segment_batch) * per_batch);
   const double all = static_cast<double>(pos.segment_offset + (nb - pos.segment_batch) * per_batch);
   return all > 0 ? done / all : 0.0;
@@ -341,17 +395,21 @@ double Trainer::State::epochFraction(int64_t batches, int64_t nb, int64_t batch)
 
 std::optional<bool> Trainer::State::trainSegment(int epoch) {
   const Stage& st = stageAt(cfg, epoch);
-  data::EpochSpec spec{epoch, st.image_size, st.batch_size, st.scale_min};
+  const int64_t global_batch = globalBatch(st);
+  const int64_t rank_batch = rankBatchSize(st);
+  data::EpochSpec spec{epoch, st.image_size, static_cast<int>(rank_batch), st.scale_min};
   spec.first_batch = pos.batches_in_epoch;  // > 0 in the epoch a run resumed in, or a world changed in
   spec.segment_offset = pos.segment_offset;
   spec.segment_batch = pos.segment_batch;
+  // --elastic-batch keep-global in a world that does not divide the global batch evenly, or any
+  // other than the first: every step is the order's next global_batch samples, shared unevenly.
+  if (global_batch != static_cast<int64_t>(st.batch_size) * world) spec.global_batch = global_batch;
   const int64_t nb = train->startEpoch(spec);
-  const int64_t global_batch = static_cast<int64_t>(st.batch_size) * world;
   int64_t& step_in_epoch = pos.batches_in_epoch;
   auto t_last = Clock::now();
   run.last_step_end = t_last;
   while (auto batch = train->next()) {
-    run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, st.batch_size);
+    run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, global_batch);
     const double lr = learningRate(cfg, run.epoch_pos, global_batch);
     setLearningRate(lr);
     const auto t0 = Clock::now();
@@ -362,7 +420,9 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     t_last = t1;
     run.train_s += wall_s;
     pos.train_s += wall_s;
-    const int64_t imgs = batch->labels.numel() * world;
+    // The step's images over the ranks: this rank's decoded share scaled to the global batch
+    // (its images x world when the batches are even).
+    const int64_t imgs = batch->labels.numel() * global_batch / rank_batch;
     run.images += imgs;
     if (run.steps >= 3 && !sync().tuning()) {
       run.steady_s += wall_s;
@@ -386,12 +446,13 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     run.last_step_end = t1;
     if (run.change_began) finishChange();
     if (sample_log && step.applied) logSamples(*batch);
-    run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, st.batch_size);
+    run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, global_batch);
     LogWindow& w = run.window;
     const int64_t n = batch->labels.numel();
     ++w.steps;
     w.loss_sum += step.loss * static_cast<double>(n);
     w.images += n;
+    w.images_all_ranks += imgs;
     w.wall_s += wall_s;
     w.compute_s += step_s;
     w.epoch = run.epoch_pos;
@@ -450,6 +511,7 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
   StepResult result;
   // Images decoded for this step; skipped (undecodable) ones are missing from the batch.
   const int64_t n = batch.labels.numel();
+  const double weight = meanLossWeight(n, globalBatch(st), world);
   // A rank whose batch decoded to nothing still takes part in the step (the others wait for
   // its buckets): zero contribution, then the same averaged update as everyone. Alone, there
   // is nothing to learn from.
@@ -465,10 +527,11 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
     AutocastGuard autocast(cfg.amp, device.type(), ampDtype());
     const torch::Tensor logits = model->forward(images);
     loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels, loss_opts);
-    // Every decoded image weighs 1 / (world x batch) in the step's gradient, on every rank:
-    // a partial batch's mean counts for its share of a full one (skipped images count as
-    // zero gradient, not as a larger weight on the rest of their rank's batch).
-    if (n < st.batch_size) loss = loss * (static_cast<double>(n) / st.batch_size);
+    // Every decoded image weighs 1 / global batch in the step's gradient, on every rank: a
+    // partial batch's mean counts for its share of a full one (skipped images count as zero
+    // gradient, not as a larger weight on the rest of their rank's batch), and so does an
+    // uneven share of the global batch (--elastic-batch keep-global).
+    if (weight != 1.0) loss = loss * weight;
   }
   const auto t_fwd = Clock::now();
   if (loss.defined()) scaler->scaleLoss(loss).backward();
@@ -488,7 +551,7 @@ StepResult Trainer::State::trainStep(const data::Batch& batch, const Stage& st, 
     // The host waits for the step here anyway (item() waits for the queued optimizer kernels):
     // over NCCL a failed reduction raises now, not at the next step's first collective.
     sync().synchronize();
-    result.loss = loss.item<double>() * (n < st.batch_size ? static_cast<double>(st.batch_size) / n : 1.0);
+    result.loss = loss.item<double>() / weight;
   }
   if (timeline) {
     const auto t_end = Clock::now();

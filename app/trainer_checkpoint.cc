@@ -79,7 +79,7 @@ void Trainer::State::resume() {
     }
     if (reshard) {
       const Stage& st = stageAt(cfg, static_cast<int>(pos.epochs_done));
-      pos.segment_offset += (pos.batches_in_epoch - pos.segment_batch) * st.batch_size * written_world;
+      pos.segment_offset += (pos.batches_in_epoch - pos.segment_batch) * globalBatch(st, written_world);
       pos.segment_batch = pos.batches_in_epoch;
       if (isRank0()) {
         LOG(INFO) << "resume: the checkpoint was written by " << written_world << " ranks, this generation has "

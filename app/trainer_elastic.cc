@@ -36,7 +36,7 @@ TrainingState Trainer::State::snapshot() const {
   return p;
 }
 
-void Trainer::State::regroup(const std::string& cause) {
+void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   const auto t_failed = Clock::now();
   MembershipChange change;
   change.cause = cause;
@@ -47,9 +47,10 @@ void Trainer::State::regroup(const std::string& cause) {
                << (cause.empty() ? std::string(" to let a process join") : ": " + cause);
   // Keep what the old rank 0's comm state said (the new rank 0 sends its own in the state).
   pos.comm = sync().commState();
-  // Steps not in a metrics line yet: their images go into the position now (each rank trained as
-  // many as this one), since the line that would have summed them is not written.
-  pos.images_seen += run.window.images * world;
+  // Steps not in a metrics line yet: their images go into the position now (as this rank counts
+  // them: every rank decoded its whole share), since the line that would have summed them is not
+  // written.
+  pos.images_seen += run.window.images_all_ranks;
   run.window = LogWindow{};
   run.regroup_asked = false;  // a vote in flight for a newcomer died with the old generation: ask again
   sync_ptr.reset();           // the old transports close: every peer still waiting in them is released
@@ -75,7 +76,7 @@ void Trainer::State::regroup(const std::string& cause) {
   change.world_after = world;
   change.step = pos.step;
   // This rank's completed steps the restored state does not hold, and the step the failure cut.
-  change.steps_lost = std::max<int64_t>(0, my_step - pos.step) + (cause.empty() ? 0 : 1);
+  change.steps_lost = std::max<int64_t>(0, my_step - pos.step) + (cause.empty() || !step_cut ? 0 : 1);
   change.regroup_s = secondsOf(t_grouped - t_failed);
   change.restore_s = secondsOf(t_restored - t_grouped);
   run.planned = plannedSteps();
@@ -151,12 +152,15 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
     // The rest of the epoch goes to the new world: its segment starts after every sample the
     // previous world consumed in its own.
     const Stage& st = stageAt(cfg, static_cast<int>(pos.epochs_done));
-    pos.segment_offset += (pos.batches_in_epoch - pos.segment_batch) * st.batch_size * previous_world;
+    pos.segment_offset += (pos.batches_in_epoch - pos.segment_batch) * globalBatch(st, previous_world);
     pos.segment_batch = pos.batches_in_epoch;
     pos.generation = elastic->generation().number;
     TrainingState p = snapshot();
     p.comm = pos.comm;  // the communication state the ranks had (regroup kept it; the new sync's is fresh)
     bytes = encodeCheckpoint(*model, *optimizer, p);
+    // What the others decide from the state (a pending evaluation) this rank decides from the same:
+    // the settings mark a state that carries its evaluation history (evaluationPending).
+    pos.settings = p.settings;
     size[0] = static_cast<int64_t>(bytes.size());
   }
   sync().broadcast(size, 0);

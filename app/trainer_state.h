@@ -50,7 +50,11 @@ struct LogWindow {
   int64_t steps = 0;
   double loss_sum = 0;  // the step's mean loss per image x its images, summed over the steps
   int64_t images = 0;   // this rank's decoded training images
-  double wall_s = 0;    // this rank's wall time of the steps (loading included)
+  // The steps' images over all ranks as this rank sees them (its decoded share of each step scaled
+  // to the global batch: exact when every rank decoded its whole batch): what a regroup counts
+  // for steps whose sum over ranks (the metrics line) never came.
+  int64_t images_all_ranks = 0;
+  double wall_s = 0;  // this rank's wall time of the steps (loading included)
   double compute_s = 0;
   // The last step's position and learning rate (the line's).
   double epoch = 0;
@@ -134,10 +138,10 @@ struct Trainer::State {
   StopRequest stop_request = [] { return stopSignalReceived(); };
   // --nnodes MIN:MAX (app/elastic.h); null otherwise.
   std::shared_ptr<ElasticJob> elastic;
-  std::function<bool()> survivor_claim;  // Trainer::setSurvivorClaim; empty: no store to claim in
-  bool joined_running = false;           // this process joined a running elastic job (its state came from rank 0)
-  bool step_vote = true;                 // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
-  std::string sample_log_path;           // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
+  std::function<bool()> survivor_claim;   // Trainer::setSurvivorClaim; empty: no store to claim in
+  bool step_vote = true;                  // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
+  std::string sample_log_path;            // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
+  std::function<void()> epoch_eval_hook;  // AIACC_TEST_HOLD_EPOCH_EVAL (app/test_hooks.h); empty: none
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 
@@ -157,11 +161,22 @@ struct Trainer::State {
   // true when every batch of the epoch was trained (no target or --max-steps stop within it).
   // In an elastic job, a failure of the communication, or a newcomer, regroups and goes on.
   bool trainEpoch(int epoch);
+  // The epochs from pos.epochs_done on, each with its end (metrics, evaluation, checkpoint), until
+  // the run stops; in an elastic job a rank lost at an epoch's end regroups too.
+  void trainEpochs();
   // The steps of the epoch in the current world: true / false as trainEpoch; nullopt when the
   // ranks voted to regroup (a newcomer).
   std::optional<bool> trainSegment(int epoch);
-  // The epoch's fraction trained after `batches` of its `nb` batches of `batch` images per rank.
-  double epochFraction(int64_t batches, int64_t nb, int64_t batch) const;
+  // The epoch's fraction trained after `batches` of its `nb` steps of `global_batch` images.
+  double epochFraction(int64_t batches, int64_t nb, int64_t global_batch) const;
+  // The job's images a step at stage `st` in a world of `w` ranks: --batch-size x w, or with
+  // --elastic-batch keep-global x the job's first world (pos.batch_world) whatever w is.
+  int64_t globalBatch(const Stage& st, int w) const;
+  int64_t globalBatch(const Stage& st) const { return globalBatch(st, world); }
+  // This rank's share of it (data::rankBatch): --batch-size unless keep-global's world changed.
+  int64_t rankBatchSize(const Stage& st) const;
+  // Steps in a whole epoch at stage `st` in the current world.
+  int64_t stepsPerEpoch(const Stage& st) const;
   // Rank 0's outputs (checkpoint writer, metrics file, TensorBoard): at set-up, and in an elastic
   // job for a process that becomes rank 0 later.
   void openRank0Outputs();
@@ -170,8 +185,9 @@ struct Trainer::State {
   CheckpointWriter& checkpointWriter();
   // Elastic (app/trainer_elastic.cc): leaves the current generation after `cause` (empty: a
   // newcomer), joins the next, rebuilds the gradient sync for its world and restores the
-  // training state from its rank 0 (restoreFromRank0); records the change.
-  void regroup(const std::string& cause);
+  // training state from its rank 0 (restoreFromRank0); records the change. `step_cut`: the
+  // failure came within a step, which is lost (false: at an epoch's end, between steps).
+  void regroup(const std::string& cause, bool step_cut = true);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
   // state (with --checkpoint-dir) and SurvivorStop is thrown.
   const comm::Generation& regroupOrStop(const std::string& cause);

@@ -80,6 +80,9 @@ struct TrainingState {
   int64_t segment_batch = 0;
   // The elastic membership generation this state was trained in (-1: not an elastic job).
   int64_t generation = -1;
+  // --elastic-batch keep-global: the world whose ranks' --batch-size make the job's global batch
+  // (its first generation's), kept whatever the world is now; 0 otherwise.
+  int64_t batch_world = 0;
 };
 
 }  // namespace aiacc::app

@@ -76,6 +76,7 @@ int64_t ImageLoader::startEpoch(const EpochSpec& spec) {
   shard.shuffle = opt_.train;
   shard.equal_shards = opt_.train;
   shard.seed = opt_.seed;
+  if (opt_.train) shard.global_batch = spec.global_batch;
   indices_ = shardIndices(static_cast<int64_t>(folder_.samples.size()), spec.epoch, shard);
   num_batches_ = spec.segment_batch + batchCount(static_cast<int64_t>(indices_.size()), spec.batch_size, opt_.train);
   const int64_t first = std::clamp<int64_t>(spec.first_batch, spec.segment_batch, num_batches_);
@@ -261,8 +262,9 @@ int64_t SyntheticSource::startEpoch(const EpochSpec& spec) {
   }
   segment_offset_ = spec.segment_offset;
   segment_batch_ = spec.segment_batch;
-  num_batches_ = spec.segment_batch + batchCount(segmentShard(), B, drop_last_);
+  global_batch_ = drop_last_ ? spec.global_batch : 0;
   batch_size_ = B;
+  num_batches_ = spec.segment_batch + batchCount(segmentShard(), B, drop_last_);
   served_ = std::clamp<int64_t>(spec.first_batch, spec.segment_batch, num_batches_);
   return num_batches_;
 }
@@ -277,6 +279,12 @@ std::optional<Batch> SyntheticSource::next() {
   }
   b.index = served_++;
   return b;
+}
+
+int64_t SyntheticSource::segmentShard() const {
+  const int64_t rest = images_ - std::min(images_, segment_offset_);
+  if (global_batch_ > 0) return rest / global_batch_ * batch_size_;  // batch_size_: this rank's share of a step
+  return rest / world_;
 }
 
 void SyntheticSource::reshard(int rank, int world) {

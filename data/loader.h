@@ -60,6 +60,11 @@ struct EpochSpec {
   // max(first_batch, segment_batch), and startEpoch returns segment_batch + this world's batches.
   int64_t segment_offset = 0;
   int64_t segment_batch = 0;
+  // > 0 (training): this world's part of the epoch is consumed in steps of global_batch samples
+  // that the world need not divide (--elastic-batch keep-global, data/sampler.h ShardSpec): this
+  // rank's batches are batch_size = rankBatch(global_batch, rank, world) samples each. 0: every
+  // rank's batch is batch_size, a step batch_size x world.
+  int64_t global_batch = 0;
 };
 
 // Thread-safe record of skipped files: warns once per file, counts unique files.
@@ -86,6 +91,9 @@ class BatchSource {
   virtual int64_t numClasses() const = 0;
   // Samples in this rank's shard per epoch.
   virtual int64_t shardSize() const = 0;
+  // Samples in an epoch, all ranks together (what EpochSpec::global_batch steps through); 0 for
+  // sources that cannot change their world (in-memory batches).
+  virtual int64_t epochSize() const { return 0; }
   // From the next startEpoch on, this source is rank `rank` of `world` (an elastic job's new
   // world). Sources that cannot (in-memory batches) refuse with an InputError.
   virtual void reshard(int rank, int world);
@@ -134,6 +142,7 @@ class ImageLoader : public BatchSource {
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return static_cast<int64_t>(folder_.classes.size()); }
   int64_t shardSize() const override;
+  int64_t epochSize() const override { return static_cast<int64_t>(folder_.samples.size()); }
   void reshard(int rank, int world) override;
   // The JPEG index cache, null without one (LoaderOptions::jpeg_index_bytes 0).
   const JpegIndexCache* jpegIndex() const override { return jpeg_index_.get(); }
@@ -180,9 +189,10 @@ class SyntheticSource : public BatchSource {
   std::optional<Batch> next() override;
   int64_t numClasses() const override { return classes_; }
   int64_t shardSize() const override { return images_ / world_; }
+  int64_t epochSize() const override { return images_; }
   void reshard(int rank, int world) override;
   // This rank's samples of the current world's part of the epoch (after segment_offset).
-  int64_t segmentShard() const { return (images_ - std::min(images_, segment_offset_)) / world_; }
+  int64_t segmentShard() const;
   // Generates the batch on `device` from now on (no host-to-device copy per step).
   void setDevice(at::Device device) { device_ = device; }
 
@@ -194,7 +204,7 @@ class SyntheticSource : public BatchSource {
   int rank_, world_;
   bool drop_last_;
   int64_t num_batches_ = 0, served_ = 0, batch_size_ = 0;
-  int64_t segment_offset_ = 0, segment_batch_ = 0;
+  int64_t segment_offset_ = 0, segment_batch_ = 0, global_batch_ = 0;
   Batch batch_;
 };
 

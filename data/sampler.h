@@ -22,7 +22,17 @@ struct ShardSpec {
   // (rank r takes offset + r, offset + r + world, ...). So the worlds of an epoch together see
   // each sample once, less a tail smaller than the last world.
   int64_t offset = 0;
+  // > 0 (training only): the order from `offset` on is consumed in steps of global_batch positions
+  // shared by all ranks, which need not divide it (an elastic job that keeps its global batch in
+  // another world, --elastic-batch keep-global): position q of each step goes to rank q % world,
+  // so rank r takes rankBatch(global_batch, r, world) of every step, and the last partial step is
+  // dropped. Where world divides global_batch this is the layout above, less its partial batches.
+  int64_t global_batch = 0;
 };
+
+// Rank `rank`'s share of a global batch split over `world` ranks: global_batch / world, one more
+// for the first global_batch % world ranks (the shares sum to global_batch).
+int64_t rankBatch(int64_t global_batch, int rank, int world);
 
 // This rank's sample indices for the epoch, in the order they are to be consumed.
 // Pure function of its arguments: identical on every rank and every run.

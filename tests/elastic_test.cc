@@ -18,139 +18,19 @@
 #include <vector>
 
 #include "aiacc/config.h"
-#include "tests/json_util.h"
-#include "tests/test_util.h"
+#include "tests/elastic_job.h"
 
 namespace aiacc::app {
 namespace {
 
-constexpr int kClasses = 6, kPerClass = 40;  // 240 training images
-constexpr int kBatch = 8;
-
-// What the sample logs say about epoch 0: how often each sample was trained, counting a step only
-// if no later generation restored a state from before it (a step some rank applied that the
-// others did not is trained again); *trained: the images of every such step, all epochs.
-std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* restores, int64_t* trained) {
-  std::map<int64_t, int64_t> restored;  // generation -> the step it went on from
-  struct Step {
-    int64_t generation, step, epoch;
-    std::vector<int64_t> samples;
-  };
-  std::vector<Step> steps;
-  for (const auto& f : std::filesystem::directory_iterator(dir)) {
-    if (f.path().filename().string().rfind("samples.", 0) != 0) continue;
-    std::ifstream in(f.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream words(line);
-      std::string kind;
-      words >> kind;
-      if (kind == "restore") {
-        int64_t g = 0, s = 0;
-        words >> g >> s;
-        restored[g] = s;
-        continue;
-      }
-      Step st;
-      words >> st.generation >> st.step >> st.epoch;
-      for (int64_t id; words >> id;) st.samples.push_back(id);
-      steps.push_back(std::move(st));
-    }
-  }
-  for (const auto& [g, s] : restored) *restores += strCat("generation ", g, " from step ", s, "; ");
-  std::map<int64_t, int> counts;
-  for (const Step& st : steps) {
-    bool redone = false;
-    for (const auto& [g, s] : restored) redone = redone || (g > st.generation && st.step > s);
-    if (!redone) *trained += static_cast<int64_t>(st.samples.size());
-    if (redone || st.epoch != 0) continue;
-    for (int64_t id : st.samples) ++counts[id];
-  }
-  return counts;
-}
-
-struct Job {
-  std::string out;
-  Json report;
-  std::map<int64_t, int> counts;
-  std::string restores;
-  int64_t trained = 0;  // images of the steps kept, all epochs (the sample logs)
-};
-
-// Three nodes of one job; node 2's worker SIGKILLed after rank 0's first metrics line. (The
-// first generation waits up to 10 s for all three, --rdzv-last-call: with the default 1 s a node
-// slow to start on a loaded machine joins later as a newcomer, and the fault meets a job the test
-// did not mean, as it once did in CI.)
-// `act`: what is done to the worker, $W (default: SIGKILL; $L0..$L2 are the nodes' launchers).
-// `kubeflow`: each node's aiacc_train gets Kubeflow's PET_* variables instead of the launch flags
-// (an elastic PyTorchJob's pods). `server`: the store is served by a standalone
-// `aiacc_train --rendezvous-server` (its exit code and log in the output as rcS and logS), every
-// node names it with --rdzv-endpoint and writes a report (r<node>.json; job.report: node 1's).
-// `again` (not with `server`): once all three launchers ended, nodes 0 and 1 run the same job again
-// with --nnodes `again` --resume auto (exit codes again0=, again1=; job.report: theirs).
-// `when`: a shell test the act waits for (default: rank 0's first metrics line).
-Job runKilledJob(const test::TempDir& d, const std::string& extra, const std::string& nnodes = "2:3",
-                 const std::string& act = "kill -KILL $W", bool kubeflow = false, bool server = false,
-                 const std::string& again = "", const std::string& when = "[ -s m.jsonl ]") {
-  const std::string data = d / "ds";
-  const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
-                                          " --sample-shapes 3 --sample-train-per-class ", kPerClass,
-                                          " --sample-val-per-class 5 --sample-min-side 40 --sample-max-side 64"));
-  EXPECT_EQ(made.first, 0) << made.second;
-  const std::string port = std::to_string(test::freePort());
-  const std::string metrics = d / "m.jsonl";
-  std::string script = "cd " + d.path() + "; ";
-  if (server) {
-    script += strCat(AIACC_TRAIN_BIN, " --rendezvous-server --rdzv-endpoint 127.0.0.1:", port, " > logS 2>&1 & S=$!; ");
-  }
-  auto node = [&](int n, const std::string& range, const std::string& more, const std::string& log) {
-    const std::string launch = kubeflow ? strCat("PET_NNODES=", range, " PET_NODE_RANK=", n,
-                                                 " PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=127.0.0.1 ",
-                                                 "PET_MASTER_PORT=", port, " ")
-                                        : std::string();
-    const std::string flags = kubeflow ? std::string()
-                                       : strCat(" --nproc 1 --nnodes ", range, " --node-rank ", n,
-                                                server ? " --rdzv-endpoint 127.0.0.1:" : " --master 127.0.0.1:", port);
-    return strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", AIACC_TRAIN_BIN, " --data ", data,
-                  " --arch resnet18 --image-size 32 --rdzv-timeout 60 --rdzv-last-call 10 --batch-size ", kBatch,
-                  " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags, " ",
-                  extra, more, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
-                  n == 0 || server ? strCat(" --report-file ", d / (n == 0 ? "r.json" : strCat("r", n, ".json")))
-                                   : std::string(),
-                  " > ", log, " 2>&1 & L", n, "=$!; ");
-  };
-  for (int n = 0; n < 3; ++n) script += node(n, nnodes, "", strCat("log", n));
-  // (A launcher that has ended already ends the wait: its job failed before the act, and the
-  // output below says how.)
-  script += "for i in $(seq 600); do " + when +
-            " && break; kill -0 $L0 $L1 $L2 2> /dev/null || break; sleep 0.1; done; " + "W=$(pgrep -P $L2); " + act +
-            "; "
-            "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; " +
-            (server ? "wait $S; echo rcS=$?; cat logS; " : "") + "cat log0 log1 log2; ";
-  if (!again.empty()) {
-    // (Both nodes are MIN: no last call to wait for a third.)
-    for (int n = 0; n < 2; ++n) script += node(n, again, " --resume auto --rdzv-last-call 0", strCat("again", n));
-    script += "wait $L0; echo again0=$?; wait $L1; echo again1=$?; cat again0 again1";
-  }
-  test::writeText(d / "job.sh", script + "\n");
-  Job job;
-  job.out = test::runShell("timeout 300 bash " + d.path() + "/job.sh 2>&1").second;
-  const std::string report = d / (server ? "r1.json" : "r.json");
-  if (std::filesystem::exists(report)) job.report = test::readJson(report);
-  job.counts = epochZeroCounts(d.path(), &job.restores, &job.trained);
-  return job;
-}
-
-// No sample twice; unseen only the tail whole batches leave (under `world` ranks of kBatch, at
-// most world x (kBatch - 1) + world - 1 samples of the epoch), in each world the epoch had.
-void expectEachSampleOnce(const Job& job, int worlds_tail) {
-  int twice = 0;
-  for (const auto& [id, n] : job.counts) twice += n > 1 ? 1 : 0;
-  EXPECT_EQ(twice, 0) << job.restores << job.out;
-  const int unseen = kClasses * kPerClass - static_cast<int>(job.counts.size());
-  EXPECT_GE(unseen, 0);
-  EXPECT_LE(unseen, worlds_tail) << job.restores << job.out;
-}
+using test_elastic::batchSizesOf;
+using test_elastic::expectEachSampleOnce;
+using test_elastic::expectTwoOfThreeWentOn;
+using test_elastic::Job;
+using test_elastic::JobSpec;
+using test_elastic::kBatch;
+using test_elastic::kClasses;
+using test_elastic::runKilledJob;
 
 // Over shared memory (the emulated nodes share this host) and over Gloo (--noshm).
 class ElasticTransports : public ::testing::TestWithParam<bool> {};
@@ -163,8 +43,10 @@ TEST_P(ElasticTransports, AKilledNodeLeavesTheOthersTrainingWithNoSampleLostOrRe
   test::TempDir d;
   // No metrics line before the epoch's end (--log-every 100): the steps trained before the kill
   // are still to be counted when the ranks regroup. The kill comes once each rank applied 2 steps.
-  const Job job = runKilledJob(d, shm ? "--log-every 100" : "--noshm --log-every 100", "2:3", "kill -KILL $W", false,
-                               false, "", "[ \"$(cat samples.* 2> /dev/null | grep -c ^step)\" -ge 6 ]");
+  JobSpec spec;
+  spec.extra = shm ? "--log-every 100" : "--noshm --log-every 100";
+  spec.when = "[ \"$(cat samples.* 2> /dev/null | grep -c ^step)\" -ge 6 ]";
+  const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_EQ(job.out.find("rc2=0"), std::string::npos) << job.out;  // its worker was killed
@@ -209,9 +91,76 @@ TEST_P(ElasticTransports, AKilledNodeLeavesTheOthersTrainingWithNoSampleLostOrRe
 INSTANTIATE_TEST_SUITE_P(Elastic, ElasticTransports, ::testing::Values(true, false),
                          [](const auto& info) { return std::string(info.param ? "SharedMemory" : "Gloo"); });
 
+// --elastic-batch keep-global: the first world's global batch (3 ranks x 5 = 15) outlives node 2.
+// The two survivors share every later step 8 + 7, the learning rate stays at its first world's
+// (a constant schedule: 0.1 x 15 / 256 in every metrics line; keep-per-rank would give 0.1 x 10 /
+// 256), an epoch keeps its 240 / 15 = 16 steps, and every sample of epoch 0 is trained exactly once
+// (15 divides 240: no tail in any world).
+TEST(Elastic, KeepGlobalSharesTheFirstWorldsGlobalBatchOverTheSurvivors) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.extra = "--batch-size 5 --elastic-batch keep-global --lr-schedule step --lr-step-epochs 9 --log-every 1";
+  spec.when = "[ \"$(cat samples.* 2> /dev/null | grep -c ^step)\" -ge 6 ]";
+  const Job job = runKilledJob(d, spec);
+  if (expectTwoOfThreeWentOn(job).is_null()) return;
+  EXPECT_EQ(job.report.at("steps"), 32) << job.out;  // 2 epochs of 16 steps, whatever the world
+  EXPECT_EQ(job.report.at("images_seen").get<int64_t>(), job.trained) << job.restores;
+  EXPECT_EQ(job.trained, 2 * 240) << job.restores;
+  for (const auto& [step, sizes] : batchSizesOf(d.path(), 0)) {
+    for (size_t n : sizes) EXPECT_EQ(n, 5u) << "generation 0, step " << step;
+  }
+  const auto later = batchSizesOf(d.path(), 1);
+  EXPECT_FALSE(later.empty()) << job.out;
+  for (const auto& [step, sizes] : later) {
+    EXPECT_EQ(std::multiset<size_t>(sizes.begin(), sizes.end()), (std::multiset<size_t>{7, 8})) << "step " << step;
+  }
+  std::ifstream metrics(d / "m.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const Json j = Json::parse(line);
+    if (j.value("type", "") != "step") continue;
+    ++lines;
+    EXPECT_DOUBLE_EQ(j.at("lr").get<double>(), 0.1 * 15 / 256) << line;
+  }
+  EXPECT_GE(lines, 20);
+  expectEachSampleOnce(job, 0);
+}
+
+// A rank lost at an epoch's end, not in a step: all three ranks finished epoch 1 and wait before
+// its evaluation (AIACC_TEST_HOLD_EPOCH_EVAL); node 2's worker is SIGKILLed there, and the others
+// fail in the evaluation's sum. Before, that ended the job; now they regroup, evaluate epoch 1 in
+// the new world (once, on all 30 validation images), and train epoch 2.
+TEST(Elastic, ARankLostAtAnEpochsEndEvaluationRegroupsAndTheJobGoesOn) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.env = "AIACC_TEST_HOLD_EPOCH_EVAL=hold";
+  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
+  spec.act = "kill -KILL $W; touch hold";
+  const Job job = runKilledJob(d, spec);
+  const Json change = expectTwoOfThreeWentOn(job);
+  if (change.is_null()) return;
+  EXPECT_EQ(change.at("step"), 10) << change;       // epoch 1's last: 240 / (3 x 8)
+  EXPECT_EQ(change.at("steps_lost"), 0) << change;  // between steps: none
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0) << job.out;
+  std::ifstream metrics(d / "m.jsonl");
+  std::vector<Json> evals;
+  for (std::string line; std::getline(metrics, line);) {
+    const Json j = Json::parse(line);
+    if (j.value("type", "") == "eval") evals.push_back(j);
+  }
+  ASSERT_EQ(evals.size(), 2u) << job.out;  // epoch 1's (after the regroup) and epoch 2's
+  EXPECT_EQ(evals[0].at("step"), 10) << evals[0];
+  EXPECT_EQ(evals[0].at("images"), kClasses * 5) << evals[0];
+  EXPECT_EQ(evals[1].at("images"), kClasses * 5) << evals[1];
+  EXPECT_EQ(job.report.at("images_seen").get<int64_t>(), job.trained) << job.restores;
+  expectEachSampleOnce(job, 0);  // epoch 1 was the first world's alone, 10 whole steps of 24
+}
+
 TEST(Elastic, AKilledWorkerStartedAgainRejoinsTheRunningJob) {
   test::TempDir d;
-  const Job job = runKilledJob(d, "--max-restarts 1");
+  JobSpec spec;
+  spec.extra = "--max-restarts 1";
+  const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
@@ -228,7 +177,10 @@ TEST(Elastic, AKilledWorkerStartedAgainRejoinsTheRunningJob) {
 // seen once, and the server ends by itself when the job's last rank 0 says the job ended.
 TEST(Elastic, WithAStandaloneStoreTheJobOutlivesNodeZero) {
   test::TempDir d;
-  const Job job = runKilledJob(d, "", "2:3", "kill -KILL $(pgrep -P $L0) $L0", false, /*server=*/true);
+  JobSpec spec;
+  spec.act = "kill -KILL $(pgrep -P $L0) $L0";
+  spec.server = true;
+  const Job job = runKilledJob(d, spec);
   EXPECT_EQ(job.out.find("rc0=0"), std::string::npos) << job.out;  // killed
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
@@ -251,13 +203,12 @@ TEST(Elastic, WithAStandaloneStoreTheJobOutlivesNodeZero) {
 TEST(Elastic, WithNoSurvivorTheNewestCheckpointContinuesTheJob) {
   test::TempDir d;
   // (A last call of 5 s: the three restarted workers form one generation however slowly they start.)
-  const Job job = runKilledJob(d,
-                               strCat("--max-restarts 1 --rdzv-last-call 5 --resume auto --checkpoint-every 2 "
-                                      "--checkpoint-dir ",
-                                      d / "ck"),
-                               "2:3",
-                               "for i in $(seq 600); do ls ck/step-*.manifest > /dev/null 2>&1 && break; sleep 0.05; "
-                               "done; kill -KILL $(pgrep -P $L0) $(pgrep -P $L1) $(pgrep -P $L2)");
+  JobSpec spec;
+  spec.extra = strCat("--max-restarts 1 --rdzv-last-call 5 --resume auto --checkpoint-every 2 --checkpoint-dir ",
+                      d / "ck");
+  spec.act = "for i in $(seq 600); do ls ck/step-*.manifest > /dev/null 2>&1 && break; sleep 0.05; "
+             "done; kill -KILL $(pgrep -P $L0) $(pgrep -P $L1) $(pgrep -P $L2)";
+  const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
@@ -272,7 +223,10 @@ TEST(Elastic, WithNoSurvivorTheNewestCheckpointContinuesTheJob) {
 // (a node's worker started later than that, and the job never began); 8 s.
 TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
   test::TempDir d;
-  const Job job = runKilledJob(d, strCat("--rdzv-timeout 8 --checkpoint-dir ", d / "ckpt"), "3:3");
+  JobSpec spec;
+  spec.extra = strCat("--rdzv-timeout 8 --checkpoint-dir ", d / "ckpt");
+  spec.nnodes = "3:3";
+  const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("only 2 of at least 3 processes arrived for generation 1 within 8 s"), std::string::npos)
@@ -292,8 +246,11 @@ TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
 // both runs.
 TEST(Elastic, BelowMinTheSavedStateContinuesOnTheNodesLeft) {
   test::TempDir d;
-  const Job job = runKilledJob(d, strCat("--rdzv-timeout 8 --checkpoint-dir ", d / "ckpt"), "3:3", "kill -KILL $W",
-                               false, false, "2:3");
+  JobSpec spec;
+  spec.extra = strCat("--rdzv-timeout 8 --checkpoint-dir ", d / "ckpt");
+  spec.nnodes = "3:3";
+  spec.again = "2:3";
+  const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("again0=0"), std::string::npos) << job.out;
@@ -316,7 +273,10 @@ TEST(Elastic, BelowMinTheSavedStateContinuesOnTheNodesLeft) {
 TEST(Elastic, AStoppedWorkerIsLeftOutAndRejoinsAfterItContinues) {
   test::TempDir d;
   // (4 epochs: the job still runs when the worker continues.)
-  const Job job = runKilledJob(d, "--epochs 4", "2:3", "kill -STOP $W; sleep 4; kill -CONT $W");
+  JobSpec spec;
+  spec.extra = "--epochs 4";
+  spec.act = "kill -STOP $W; sleep 4; kill -CONT $W";
+  const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
@@ -334,7 +294,10 @@ TEST(Elastic, AStoppedWorkerIsLeftOutAndRejoinsAfterItContinues) {
 // launcher). The same recovery, and --max-restarts works there too.
 TEST(Elastic, UnderAnElasticPyTorchJobAKilledWorkerRejoins) {
   test::TempDir d;
-  const Job job = runKilledJob(d, "--max-restarts 1", "2:3", "kill -KILL $W", /*kubeflow=*/true);
+  JobSpec spec;
+  spec.extra = "--max-restarts 1";
+  spec.kubeflow = true;
+  const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;

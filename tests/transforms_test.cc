@@ -161,6 +161,55 @@ TEST(Sampler, SegmentsOfAnEpochUnderChangingWorldsSeeEachSampleOnce) {
   EXPECT_THROW(shardIndices(n, 2, s), Error);
 }
 
+// --elastic-batch keep-global: the rest of an epoch consumed in steps of one global batch (15)
+// that the world (2, then 4) need not divide. Rank r takes rankBatch(15, r, world) positions of
+// each step (8 + 7, then 4 + 4 + 4 + 3), each step's positions are exactly the order's next 15,
+// and the last partial step is dropped. Where the world divides the global batch, the shards
+// are the strided layout's, cut to whole steps: a job that never changed world is unchanged.
+TEST(Sampler, AGlobalBatchIsSharedUnevenlyStepByStep) {
+  const int64_t n = 107, G = 15, offset = 11;
+  EXPECT_EQ(rankBatch(15, 0, 2), 8);
+  EXPECT_EQ(rankBatch(15, 1, 2), 7);
+  EXPECT_EQ(rankBatch(15, 3, 4), 3);
+  EXPECT_EQ(rankBatch(16, 3, 4), 4);
+  ShardSpec s;
+  s.seed = 9;
+  const std::vector<int64_t> order = shardIndices(n, 3, s);  // world 1, no offset: the order itself
+  s.offset = offset;
+  s.global_batch = G;
+  for (int world : {2, 4}) {
+    s.world = world;
+    std::vector<std::vector<int64_t>> shards;
+    for (int r = 0; r < world; ++r) {
+      s.rank = r;
+      shards.push_back(shardIndices(n, 3, s));
+      EXPECT_EQ(static_cast<int64_t>(shards.back().size()), (n - offset) / G * rankBatch(G, r, world));
+    }
+    for (int64_t k = 0; k < (n - offset) / G; ++k) {  // step k: the ranks' batches k, together
+      std::multiset<int64_t> step, expected(order.begin() + offset + k * G, order.begin() + offset + (k + 1) * G);
+      for (int r = 0; r < world; ++r) {
+        const int64_t b = rankBatch(G, r, world);
+        step.insert(shards[static_cast<size_t>(r)].begin() + k * b,
+                    shards[static_cast<size_t>(r)].begin() + (k + 1) * b);
+      }
+      EXPECT_EQ(step, expected) << "world " << world << " step " << k;
+    }
+  }
+  // World 3 divides 15: the strided shards of batch 5, whole steps only.
+  s.world = 3;
+  for (int r = 0; r < 3; ++r) {
+    s.rank = r;
+    s.global_batch = G;
+    const std::vector<int64_t> stepped = shardIndices(n, 3, s);
+    s.global_batch = 0;
+    const std::vector<int64_t> strided = shardIndices(n, 3, s);
+    ASSERT_EQ(stepped.size(), static_cast<size_t>((n - offset) / G * 5));
+    EXPECT_TRUE(std::equal(stepped.begin(), stepped.end(), strided.begin())) << "rank " << r;
+  }
+  s.global_batch = 2;  // fewer positions a step than ranks
+  EXPECT_THROW(shardIndices(n, 3, s), Error);
+}
+
 TEST(Sampler, ShardsAreDisjointCompleteEqualAndEpochDependent) {
   const int64_t n = 103;
   for (int world : {1, 2, 3, 4, 8}) {

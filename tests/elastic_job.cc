@@ -1,0 +1,155 @@
+#include "tests/elastic_job.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "aiacc/config.h"
+
+namespace aiacc::app::test_elastic {
+namespace {
+
+// What the sample logs say about epoch 0: how often each sample was trained, counting a step only
+// if no later generation restored a state from before it (a step some rank applied that the
+// others did not is trained again); *trained: the images of every such step, all epochs.
+std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* restores, int64_t* trained) {
+  std::map<int64_t, int64_t> restored;  // generation -> the step it went on from
+  struct Step {
+    int64_t generation, step, epoch;
+    std::vector<int64_t> samples;
+  };
+  std::vector<Step> steps;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().filename().string().rfind("samples.", 0) != 0) continue;
+    std::ifstream in(f.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream words(line);
+      std::string kind;
+      words >> kind;
+      if (kind == "restore") {
+        int64_t g = 0, s = 0;
+        words >> g >> s;
+        restored[g] = s;
+        continue;
+      }
+      Step st;
+      words >> st.generation >> st.step >> st.epoch;
+      for (int64_t id; words >> id;) st.samples.push_back(id);
+      steps.push_back(std::move(st));
+    }
+  }
+  for (const auto& [g, s] : restored) *restores += strCat("generation ", g, " from step ", s, "; ");
+  std::map<int64_t, int> counts;
+  for (const Step& st : steps) {
+    bool redone = false;
+    for (const auto& [g, s] : restored) redone = redone || (g > st.generation && st.step > s);
+    if (!redone) *trained += static_cast<int64_t>(st.samples.size());
+    if (redone || st.epoch != 0) continue;
+    for (int64_t id : st.samples) ++counts[id];
+  }
+  return counts;
+}
+
+}  // namespace
+
+Job runKilledJob(const test::TempDir& d, const JobSpec& spec) {
+  const std::string& extra = spec.extra;
+  const bool kubeflow = spec.kubeflow, server = spec.server;
+  const std::string data = d / "ds";
+  const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
+                                          " --sample-shapes 3 --sample-train-per-class ", kPerClass,
+                                          " --sample-val-per-class 5 --sample-min-side 40 --sample-max-side 64"));
+  EXPECT_EQ(made.first, 0) << made.second;
+  const std::string port = std::to_string(test::freePort());
+  const std::string metrics = d / "m.jsonl";
+  std::string script = "cd " + d.path() + "; " + (spec.env.empty() ? "" : "export " + spec.env + "; ");
+  if (server) {
+    script += strCat(AIACC_TRAIN_BIN, " --rendezvous-server --rdzv-endpoint ", spec.master_host, ":", port,
+                     " > logS 2>&1 & S=$!; ");
+  }
+  auto node = [&](int n, const std::string& range, const std::string& more, const std::string& log) {
+    const std::string launch = kubeflow ? strCat("PET_NNODES=", range, " PET_NODE_RANK=", n,
+                                                 " PET_NPROC_PER_NODE=1 PET_MASTER_ADDR=", spec.master_host, " ",
+                                                 "PET_MASTER_PORT=", port, " ")
+                                        : std::string();
+    const std::string flags = kubeflow
+                                  ? std::string()
+                                  : strCat(" --nproc 1 --nnodes ", range, " --node-rank ", n,
+                                           server ? " --rdzv-endpoint " : " --master ", spec.master_host, ":", port);
+    std::string prefix = spec.node_prefix;
+    for (size_t at; (at = prefix.find("%N")) != std::string::npos;) prefix.replace(at, 2, std::to_string(n));
+    return strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", prefix, " ", AIACC_TRAIN_BIN, " --data ", data,
+                  " --arch resnet18 --image-size 32 --rdzv-timeout 60 --rdzv-last-call 10 --batch-size ", kBatch,
+                  " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags, " ",
+                  extra, more, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
+                  n == 0 || server ? strCat(" --report-file ", d / (n == 0 ? "r.json" : strCat("r", n, ".json")))
+                                   : std::string(),
+                  " > ", log, " 2>&1 & L", n, "=$!; ");
+  };
+  for (int n = 0; n < 3; ++n) script += node(n, spec.nnodes, "", strCat("log", n));
+  // (A launcher that has ended already ends the wait: its job failed before the act, and the
+  // output below says how.)
+  script += "for i in $(seq 600); do " + spec.when +
+            " && break; kill -0 $L0 $L1 $L2 2> /dev/null || break; sleep 0.1; done; " + "W=$(pgrep -P $L2); " +
+            spec.act +
+            "; "
+            "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; " +
+            (server ? "wait $S; echo rcS=$?; cat logS; " : "") + "cat log0 log1 log2; ";
+  if (!spec.again.empty()) {
+    // (Both nodes are MIN: no last call to wait for a third.)
+    for (int n = 0; n < 2; ++n) script += node(n, spec.again, " --resume auto --rdzv-last-call 0", strCat("again", n));
+    script += "wait $L0; echo again0=$?; wait $L1; echo again1=$?; cat again0 again1";
+  }
+  test::writeText(d / "job.sh", script + "\n");
+  Job job;
+  job.out = test::runShell("timeout 300 bash " + d.path() + "/job.sh 2>&1").second;
+  const std::string report = d / (server ? "r1.json" : "r.json");
+  if (std::filesystem::exists(report)) job.report = test::readJson(report);
+  job.counts = epochZeroCounts(d.path(), &job.restores, &job.trained);
+  return job;
+}
+
+void expectEachSampleOnce(const Job& job, int worlds_tail) {
+  int twice = 0;
+  for (const auto& [id, n] : job.counts) twice += n > 1 ? 1 : 0;
+  EXPECT_EQ(twice, 0) << job.restores << job.out;
+  const int unseen = kClasses * kPerClass - static_cast<int>(job.counts.size());
+  EXPECT_GE(unseen, 0);
+  EXPECT_LE(unseen, worlds_tail) << job.restores << job.out;
+}
+
+std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int64_t g) {
+  std::map<int64_t, std::vector<size_t>> sizes;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().filename().string().rfind("samples.", 0) != 0) continue;
+    std::ifstream in(f.path());
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      std::string kind;
+      int64_t generation = 0, step = 0, epoch = 0;
+      if (!(words >> kind >> generation >> step >> epoch) || kind != "step" || generation != g) continue;
+      size_t n = 0;
+      for (int64_t id; words >> id;) ++n;
+      sizes[step].push_back(n);
+    }
+  }
+  return sizes;
+}
+
+Json expectTwoOfThreeWentOn(const Job& job) {
+  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  if (!job.report.contains("membership")) {
+    ADD_FAILURE() << "no membership change in the report\n" << job.out;
+    return Json();
+  }
+  const Json& change = job.report.at("membership").at(0);
+  EXPECT_EQ(change.at("world_before"), 3) << change;
+  EXPECT_EQ(change.at("world_after"), 2) << change;
+  return change;
+}
+
+}  // namespace aiacc::app::test_elastic

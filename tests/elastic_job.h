@@ -1,0 +1,70 @@
+// The harness of the elastic job tests (tests/elastic_test.cc, tests/elastic_lab_test.cc): three
+// emulated nodes of one job, each an aiacc_train launcher with one worker (--nproc 1) on a sample
+// dataset of real JPEGs, a fault done to one of them on cue, and what the sample logs
+// (AIACC_TEST_SAMPLE_LOG) and the report say afterwards.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/json_util.h"
+#include "tests/test_util.h"
+
+namespace aiacc::app::test_elastic {
+
+constexpr int kClasses = 6, kPerClass = 40;  // 240 training images
+constexpr int kBatch = 8;
+
+// The job and what is done to it. Node 2's worker is $W in `act`; $L0..$L2 are the nodes'
+// launchers.
+struct JobSpec {
+  std::string extra;                  // aiacc_train flags for every node (after the harness's own: they win)
+  std::string nnodes = "2:3";         // --nnodes
+  std::string act = "kill -KILL $W";  // the fault, a shell command
+  // A shell test the act waits for (default: rank 0's first metrics line).
+  std::string when = "[ -s m.jsonl ]";
+  // Each node's aiacc_train gets Kubeflow's PET_* variables instead of the launch flags (an
+  // elastic PyTorchJob's pods).
+  bool kubeflow = false;
+  // The store is served by a standalone `aiacc_train --rendezvous-server` (its exit code and log
+  // in the output as rcS and logS); every node names it with --rdzv-endpoint and writes a report
+  // (r<node>.json; Job::report: node 1's).
+  bool server = false;
+  // Not with `server`: once all three launchers ended, nodes 0 and 1 run the same job again with
+  // --nnodes `again` --resume auto (exit codes again0=, again1=; Job::report: theirs).
+  std::string again;
+  std::string env;  // variables every node's processes get (VAR=value ..., in the job's folder)
+  // Runs node N's aiacc_train under this command, "N" replaced by the node (the lab:
+  // "netlab.sh run N --"), with the store at master_host.
+  std::string node_prefix;
+  std::string master_host = "127.0.0.1";
+};
+
+struct Job {
+  std::string out;  // rc0=, rc1=, rc2= (and the others above), then every node's log
+  Json report;
+  std::map<int64_t, int> counts;  // epoch 0's samples: how often each was trained (kept steps only)
+  std::string restores;
+  int64_t trained = 0;  // images of the steps kept, all epochs (the sample logs)
+};
+
+// Three nodes of one job (its folder: d); the act once `when` holds. (The first generation waits
+// up to 10 s for all three, --rdzv-last-call: with the default 1 s a node slow to start on a
+// loaded machine joins later as a newcomer, and the fault meets a job the test did not mean, as
+// it once did in CI.)
+Job runKilledJob(const test::TempDir& d, const JobSpec& spec);
+
+// No sample twice; unseen only the tail whole batches leave (under `world` ranks of kBatch, at
+// most world x (kBatch - 1) + world - 1 samples of the epoch), in each world the epoch had.
+void expectEachSampleOnce(const Job& job, int worlds_tail);
+
+// Nodes 0 and 1 exited 0, and the report's first membership change took the world from 3 ranks
+// to 2: that change (null, after a failure, when the report has none).
+Json expectTwoOfThreeWentOn(const Job& job);
+
+// The sample logs' lines of generation `g` (kept or redone): each line's sample count, by step.
+std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int64_t g);
+
+}  // namespace aiacc::app::test_elastic
