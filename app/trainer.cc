@@ -176,6 +176,15 @@ void Trainer::State::setupModel() {
   // --elastic-batch keep-global: this world's ranks make the job's global batch for good (a
   // resumed or joining process has it from the state it continues).
   if (elastic && cfg.elastic_batch == ElasticBatch::kKeepGlobal && pos.batch_world == 0) pos.batch_world = world;
+  if (elastic && cfg.elastic_batch == ElasticBatch::kKeepGlobal) {  // said now, not when the world grows
+    const int max_ranks = elastic->options().membership.max;
+    for (const Stage& st : cfg.stages) {
+      AIACC_CHECK_INPUT(globalBatch(st) >= max_ranks, "--elastic-batch keep-global: the job's global batch of ",
+                        globalBatch(st), " images cannot be shared by up to ", max_ranks,
+                        " ranks (--nnodes MAX x processes per node): one image each at least; use a larger "
+                        "--batch-size or a smaller MAX");
+    }
+  }
   // Data parallelism wraps the model here: the ranks' settings are compared first, then
   // DataParallel broadcasts rank 0's weights.
   // A process joining a running elastic job agrees on everything but the position, which it
@@ -333,53 +342,46 @@ Report Trainer::run() {
 }
 
 void Trainer::State::trainEpochs() {
-  // Resumed after a stop that interrupted an evaluation: that evaluation first. So too a process
-  // that joined a running elastic job, and the ranks regrouped at an epoch's end (below): every
-  // rank of the generation holds the same state, so they all evaluate, or none does.
-  bool pending = true;
+  // The one place an elastic job regroups, whatever failed (a step, the vote, a metrics line, an
+  // evaluation, a checkpoint) or when the ranks voted to let a newcomer in. The new generation
+  // goes on from its rank 0's state as a process joining it does: that state's pending
+  // evaluation (a stop that cut one, or a failure did), then the epoch it is in, from its
+  // position (any batches the new world can still make of it, then the epoch's end). Every rank
+  // of the generation holds the same state, so they all take the same collectives. An epoch end
+  // whose checkpoint a failure cut is not written again: the next one is.
+  bool regrouped = true;  // at the start too: a resumed run, a newcomer
   while (!run.stop && pos.epochs_done < cfg.epochs) {
+    std::optional<std::string> cause;  // set: the ranks regroup ("": to let a newcomer in)
     try {
-      if (std::exchange(pending, false) && evaluationPending()) evaluateAndRecord();
-      if (run.stop) break;
-      const int epoch = static_cast<int>(pos.epochs_done);
-      const bool complete = trainEpoch(epoch);  // regroups within the epoch itself
-      if (run.preempted) break;
-      if (complete) finishEpoch(epoch);
-      if (cfg.eval_every == 0 && !pos.target_reached) {
-        if (epoch_eval_hook) epoch_eval_hook();
-        evaluateAndRecord();
+      if (std::exchange(regrouped, false)) {
+        if (evaluationPending()) evaluateAndRecord();
+        if (run.stop) break;
       }
-      if (run.preempted) break;
-      if (complete) checkpoint();
-      if (!complete) break;  // stopped within the epoch (target, --max-steps): run.stop is set
-    } catch (const comm::CommError& e) {
-      // A rank lost at the epoch's end (its metrics line, evaluation or checkpoint): the new
-      // generation goes on from its rank 0's state as a process joining it would, with that
-      // state's pending evaluation, then its epoch (any batches its world can still make of it,
-      // and the epoch's end). An epoch end whose checkpoint was under way is not written again:
-      // the next one is.
-      if (!elastic) stopAfterLostRank(e);
-      regroup(firstLine(e.what()), /*step_cut=*/false);
-      pending = true;
-    }
-  }
-}
-
-bool Trainer::State::trainEpoch(int epoch) {
-  bool regrouped = false;
-  for (;;) {
-    std::string cause;  // empty: the ranks voted to let a newcomer in
-    try {
-      // After a regroup every rank of the new generation, a newcomer too (trainEpochs), holds the
-      // same state: an evaluation it has pending (one a failure cut) is done by all, or by none.
-      if (std::exchange(regrouped, false) && evaluationPending()) evaluateAndRecord();
-      if (run.stop) return false;
-      if (const std::optional<bool> complete = trainSegment(epoch)) return *complete;
+      const int epoch = static_cast<int>(pos.epochs_done);
+      const std::optional<bool> complete = trainSegment(epoch);
+      if (!complete) {
+        cause = "";
+      } else {
+        if (run.preempted) break;
+        if (*complete) finishEpoch(epoch);
+        if (cfg.eval_every == 0 && !pos.target_reached) {
+          if (epoch_eval_hook) epoch_eval_hook();
+          evaluateAndRecord();
+        }
+        if (run.preempted || !*complete) break;  // (stopped within the epoch: target, --max-steps)
+        checkpoint();
+      }
     } catch (const comm::CommError& e) {
       if (!elastic) stopAfterLostRank(e);
       cause = firstLine(e.what());
     }
-    regroup(cause);
+    if (!cause) continue;
+    // (A failure within trainStep cut that step; one elsewhere cut none.)
+    regroup(*cause, /*step_cut=*/!cause->empty() && run.in_step);
+    run.in_step = false;
+    // The restored state decides whether the run is at its end: this rank may have passed a
+    // target or --max-steps the state does not hold, or fallen short of one it holds.
+    run.stop = (cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached;
     regrouped = true;
   }
 }
@@ -413,7 +415,9 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     const double lr = learningRate(cfg, run.epoch_pos, global_batch);
     setLearningRate(lr);
     const auto t0 = Clock::now();
+    run.in_step = true;  // (a failure from here on cuts this step)
     const StepResult step = trainStep(*batch, st, t0);
+    run.in_step = false;
     const auto t1 = Clock::now();
     const double step_s = std::chrono::duration<double>(t1 - t0).count();
     const double wall_s = std::chrono::duration<double>(t1 - t_last).count();

@@ -30,7 +30,9 @@ std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSet
                                                       "--evaluate"};
   std::vector<std::pair<std::string, std::string>> out = {{"world size", std::to_string(world)}};
   for (auto& kv : trainSettings(cfg, dataset, train->shardSize(), TrainingState{})) {
-    if (std::find(kRunExtent.begin(), kRunExtent.end(), kv.name) == kRunExtent.end())
+    // (--elastic-batch decides nothing in a job of fixed size.)
+    if (std::find(kRunExtent.begin(), kRunExtent.end(), kv.name) == kRunExtent.end() &&
+        (elastic || kv.name != "--elastic-batch"))
       out.emplace_back(kv.name, kv.value);
   }
   return out;

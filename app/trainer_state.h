@@ -88,6 +88,7 @@ struct RunTotals {
   double epoch_pos = 0;                // fractional epoch of the training position
   bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
   bool regroup_asked = false;          // rank 0 voted kFlagRegroup; the answer has not come back yet
+  bool in_step = false;                // within trainStep (a failure there cuts the step)
   Clock::time_point last_step_end;     // the end of the last completed step (an elastic failure's detection)
   // An elastic change whose first completed step is still to come: when the change began (its
   // report entry is report.membership.back(), its metrics line written at that step).
@@ -157,14 +158,13 @@ struct Trainer::State {
   void setupDevice();
   void setupData();
   void setupModel();
-  // One epoch's steps, each followed by its metrics line, progress and --eval-every evaluation;
-  // true when every batch of the epoch was trained (no target or --max-steps stop within it).
-  // In an elastic job, a failure of the communication, or a newcomer, regroups and goes on.
-  bool trainEpoch(int epoch);
   // The epochs from pos.epochs_done on, each with its end (metrics, evaluation, checkpoint), until
-  // the run stops; in an elastic job a rank lost at an epoch's end regroups too.
+  // the run stops. In an elastic job a failure of the communication anywhere in them, or a
+  // newcomer, regroups and goes on (the one place that regroups).
   void trainEpochs();
-  // The steps of the epoch in the current world: true / false as trainEpoch; nullopt when the
+  // The epoch's steps in the current world from the position on, each followed by its metrics
+  // line, progress, vote and --eval-every evaluation: true when the epoch's last batch was
+  // trained, false on a stop within it (target, --max-steps, a stop request); nullopt when the
   // ranks voted to regroup (a newcomer).
   std::optional<bool> trainSegment(int epoch);
   // The epoch's fraction trained after `batches` of its `nb` steps of `global_batch` images.

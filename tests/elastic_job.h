@@ -36,8 +36,8 @@ struct JobSpec {
   // --nnodes `again` --resume auto (exit codes again0=, again1=; Job::report: theirs).
   std::string again;
   std::string env;  // variables every node's processes get (VAR=value ..., in the job's folder)
-  // Runs node N's aiacc_train under this command, "N" replaced by the node (the lab:
-  // "netlab.sh run N --"), with the store at master_host.
+  // Runs node N's aiacc_train under this command, each "%N" in it replaced by the node (the
+  // lab: "netlab.sh run %N --"), with the store at master_host.
   std::string node_prefix;
   std::string master_host = "127.0.0.1";
 };
