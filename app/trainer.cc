@@ -173,23 +173,16 @@ void Trainer::State::setupModel() {
   so.enabled = cfg.amp && cfg.amp_dtype == AmpDtype::kFp16;  // bf16 has fp32's range: nothing to scale
   scaler = std::make_unique<GradScaler>(so);
   resume();  // --resume: model, optimizer and pos from the checkpoint, before rank 0's weights spread
-  // --elastic-batch keep-global: this world's ranks make the job's global batch for good (a
-  // resumed or joining process has it from the state it continues).
-  if (elastic && cfg.elastic_batch == ElasticBatch::kKeepGlobal && pos.batch_world == 0) pos.batch_world = world;
-  if (elastic && cfg.elastic_batch == ElasticBatch::kKeepGlobal) {  // said now, not when the world grows
-    const int max_ranks = elastic->options().membership.max;
-    for (const Stage& st : cfg.stages) {
-      AIACC_CHECK_INPUT(globalBatch(st) >= max_ranks, "--elastic-batch keep-global: the job's global batch of ",
-                        globalBatch(st), " images cannot be shared by up to ", max_ranks,
-                        " ranks (--nnodes MAX x processes per node): one image each at least; use a larger "
-                        "--batch-size or a smaller MAX");
-    }
-  }
-  // Data parallelism wraps the model here: the ranks' settings are compared first, then
-  // DataParallel broadcasts rank 0's weights.
   // A process joining a running elastic job agrees on everything but the position, which it
   // then receives from rank 0.
   const bool joining = elastic && elastic->generation().survivors() > 0;
+  joined_running = joining;
+  // --elastic-batch keep-global: the first world's ranks make the job's global batch for good (a
+  // resumed process has it from its checkpoint, a joining one from rank 0's state below).
+  const bool keep_global = elastic && cfg.elastic_batch == ElasticBatch::kKeepGlobal;
+  if (keep_global && pos.batch_world == 0 && !joining) pos.batch_world = world;
+  // Data parallelism wraps the model here: the ranks' settings are compared first, then
+  // DataParallel broadcasts rank 0's weights.
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), joining ? TrainingState{} : pos));
   if (elastic) elastic->publishKeys();  // the generation's store keys, for whoever deletes them
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
@@ -200,6 +193,15 @@ void Trainer::State::setupModel() {
               << " at step " << pos.step << ", " << std::fixed << std::setprecision(2)
               << std::chrono::duration<double>(Clock::now() - start).count() << " s after this process started ("
               << (bytes + (1 << 20) - 1) / (1 << 20) << " MiB of state from rank 0)";
+  }
+  if (keep_global) {  // said now, not when the world grows
+    const int max_ranks = elastic->options().membership.max;
+    for (const Stage& st : cfg.stages) {
+      AIACC_CHECK_INPUT(globalBatch(st) >= max_ranks, "--elastic-batch keep-global: the job's global batch of ",
+                        globalBatch(st), " images cannot be shared by up to ", max_ranks,
+                        " ranks (--nnodes MAX x processes per node): one image each at least; use a larger "
+                        "--batch-size or a smaller MAX");
+    }
   }
   // The communication set-up as the checkpoint left it: fp16 transfer's own scale, the tuner's
   // choice, the channel shares, the bucket order (an evaluation continues no training).
@@ -276,10 +278,13 @@ void Trainer::State::setUp() {
   loss_opts = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(cfg.label_smoothing);
   run.planned = plannedSteps();
   run.last_progress = Clock::now();
-  // (A run resumed in the middle of an epoch is that far into it: training batches are whole.)
+  // (A run resumed in the middle of an epoch is that far into it: training batches are whole. A
+  // process that joined a running job has rank 0's, from restoreFromRank0.)
   const int64_t nb = stepsPerEpoch(stageAt(cfg, static_cast<int>(pos.epochs_done)));
-  run.epoch_pos = static_cast<double>(pos.epochs_done) +
-                  (nb > 0 ? static_cast<double>(pos.batches_in_epoch) / static_cast<double>(nb) : 0.0);
+  if (!joined_running) {
+    run.epoch_pos = static_cast<double>(pos.epochs_done) +
+                    (nb > 0 ? static_cast<double>(pos.batches_in_epoch) / static_cast<double>(nb) : 0.0);
+  }
   run.last_checkpoint_s = now();
 }
 
@@ -370,6 +375,8 @@ void Trainer::State::trainEpochs() {
         }
         if (run.preempted || !*complete) break;  // (stopped within the epoch: target, --max-steps)
         checkpoint();
+        // A newcomer the epoch's last step let in (not when the run ends here: nothing is left to train).
+        if (std::exchange(run.regroup_after_epoch, false) && !run.stop && pos.epochs_done < cfg.epochs) cause = "";
       }
     } catch (const comm::CommError& e) {
       if (!elastic) stopAfterLostRank(e);
@@ -502,7 +509,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     if (agreed & kFlagRegroup) {  // every rank at this same step
       run.regroup_asked = false;
       if (step_in_epoch < nb) return std::nullopt;
-      // (At the epoch's last step: the epoch ends first; the next epoch's first vote asks again.)
+      run.regroup_after_epoch = true;  // at the epoch's last step: the epoch ends first (trainEpochs)
     }
   }
   return step_in_epoch == nb;

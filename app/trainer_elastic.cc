@@ -52,8 +52,12 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   // written.
   pos.images_seen += run.window.images_all_ranks;
   run.window = LogWindow{};
-  run.regroup_asked = false;  // a vote in flight for a newcomer died with the old generation: ask again
-  sync_ptr.reset();           // the old transports close: every peer still waiting in them is released
+  // A flag in flight died with the old generation's vote: rank 0 asks again (a newcomer waiting,
+  // --checkpoint-every's time).
+  run.regroup_asked = false;
+  run.checkpoint_asked = false;
+  run.regroup_after_epoch = false;
+  sync_ptr.reset();  // the old transports close: every peer still waiting in them is released
   const comm::Generation& g = regroupOrStop(cause);
   AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
               " has no process of the one before, so nobody holds the training state; start the job again "
@@ -75,8 +79,9 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   change.generation = g.number;
   change.world_after = world;
   change.step = pos.step;
-  // This rank's completed steps the restored state does not hold, and the step the failure cut.
-  change.steps_lost = std::max<int64_t>(0, my_step - pos.step) + (cause.empty() || !step_cut ? 0 : 1);
+  // This rank's completed steps the restored state does not hold, with the step the failure cut
+  // (unless the new rank 0 completed it).
+  change.steps_lost = std::max<int64_t>(0, my_step + (cause.empty() || !step_cut ? 0 : 1) - pos.step);
   change.regroup_s = secondsOf(t_grouped - t_failed);
   change.restore_s = secondsOf(t_restored - t_grouped);
   run.planned = plannedSteps();
@@ -147,7 +152,9 @@ void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
 
 int64_t Trainer::State::restoreFromRank0(int previous_world) {
   std::string bytes;
-  at::Tensor size = at::zeros({1}, at::kLong);
+  // The state's size and rank 0's epoch position (where an evaluation pending in it is recorded,
+  // and at which stage): doubles, exact for any size below 2^53.
+  at::Tensor size = at::zeros({2}, at::kDouble);
   if (isRank0()) {
     // The rest of the epoch goes to the new world: its segment starts after every sample the
     // previous world consumed in its own.
@@ -161,10 +168,12 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
     // What the others decide from the state (a pending evaluation) this rank decides from the same:
     // the settings mark a state that carries its evaluation history (evaluationPending).
     pos.settings = p.settings;
-    size[0] = static_cast<int64_t>(bytes.size());
+    size[0] = static_cast<double>(bytes.size());
+    size[1] = run.epoch_pos;
   }
   sync().broadcast(size, 0);
-  const int64_t n = size[0].item<int64_t>();
+  const auto n = static_cast<int64_t>(size[0].item<double>());
+  run.epoch_pos = size[1].item<double>();
   at::Tensor blob = at::empty({n}, at::kByte);
   if (isRank0()) std::memcpy(blob.data_ptr(), bytes.data(), bytes.size());
   sync().broadcast(blob, 0);

@@ -89,6 +89,7 @@ struct RunTotals {
   bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once
   bool regroup_asked = false;          // rank 0 voted kFlagRegroup; the answer has not come back yet
   bool in_step = false;                // within trainStep (a failure there cuts the step)
+  bool regroup_after_epoch = false;    // the ranks agreed to let a newcomer in at the epoch's last step
   Clock::time_point last_step_end;     // the end of the last completed step (an elastic failure's detection)
   // An elastic change whose first completed step is still to come: when the change began (its
   // report entry is report.membership.back(), its metrics line written at that step).
@@ -140,6 +141,7 @@ struct Trainer::State {
   // --nnodes MIN:MAX (app/elastic.h); null otherwise.
   std::shared_ptr<ElasticJob> elastic;
   std::function<bool()> survivor_claim;   // Trainer::setSurvivorClaim; empty: no store to claim in
+  bool joined_running = false;            // this process joined a running elastic job (its state came from rank 0)
   bool step_vote = true;                  // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
   std::string sample_log_path;            // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
   std::function<void()> epoch_eval_hook;  // AIACC_TEST_HOLD_EPOCH_EVAL (app/test_hooks.h); empty: none

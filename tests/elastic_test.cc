@@ -150,6 +150,7 @@ TEST(Elastic, ARankLostAtAnEpochsEndEvaluationRegroupsAndTheJobGoesOn) {
   }
   ASSERT_EQ(evals.size(), 2u) << job.out;  // epoch 1's (after the regroup) and epoch 2's
   EXPECT_EQ(evals[0].at("step"), 10) << evals[0];
+  EXPECT_EQ(evals[0].at("epoch").get<double>(), 1.0) << evals[0];
   EXPECT_EQ(evals[0].at("images"), kClasses * 5) << evals[0];
   EXPECT_EQ(evals[1].at("images"), kClasses * 5) << evals[1];
   EXPECT_EQ(job.report.at("images_seen").get<int64_t>(), job.trained) << job.restores;
@@ -170,6 +171,24 @@ TEST(Elastic, AKilledWorkerStartedAgainRejoinsTheRunningJob) {
   EXPECT_EQ(job.report.at("membership").back().at("world_after"), 3) << job.report.at("membership");
   EXPECT_EQ(job.report.at("world_size"), 3);
   expectEachSampleOnce(job, 3 * (kBatch - 1) + 2);
+}
+
+// A newcomer let in at an epoch's last step: with --batch-size 60, 3 ranks make 1 step of the 240
+// images an epoch and 2 ranks 2, so the vote that lets the restarted worker in always comes back at
+// an epoch's last step. The ranks regroup after that epoch's end (before, they put the vote off to
+// the next epoch's first step, which was its last too, and the newcomer waited for the job's end).
+TEST(Elastic, ANewcomerAgreedAtAnEpochsLastStepJoinsAfterItsEnd) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.extra = "--max-restarts 1 --batch-size 60 --epochs 8 --log-every 1";
+  const Job job = runKilledJob(d, spec);
+  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("elastic: joined generation"), std::string::npos) << job.out;
+  ASSERT_TRUE(job.report.contains("membership")) << job.out;
+  EXPECT_EQ(job.report.at("membership").back().at("world_after"), 3) << job.report.at("membership");
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 8.0);
 }
 
 // The store served by a standalone aiacc_train --rendezvous-server: node 0 (its launcher and its
