@@ -152,4 +152,13 @@ Json expectTwoOfThreeWentOn(const Job& job) {
   return change;
 }
 
+void expectTheWorkerRejoined(const Job& job) {
+  for (const char* rc : {"rc0=0", "rc1=0", "rc2=0"})
+    EXPECT_NE(job.out.find(rc), std::string::npos) << rc << "\n" << job.out;
+  EXPECT_NE(job.out.find("elastic: joined generation"), std::string::npos) << job.out;
+  ASSERT_TRUE(job.report.contains("membership")) << job.out;
+  EXPECT_EQ(job.report.at("membership").back().at("world_after"), 3) << job.report.at("membership");
+  EXPECT_EQ(job.report.value("world_size", 0), 3);
+}
+
 }  // namespace aiacc::app::test_elastic

@@ -64,6 +64,10 @@ void expectEachSampleOnce(const Job& job, int worlds_tail);
 // to 2: that change (null, after a failure, when the report has none).
 Json expectTwoOfThreeWentOn(const Job& job);
 
+// All three nodes exited 0, node 2's worker started again joined the running job, and the job
+// ended with 3 ranks (the report's last membership change and its world size).
+void expectTheWorkerRejoined(const Job& job);
+
 // The sample logs' lines of generation `g` (kept or redone): each line's sample count, by step.
 std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int64_t g);
 
