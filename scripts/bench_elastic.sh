@@ -1,66 +1,87 @@
 #!/usr/bin/env bash
-# Recovery from a lost node: aiacc's elastic regroup against what users have today, a restart of
-# the whole job from its newest checkpoint (torchrun's way), in the same run, interleaved. Three
-# emulated nodes on this box (one aiacc_train launcher with one worker each; they share the host,
-# so shared memory carries the gradients), resnet18
-# at 64 px on the generated sample dataset; node 2's worker is SIGKILLed after step KILL_AT.
-#   elastic: --nnodes 2:3; seconds from the kill to the end of the first step the two survivors
-#            complete after it, at most detect_s + first_step_s of the report's membership record
-#            (detect_s counts from the end of the last step before the kill, first_step_s from
-#            the failure), and steps lost;
-#   restart: --nnodes 3 with --checkpoint-every EVERY steps; the job fails fast (the peers name the
-#            lost rank), then all three nodes start again with --resume auto; seconds from the
-#            kill to the first metrics line of the restarted job (its first step), and the steps
-#            redone (the killed job's last step - the step resumed from).
-#   scripts/bench_elastic.sh [AIACC_TRAIN] [ROUNDS]
+# Recovery from a lost rank: aiacc's elastic regroup against what users have today, a restart of
+# the whole job from its newest checkpoint (torchrun's way), in the same run, interleaved.
+# resnet18 at 64 px on the generated sample dataset; one worker is SIGKILLed after step KILL_AT.
+#   this box (default): three emulated nodes, one aiacc_train launcher with one worker each; they
+#            share the host, so shared memory carries the gradients; node 2's worker is killed;
+#   --lab:   the emulated cluster (scripts/netlab.sh, root): 2 nodes x 2 ranks, 1 Gbit/s links,
+#            Gloo between the nodes; one of node 1's two workers is killed.
+# Measured:
+#   elastic: --nnodes MIN:MAX (2:3; on the lab 1:2, so 3 ranks go on); seconds from the kill to
+#            the end of the first step the survivors complete after it, at most detect_s +
+#            first_step_s of the report's membership record (detect_s counts from the end of the
+#            last step before the kill, first_step_s from the failure), and steps lost;
+#   restart: a fixed --nnodes with --checkpoint-every EVERY steps; the job fails fast (the peers
+#            name the lost rank), then every node starts again with --resume auto; seconds from
+#            the kill to the first metrics line of the restarted job (its first step), and the
+#            steps redone (the killed job's last step - the step resumed from).
+#   scripts/bench_elastic.sh [--lab] [AIACC_TRAIN] [ROUNDS]
 set -uo pipefail
+LAB=0
+[ "${1:-}" = "--lab" ] && { LAB=1; shift; }
 BIN=${1:-build/app/aiacc_train}; ROUNDS=${2:-3}; KILL_AT=15; EVERY=10
 here=$(cd "$(dirname "$0")" && pwd)
-tmp=$(mktemp -d); trap 'pkill -KILL -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")  # (absolute: the lab's nodes run it too)
+tmp=$(mktemp -d)
+if [ $LAB = 1 ]; then
+  NODES=2; NPROC=2; RANGE=1:2; MASTER=$("$here/netlab.sh" addr 0)
+  "$here/netlab.sh" up --nodes $NODES --bw 1gbit > /dev/null || exit 1
+  trap 'pkill -KILL -P $$ 2>/dev/null; "$here/netlab.sh" down > /dev/null 2>&1; rm -rf "$tmp"' EXIT
+else
+  NODES=3; NPROC=1; RANGE=2:3; MASTER=127.0.0.1
+  trap 'pkill -KILL -P $$ 2>/dev/null; rm -rf "$tmp"' EXIT
+fi
+VICTIM=$((NODES - 1))  # the node one of whose workers is killed
 "$BIN" --make-sample "$tmp/ds" --sample-classes 10 --sample-train-per-class 120 --sample-val-per-class 5 >/dev/null
 now() { date +%s.%N; }
 node() {  # node-rank nnodes port extra...: one node's launcher in the background, its pid in PID
-  local n=$1 nnodes=$2 port=$3; shift 3
-  "$BIN" --data "$tmp/ds" --arch resnet18 --image-size 64 --batch-size 16 --epochs 1 --warmup-epochs 0 \
-    --threads 1 --workers 1 --log-every 1 --progress-seconds 1000 --comm-timeout 60 --nproc 1 --nnodes "$nnodes" \
-    --node-rank "$n" --master 127.0.0.1:"$port" "$@" >> "$tmp/log$n" 2>&1 &
+  local n=$1 nnodes=$2 port=$3 prefix=(); shift 3
+  [ $LAB = 1 ] && prefix=("$here/netlab.sh" run "$n" --)
+  "${prefix[@]}" "$BIN" --data "$tmp/ds" --arch resnet18 --image-size 64 --batch-size 16 --epochs 1 --warmup-epochs 0 \
+    --threads 1 --workers 1 --log-every 1 --progress-seconds 1000 --comm-timeout 60 --nproc $NPROC --nnodes "$nnodes" \
+    --node-rank "$n" --master "$MASTER:$port" "$@" >> "$tmp/log$n" 2>&1 &
   PID=$!
 }
 stepOf() {  # the last step a metrics file records (0: none yet)
   local s; s=$(grep -o '"type":"step","step":[0-9]*' "$1" 2>/dev/null | tail -1 | grep -o '[0-9]*$'); echo "${s:-0}"
 }
+nodes() {  # nnodes port extra...: every node's launcher (node 0 with the extra rank-0 flags in R0), pids in L
+  local nnodes=$1 port=$2 n; shift 2
+  L=()
+  for n in $(seq 0 $((NODES - 1))); do
+    if [ "$n" = 0 ]; then node 0 "$nnodes" "$port" "$@" "${R0[@]}"; else node "$n" "$nnodes" "$port" "$@"; fi
+    L+=("$PID")
+  done
+}
+killOne() { kill -KILL "$(pgrep -P "${L[$VICTIM]}" | head -1)"; }  # one worker of the victim node
 elastic() {
-  local port=$((30000 + RANDOM % 20000)) l0 l1 l2
+  local port=$((30000 + RANDOM % 20000))
   rm -f "$tmp"/log* "$tmp/m.jsonl" "$tmp/r.json"
-  node 0 2:3 $port --metrics-file "$tmp/m.jsonl" --report-file "$tmp/r.json"; l0=$PID
-  node 1 2:3 $port; l1=$PID; node 2 2:3 $port; l2=$PID
+  R0=(--metrics-file "$tmp/m.jsonl" --report-file "$tmp/r.json"); nodes $RANGE $port
   until [ "$(stepOf "$tmp/m.jsonl")" -ge $KILL_AT ]; do sleep 0.05; done
-  kill -KILL "$(pgrep -P "$l2")"
-  wait "$l0" "$l1" "$l2" 2>/dev/null
+  killOne
+  wait "${L[@]}" 2>/dev/null
   local d f; d=$("$here/json_get.py" "$tmp/r.json" membership.0.detect_s); f=$("$here/json_get.py" "$tmp/r.json" membership.0.first_step_s)
   awk -v d="$d" -v f="$f" 'BEGIN { printf "%.2f", d + f }'
   echo " $("$here/json_get.py" "$tmp/r.json" membership.0.steps_lost %d)"
 }
 restart() {
-  local port=$((30000 + RANDOM % 20000)) l0 l1 l2 t0 killed resumed
+  local port=$((30000 + RANDOM % 20000)) t0 killed resumed
   rm -rf "$tmp"/log* "$tmp/m.jsonl" "$tmp/ck"
-  node 0 3 $port --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY --metrics-file "$tmp/m.jsonl"; l0=$PID
-  node 1 3 $port --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY; l1=$PID
-  node 2 3 $port --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY; l2=$PID
+  R0=(--metrics-file "$tmp/m.jsonl"); nodes $NODES $port --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY
   until [ "$(stepOf "$tmp/m.jsonl")" -ge $KILL_AT ]; do sleep 0.05; done
-  kill -KILL "$(pgrep -P "$l2")"; t0=$(now)
-  wait "$l0" "$l1" "$l2" 2>/dev/null
+  killOne; t0=$(now)
+  wait "${L[@]}" 2>/dev/null
   killed=$(stepOf "$tmp/m.jsonl"); rm -f "$tmp/m.jsonl"
   port=$((30000 + RANDOM % 20000))
-  node 0 3 $port --checkpoint-dir "$tmp/ck" --resume auto --metrics-file "$tmp/m.jsonl"; l0=$PID
-  node 1 3 $port --checkpoint-dir "$tmp/ck" --resume auto; l1=$PID
-  node 2 3 $port --checkpoint-dir "$tmp/ck" --resume auto; l2=$PID
+  R0=(--metrics-file "$tmp/m.jsonl"); nodes $NODES $port --checkpoint-dir "$tmp/ck" --resume auto
   until [ -s "$tmp/m.jsonl" ]; do sleep 0.05; done
   local t1; t1=$(now)
   resumed=$(grep -o 'resumed from .* at step [0-9]*' "$tmp/log0" | tail -1 | grep -o '[0-9]*$')
-  kill -TERM "$l0" "$l1" "$l2" 2>/dev/null; wait "$l0" "$l1" "$l2" 2>/dev/null
+  kill -TERM "${L[@]}" 2>/dev/null; wait "${L[@]}" 2>/dev/null
   awk -v a="$t0" -v b="$t1" -v k="$killed" -v r="${resumed:-0}" 'BEGIN { printf "%.2f %d\n", b - a, k - r }'
 }
+echo "layout: $NODES nodes x $NPROC ranks ($([ $LAB = 1 ] && echo "the lab, 1 Gbit/s links, Gloo between nodes" || echo "this box, shared memory")); one worker of node $VICTIM killed after step $KILL_AT"
 echo "round  elastic: s kill->first step, steps lost   restart: s kill->first step, steps redone   speedup"
 for r in $(seq "$ROUNDS"); do
   read -r es el <<< "$(elastic)"
