@@ -27,7 +27,6 @@
 #include "data/device_input.h"
 #include "data/entropy_gate.h"
 #include "data/loader.h"
-#include "data/sampler.h"
 #include "models/resnet.h"
 #include "models/torch_format.h"
 #include "models/weights.h"
@@ -225,34 +224,6 @@ void Trainer::State::setLearningRate(double lr) {
   }
 }
 
-int64_t Trainer::State::globalBatch(const Stage& st, int w) const {
-  const bool keep_global = cfg.elastic_batch == ElasticBatch::kKeepGlobal && pos.batch_world > 0;
-  return static_cast<int64_t>(st.batch_size) * (keep_global ? pos.batch_world : w);
-}
-
-int64_t Trainer::State::rankBatchSize(const Stage& st) const {
-  const int64_t global = globalBatch(st);
-  AIACC_CHECK_INPUT(global >= world, "--elastic-batch keep-global: the job's global batch of ", global,
-                    " images cannot be shared by ", world,
-                    " ranks (one image each at least); use a larger --batch-size "
-                    "or fewer ranks (--nnodes MIN:MAX)");
-  return data::rankBatch(global, rank, world);
-}
-
-int64_t Trainer::State::stepsPerEpoch(const Stage& st) const {
-  const int64_t global = globalBatch(st);
-  // Where the world divides the global batch the ranks' shards are the even ones.
-  if (global == static_cast<int64_t>(st.batch_size) * world) return train->shardSize() / st.batch_size;
-  return train->epochSize() / global;
-}
-
-int64_t Trainer::State::plannedSteps() const {
-  int64_t steps = 0;
-  for (int e = 0; e < cfg.epochs; ++e) steps += stepsPerEpoch(stageAt(cfg, e));
-  if (cfg.max_steps > 0) steps = std::min(steps, cfg.max_steps);
-  return steps;
-}
-
 void Trainer::State::setUp() {
   // Set the thread count explicitly: Debian's LibTorch starts with one OpenMP thread.
   const int local = std::max(1, world_info.local_size);
@@ -280,8 +251,8 @@ void Trainer::State::setUp() {
   run.last_progress = Clock::now();
   // (A run resumed in the middle of an epoch is that far into it: training batches are whole. A
   // process that joined a running job has rank 0's, from restoreFromRank0.)
-  const int64_t nb = stepsPerEpoch(stageAt(cfg, static_cast<int>(pos.epochs_done)));
   if (!joined_running) {
+    const int64_t nb = stepsPerEpoch(stageAt(cfg, static_cast<int>(pos.epochs_done)));
     run.epoch_pos = static_cast<double>(pos.epochs_done) +
                     (nb > 0 ? static_cast<double>(pos.batches_in_epoch) / static_cast<double>(nb) : 0.0);
   }
@@ -391,15 +362,6 @@ void Trainer::State::trainEpochs() {
     run.stop = (cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached;
     regrouped = true;
   }
-}
-
-double Trainer::State::epochFraction(int64_t batches, int64_t nb, int64_t global_batch) const {
-  if (pos.segment_offset == 0) return static_cast<double>(batches) / static_cast<double>(std::max<int64_t>(nb, 1));
-  // The world changed within the epoch: by the samples of the epoch's order consumed.
-  const int64_t per_batch = global_batch;
-  const double done = static_cast<double>(pos.segment_offset + (batches - pos.segment_batch) * per_batch);
-  const double all = static_cast<double>(pos.segment_offset + (nb - pos.segment_batch) * per_batch);
-  return all > 0 ? done / all : 0.0;
 }
 
 std::optional<bool> Trainer::State::trainSegment(int epoch) {
