@@ -23,6 +23,7 @@ namespace {
 
 constexpr int64_t kFormatVersion = 5;
 constexpr const char* kFormatName = "aiacc checkpoint";
+constexpr const char* kStateFormatName = "aiacc training state";  // encodeTrainingState's
 
 using models::field;
 using models::plainDict;
@@ -165,6 +166,26 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
   return p;
 }
 
+// The training state, class names and configuration of `root` (a checkpoint's, or encodeTrainingState's).
+TrainingState positionFrom(const c10::impl::GenericDict& root) {
+  TrainingState p = stateFrom(models::dictOf(field(root, "training_state", "the checkpoint"), "training_state"));
+  for (const c10::IValue& c : models::listOf(field(root, "classes", "the checkpoint"), "classes")) {
+    AIACC_CHECK_IO(c.isString(), "a class name that is not a string");
+    p.classes.push_back(c.toStringRef());
+  }
+  p.config = pairsFrom(field(root, "config", "the checkpoint"), "config");
+  return p;
+}
+
+// What the training state adds to a checkpoint's root: the state, class names and configuration.
+void insertPosition(c10::impl::GenericDict& root, const TrainingState& pos) {
+  c10::impl::GenericList classes = plainList();
+  for (const std::string& c : pos.classes) classes.push_back(c);
+  root.insert("training_state", stateDict(pos));
+  root.insert("classes", classes);
+  root.insert("config", pairsDict(pos.config));
+}
+
 // Format 5: torch.save's zip format holding one plain dict (see checkpoint.h).
 TrainingState decodeTorchSaveCheckpoint(const std::string& bytes, const std::string& name, torch::nn::Module& model,
                                         torch::optim::SGD& optimizer) {
@@ -183,13 +204,7 @@ TrainingState decodeTorchSaveCheckpoint(const std::string& bytes, const std::str
   }
   models::loadStateInto(model, loaded);
   restoreSgdState(optimizer, field(root, "optimizer", "the checkpoint"));
-  TrainingState p = stateFrom(models::dictOf(field(root, "training_state", "the checkpoint"), "training_state"));
-  for (const c10::IValue& c : models::listOf(field(root, "classes", "the checkpoint"), "classes")) {
-    AIACC_CHECK_IO(c.isString(), "a class name that is not a string");
-    p.classes.push_back(c.toStringRef());
-  }
-  p.config = pairsFrom(field(root, "config", "the checkpoint"), "config");
-  return p;
+  return positionFrom(root);
 }
 
 }  // namespace
@@ -197,17 +212,35 @@ TrainingState decodeTorchSaveCheckpoint(const std::string& bytes, const std::str
 std::string encodeCheckpoint(torch::nn::Module& model, torch::optim::SGD& optimizer, const TrainingState& pos) {
   c10::impl::GenericDict model_state = plainDict();
   for (const auto& [name, t] : models::stateDictOf(model)) model_state.insert(name, t);
-  c10::impl::GenericList classes = plainList();
-  for (const std::string& c : pos.classes) classes.push_back(c);
   c10::impl::GenericDict root = plainDict();
   root.insert("format", kFormatName);
   root.insert("format_version", kFormatVersion);
   root.insert("model", model_state);
   root.insert("optimizer", sgdStateValue(optimizer));
-  root.insert("training_state", stateDict(pos));
-  root.insert("classes", classes);
-  root.insert("config", pairsDict(pos.config));
+  insertPosition(root, pos);
   return models::encodeTorchSave(c10::IValue(root));
+}
+
+std::string encodeTrainingState(const TrainingState& pos) {
+  c10::impl::GenericDict root = plainDict();
+  root.insert("format", kStateFormatName);
+  root.insert("format_version", kFormatVersion);
+  insertPosition(root, pos);
+  return models::encodeTorchSave(c10::IValue(root));
+}
+
+TrainingState decodeTrainingState(const std::string& bytes, const std::string& name) {
+  try {
+    const models::Unpickled file = models::readTorchSaveBytes(bytes, name);
+    const c10::impl::GenericDict root = models::dictOf(file.value, "the training state");
+    const c10::IValue kind = field(root, "format", "the training state");
+    AIACC_CHECK_IO(kind.isString() && kind.toStringRef() == kStateFormatName, "not an aiacc training state");
+    const int64_t format = models::intOf(field(root, "format_version", "the training state"), "format_version");
+    AIACC_CHECK_IO(format == kFormatVersion, "format version ", format, ", this aiacc reads ", kFormatVersion);
+    return positionFrom(root);
+  } catch (const std::exception& e) {
+    AIACC_THROW(IoError, "cannot read ", name, ": ", firstLine(e.what()));
+  }
 }
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer,

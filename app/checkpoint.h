@@ -55,6 +55,13 @@ std::string encodeCheckpoint(torch::nn::Module& model, torch::optim::SGD& optimi
 TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name, torch::nn::Module& model,
                                torch::optim::SGD& optimizer);
 
+// The training state alone (no model, no optimizer), as an elastic job's rank 0 sends it to
+// survivors that already hold its model and optimizer state: a torch.save dict {"format": "aiacc
+// training state", "format_version", "training_state", "classes", "config"}, laid out as in a
+// checkpoint. decodeTrainingState throws IoError naming `name` on anything else.
+std::string encodeTrainingState(const TrainingState& state);
+TrainingState decodeTrainingState(const std::string& bytes, const std::string& name);
+
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::SGD& optimizer,
                     const TrainingState& state);
 

@@ -35,6 +35,12 @@ void setMomentum(torch::optim::SGD& sgd, const at::Tensor& p, const at::Tensor& 
   sgd.state()[compat::optimStateKey(p)] = std::move(st);
 }
 
+// p's momentum buffer in sgd's state (undefined: none yet).
+at::Tensor momentumBuffer(const torch::optim::SGD& sgd, const at::Tensor& p) {
+  const auto it = sgd.state().find(compat::optimStateKey(p));
+  return it == sgd.state().end() ? at::Tensor() : static_cast<const SGDParamState&>(*it->second).momentum_buffer();
+}
+
 }  // namespace
 
 void writeSgdState(const torch::optim::SGD& sgd, torch::serialize::OutputArchive& out) {
@@ -97,9 +103,7 @@ c10::IValue sgdStateValue(const torch::optim::SGD& sgd) {
     g.insert("nesterov", o.nesterov());
     c10::impl::GenericList buffers = models::plainList();
     for (const auto& p : group.params()) {
-      const auto it = sgd.state().find(compat::optimStateKey(p));
-      const at::Tensor buf = it == sgd.state().end() ? at::Tensor()
-                                                     : static_cast<const SGDParamState&>(*it->second).momentum_buffer();
+      const at::Tensor buf = momentumBuffer(sgd, p);
       buffers.push_back(buf.defined() ? c10::IValue(buf.detach().cpu()) : c10::IValue());
     }
     g.insert("momentum_buffers", buffers);
@@ -107,6 +111,14 @@ c10::IValue sgdStateValue(const torch::optim::SGD& sgd) {
   }
   c10::impl::GenericDict out = models::plainDict();
   out.insert("groups", groups);
+  return out;
+}
+
+std::vector<at::Tensor> momentumBuffers(const torch::optim::SGD& sgd) {
+  std::vector<at::Tensor> out;
+  for (const auto& group : sgd.param_groups()) {
+    for (const auto& p : group.params()) out.push_back(momentumBuffer(sgd, p));
+  }
   return out;
 }
 

@@ -34,6 +34,9 @@ void readSgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in);
 // float64 tensors), "nesterov" (bool), "momentum_buffers" (per parameter, in order: a tensor, or
 // None before its first step with momentum)}]}.
 c10::IValue sgdStateValue(const torch::optim::SGD& sgd);
+// Each parameter's momentum buffer, group by group in the optimizer's order (undefined where a
+// parameter has none yet).
+std::vector<at::Tensor> momentumBuffers(const torch::optim::SGD& sgd);
 void restoreSgdState(torch::optim::SGD& sgd, const c10::IValue& value);
 
 // torch::optim::SGD::save's layout (checkpoints of format 2).

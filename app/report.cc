@@ -114,7 +114,13 @@ std::string describe(const MembershipChange& c) {
   o << std::fixed << std::setprecision(2) << "generation " << c.generation << ": " << c.world_before << " -> "
     << c.world_after << " ranks at step " << c.step << " (" << (c.cause.empty() ? "a process asked to join" : c.cause)
     << "); detected in " << c.detect_s << " s, regrouped in " << c.regroup_s << " s, state restored in " << c.restore_s
-    << " s (" << (c.bytes + (1 << 20) - 1) / (1 << 20) << " MiB to each rank), " << c.steps_lost << " step(s) lost";
+    << " s (";
+  if (c.bytes >= (1 << 20)) {
+    o << static_cast<double>(c.bytes) / (1 << 20) << " MiB";
+  } else {
+    o << (c.bytes + 1023) / 1024 << " KiB";
+  }
+  o << " to each rank), " << c.steps_lost << " step(s) lost";
   if (c.first_step_s >= 0) o << "; first step done " << c.first_step_s << " s after the change began";
   return o.str();
 }

@@ -62,6 +62,10 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
                       " steps in turn, then none after " + ab + " (a benchmark's A/B)");
   }
   if (const char* path = get("AIACC_TEST_SAMPLE_LOG")) h.sample_log = path;
+  if (const char* skew = get("AIACC_TEST_SKEW_AT_REGROUP"); skew && std::string(skew) == "1") {
+    h.skew_at_regroup = true;
+    h.notes.push_back("AIACC_TEST_SKEW_AT_REGROUP=1: at a regroup, the survivors but rank 0 change a parameter");
+  }
   if (const char* hold = get("AIACC_TEST_HOLD_EPOCH_EVAL")) {
     const std::string release = hold;
     AIACC_CHECK_INPUT(!release.empty(), "AIACC_TEST_HOLD_EPOCH_EVAL must name a file");

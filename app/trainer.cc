@@ -302,6 +302,7 @@ void Trainer::setTestHooks(const TestHooks& hooks) {
   s_->run.vote_ab.block = hooks.step_vote_ab;
   s_->sample_log_path = hooks.sample_log;
   s_->epoch_eval_hook = hooks.epoch_eval;
+  s_->skew_at_regroup = hooks.skew_at_regroup;
 }
 
 Report Trainer::run() {

@@ -9,6 +9,7 @@
 #include <iomanip>
 
 #include "app/checkpoint.h"
+#include "app/optim_state.h"
 #include "app/job_settings.h"
 #include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/common/crc32c.h"
@@ -150,7 +151,41 @@ void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
   throw SurvivorStop(firstLine(e.what()), writer ? saveOwnState() : std::string());
 }
 
+uint32_t Trainer::State::stateCrc(bool with_momentum) const {
+  uint32_t crc = 0;
+  const auto add = [&crc](const at::Tensor& t) {
+    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    crc = crc32c(c.data_ptr(), c.nbytes(), crc);
+  };
+  for (const at::Tensor& p : params) add(p);
+  if (!with_momentum) return crc;
+  for (const at::Tensor& m : momentumBuffers(*optimizer)) {
+    if (m.defined()) add(m);
+  }
+  return crc;
+}
+
 int64_t Trainer::State::restoreFromRank0(int previous_world) {
+  // Who lacks rank 0's model and optimizer state: each rank's slot holds its completed steps + 1
+  // (0: a process that was not in the generation before, which holds nothing) and the CRC-32C of
+  // its parameters and momentum; summed, all see all. Survivors of a synchronous job at rank 0's
+  // step normally hold the same bytes, and then only the position travels (a few KiB, not the
+  // model): the ranks behind, the joiners and any that differ receive everything.
+  const comm::Generation& g = elastic->generation();
+  const bool survivor = g.members[rank].generation == g.number - 1 && g.number > 0;
+  if (skew_at_regroup && survivor && !isRank0()) {  // tests: a survivor whose state differs
+    torch::NoGradGuard no_grad;
+    params.front().add_(1.0);
+  }
+  at::Tensor held = at::zeros({world, 2}, at::kDouble);
+  held[rank][0] = survivor ? static_cast<double>(pos.step + 1) : 0.0;
+  held[rank][1] = static_cast<double>(stateCrc(true));
+  sync().allreduceSum(held);
+  bool all_hold = true;
+  for (int r = 1; r < world; ++r) {
+    all_hold = all_hold && held[r][0].item<double>() == held[0][0].item<double>() &&
+               held[r][1].item<double>() == held[0][1].item<double>();
+  }
   std::string bytes;
   // The state's size and rank 0's epoch position (where an evaluation pending in it is recorded,
   // and at which stage): doubles, exact for any size below 2^53.
@@ -161,10 +196,10 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
     const Stage& st = stageAt(cfg, static_cast<int>(pos.epochs_done));
     pos.segment_offset += (pos.batches_in_epoch - pos.segment_batch) * globalBatch(st, previous_world);
     pos.segment_batch = pos.batches_in_epoch;
-    pos.generation = elastic->generation().number;
+    pos.generation = g.number;
     TrainingState p = snapshot();
     p.comm = pos.comm;  // the communication state the ranks had (regroup kept it; the new sync's is fresh)
-    bytes = encodeCheckpoint(*model, *optimizer, p);
+    bytes = all_hold ? encodeTrainingState(p) : encodeCheckpoint(*model, *optimizer, p);
     // What the others decide from the state (a pending evaluation) this rank decides from the same:
     // the settings mark a state that carries its evaluation history (evaluationPending).
     pos.settings = p.settings;
@@ -178,8 +213,10 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
   if (isRank0()) std::memcpy(blob.data_ptr(), bytes.data(), bytes.size());
   sync().broadcast(blob, 0);
   if (!isRank0()) {
-    TrainingState restored = decodeCheckpoint(std::string(static_cast<const char*>(blob.data_ptr()), n),
-                                              "the training state from rank 0", *model, *optimizer);
+    const std::string received(static_cast<const char*>(blob.data_ptr()), n);
+    const std::string name = "the training state from rank 0";
+    TrainingState restored = all_hold ? decodeTrainingState(received, name)
+                                      : decodeCheckpoint(received, name, *model, *optimizer);
     restored.elapsed_s = pos.elapsed_s;  // now() counts from this process's own start
     pos = std::move(restored);
     if (pos.rng_cpu.defined()) {
@@ -189,19 +226,15 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
     if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
   }
   if (sample_log) *sample_log << "restore " << pos.generation << " " << pos.step << std::endl;
-  checkSameParameters();
+  // The hashes above already compared every rank's parameters when nothing but the position moved.
+  if (!all_hold) checkSameParameters();
   return n;
 }
 
 void Trainer::State::checkSameParameters() {
   // Every rank's CRC-32C of its parameters' bytes, in its own slot, summed: all see all.
-  uint32_t crc = 0;
-  for (const at::Tensor& p : params) {
-    const at::Tensor c = p.detach().to(at::kCPU).contiguous();
-    crc = crc32c(c.data_ptr(), c.nbytes(), crc);
-  }
   at::Tensor all = at::zeros({world}, at::kDouble);
-  all[rank] = static_cast<double>(crc);
+  all[rank] = static_cast<double>(stateCrc(false));
   sync().allreduceSum(all);
   for (int r = 1; r < world; ++r) {
     AIACC_CHECK(all[r].item<double>() == all[0].item<double>(), "elastic: after the regroup to generation ",

@@ -145,6 +145,7 @@ struct Trainer::State {
   bool step_vote = true;                  // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
   std::string sample_log_path;            // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
   std::function<void()> epoch_eval_hook;  // AIACC_TEST_HOLD_EPOCH_EVAL (app/test_hooks.h); empty: none
+  bool skew_at_regroup = false;           // AIACC_TEST_SKEW_AT_REGROUP=1 (app/test_hooks.h)
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 
@@ -204,9 +205,15 @@ struct Trainer::State {
   // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.
+  // Survivors that hold rank 0's model and optimizer state (same step, same stateCrc) receive
+  // only the position (encodeTrainingState) and keep their own BatchNorm statistics, as between
+  // two steps; when any rank lacks it (a joiner, a rank behind), every rank receives all.
   int64_t restoreFromRank0(int previous_world);
-  // After every restore: the ranks compare a hash of their parameters (one small sum); a
-  // difference is an error naming the rank.
+  // CRC-32C of this rank's parameters (and momentum buffers).
+  uint32_t stateCrc(bool with_momentum) const;
+  // After a restore that moved the model: the ranks compare a hash of their parameters (one
+  // small sum); a difference is an error naming the rank. (When only the position moved, the
+  // hashes that decided it were compared already.)
   void checkSameParameters();
   // This rank's training state as a checkpoint holds it (the model and optimizer aside).
   TrainingState snapshot() const;

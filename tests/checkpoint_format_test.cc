@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "app/checkpoint.h"
 #include "models/torch_unpickler.h"
 #include "models/torch_values.h"
 #include "aiacc/common/error.h"
@@ -177,6 +178,53 @@ TEST(CheckpointFormat, TunedCommunicationIsSavedAndRestored) {
   ASSERT_TRUE(b.at("comm_tuned").isGenericDict());
   EXPECT_EQ(models::realOf(b.at("comm_tuned").toGenericDict().at("bucket_mb"), "bucket_mb"), mb);
   EXPECT_TRUE(b.at("bucket_order").toTensor().equal(order));
+}
+
+// What an elastic job's rank 0 sends survivors that hold its model (app/checkpoint.h's
+// encodeTrainingState): the position, history, settings and RNG come back as they went; anything
+// else (a whole checkpoint, a truncated blob) is an IoError naming what was read.
+TEST(CheckpointFormat, TheTrainingStateAloneComesBackAsItWent) {
+  TrainingState p;
+  p.epochs_done = 3;
+  p.step = 1234;
+  p.images_seen = 98765;
+  p.batches_in_epoch = 7;
+  p.segment_offset = 120;
+  p.segment_batch = 5;
+  p.generation = 2;
+  p.batch_world = 3;
+  p.epoch_loss_sum = 12.5;
+  p.evals.push_back(EvalPoint{10, 1.0, 4.5, 0.25, 0.75, 2.5, 30});
+  p.settings = {{"--arch", "resnet18"}, {"--batch-size", "8"}};
+  p.classes = {"cat", "dog"};
+  p.config = {{"lr", "0.1"}};
+  p.rng_cpu = at::arange(16, at::kByte);
+  const std::string bytes = encodeTrainingState(p);
+  EXPECT_LT(bytes.size(), 64u << 10);
+  const TrainingState q = decodeTrainingState(bytes, "the state");
+  EXPECT_EQ(q.epochs_done, 3);
+  EXPECT_EQ(q.step, 1234);
+  EXPECT_EQ(q.images_seen, 98765);
+  EXPECT_EQ(q.batches_in_epoch, 7);
+  EXPECT_EQ(q.segment_offset, 120);
+  EXPECT_EQ(q.segment_batch, 5);
+  EXPECT_EQ(q.generation, 2);
+  EXPECT_EQ(q.batch_world, 3);
+  EXPECT_EQ(q.epoch_loss_sum, 12.5);
+  ASSERT_EQ(q.evals.size(), 1u);
+  EXPECT_EQ(q.evals[0].top5, 0.75);
+  EXPECT_EQ(q.settings, p.settings);
+  EXPECT_EQ(q.classes, p.classes);
+  EXPECT_EQ(q.config, p.config);
+  ASSERT_TRUE(q.rng_cpu.defined());
+  EXPECT_TRUE(q.rng_cpu.equal(p.rng_cpu));
+  EXPECT_THROW(decodeTrainingState(bytes.substr(0, bytes.size() / 2), "a cut state"), IoError);
+  try {
+    decodeTrainingState("not a state", "rank 0's state");
+    ADD_FAILURE() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0's state"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

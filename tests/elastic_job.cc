@@ -157,7 +157,9 @@ void expectTheWorkerRejoined(const Job& job) {
     EXPECT_NE(job.out.find(rc), std::string::npos) << rc << "\n" << job.out;
   EXPECT_NE(job.out.find("elastic: joined generation"), std::string::npos) << job.out;
   ASSERT_TRUE(job.report.contains("membership")) << job.out;
-  EXPECT_EQ(job.report.at("membership").back().at("world_after"), 3) << job.report.at("membership");
+  const Json& joined = job.report.at("membership").back();
+  EXPECT_EQ(joined.at("world_after"), 3) << job.report.at("membership");
+  EXPECT_GT(joined.at("bytes").get<int64_t>(), kModelBytes) << joined;  // the joiner had no model
   EXPECT_EQ(job.report.value("world_size", 0), 3);
 }
 

@@ -16,6 +16,10 @@ namespace aiacc::app::test_elastic {
 
 constexpr int kClasses = 6, kPerClass = 40;  // 240 training images
 constexpr int kBatch = 8;
+// A membership change's bytes (the report's "bytes": the state sent to each rank): below
+// kPositionBytes when only the position travelled, above kModelBytes when the model did
+// (resnet18's 11.2M parameters and as much momentum: 86 MiB).
+constexpr int64_t kPositionBytes = 256 << 10, kModelBytes = 40 << 20;
 
 // The job and what is done to it. Node 2's worker is $W in `act`; $L0..$L2 are the nodes'
 // launchers.
