@@ -59,9 +59,10 @@ Job runKilledJob(const test::TempDir& d, const JobSpec& spec) {
   const std::string& extra = spec.extra;
   const bool kubeflow = spec.kubeflow, server = spec.server;
   const std::string data = d / "ds";
-  const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses,
-                                          " --sample-shapes 3 --sample-train-per-class ", kPerClass,
-                                          " --sample-val-per-class 5 --sample-min-side 40 --sample-max-side 64"));
+  const auto made = test::runTrain(strCat("--make-sample ", data, " --sample-classes ", kClasses, " --sample-shapes ",
+                                          spec.sample_shapes, " --sample-train-per-class ", kPerClass,
+                                          " --sample-val-per-class ", spec.val_per_class,
+                                          " --sample-min-side 40 --sample-max-side 64"));
   EXPECT_EQ(made.first, 0) << made.second;
   const std::string port = std::to_string(test::freePort());
   const std::string metrics = d / "m.jsonl";

@@ -44,6 +44,10 @@ struct JobSpec {
   // lab: "netlab.sh run %N --"), with the store at master_host.
   std::string node_prefix;
   std::string master_host = "127.0.0.1";
+  // The sample dataset (d/ds): kClasses classes of `sample_shapes` shapes (the rest hues),
+  // kPerClass training and `val_per_class` validation images each.
+  int sample_shapes = 3;
+  int val_per_class = 5;
 };
 
 struct Job {
