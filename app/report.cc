@@ -190,6 +190,7 @@ std::string reportJson(const Report& r, const Config& c) {
   j["overflow_skips"] = r.overflow_skips;
   j["peak_rss_mb"] = r.peak_rss_mb;
   j["max_peak_rss_mb_over_ranks"] = r.max_peak_rss_mb;
+  j["summed_ranks"] = r.summed_ranks;
   j["images_per_s_per_process"] = r.mean_images_per_s / std::max(1, r.world);
   j["recipe"] = c.recipe;
   j["evals"] = std::move(evals);

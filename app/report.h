@@ -83,6 +83,9 @@ struct Report {
   int64_t overflow_skips = 0;      // steps skipped for inf/NaN gradients (loss scaler or fp16/bf16 transfer)
   double peak_rss_mb = 0;          // this process's peak resident memory, MiB
   double max_peak_rss_mb = 0;      // the largest over all ranks
+  // The ranks max_peak_rss_mb and skipped_files cover: the world, or 1 in an elastic job that
+  // lost a rank after training ended (they are then this rank's own).
+  int summed_ranks = 1;
   std::vector<EvalPoint> evals;
   MachineInfo machine;
   // Stopped on a stop request (a signal on some rank) at the step the ranks agreed on.

@@ -74,6 +74,12 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     };
     h.notes.push_back("AIACC_TEST_HOLD_EPOCH_EVAL=" + release + ": each epoch's end evaluation waits for the file");
   }
+  if (const char* hold = get("AIACC_TEST_HOLD_RUN_END")) {
+    const std::string release = hold;
+    AIACC_CHECK_INPUT(!release.empty(), "AIACC_TEST_HOLD_RUN_END must name a file");
+    h.run_end = [release] { holdUntilReleased(release + ".held." + std::to_string(::getpid()), release, ::getpid()); };
+    h.notes.push_back("AIACC_TEST_HOLD_RUN_END=" + release + ": the run's end waits for the file");
+  }
   return h;
 }
 

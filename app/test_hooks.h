@@ -20,6 +20,9 @@
 //   AIACC_TEST_SKEW_AT_REGROUP=1   at each elastic regroup, a survivor that is not the new rank 0
 //       adds 1 to its first parameter before the ranks compare their states: one whose state
 //       differs, which must then receive rank 0's whole state (tests/elastic_test.cc).
+//   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal), before the
+//       final evaluation if one is due and before the report's sums over the ranks, create
+//       FILE.held.<pid> and wait until FILE exists (at most 10 minutes) (tests/elastic_test.cc).
 //   AIACC_TEST_SAMPLE_LOG=PATH    each process appends, to PATH.<pid>, one line per applied step
 //       with its samples and one per restore (tests/elastic_test.cc).
 #pragma once
@@ -46,6 +49,7 @@ struct TestHooks {
   int step_vote_ab = 0;              // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
   std::string sample_log;            // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
   std::function<void()> epoch_eval;  // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)
+  std::function<void()> run_end;     // AIACC_TEST_HOLD_RUN_END (empty: none)
   bool skew_at_regroup = false;      // AIACC_TEST_SKEW_AT_REGROUP=1
   std::vector<std::string> notes;    // one line for each variable set, for rank 0's log
 };

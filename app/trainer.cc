@@ -302,6 +302,7 @@ void Trainer::setTestHooks(const TestHooks& hooks) {
   s_->run.vote_ab.block = hooks.step_vote_ab;
   s_->sample_log_path = hooks.sample_log;
   s_->epoch_eval_hook = hooks.epoch_eval;
+  s_->run_end_hook = hooks.run_end;
   s_->skew_at_regroup = hooks.skew_at_regroup;
 }
 
@@ -313,8 +314,6 @@ Report Trainer::run() {
     return s.run.preempted ? s.finishPreempted() : s.finishReport();
   }
   s.trainEpochs();
-  // Make sure the final state was evaluated.
-  if (!s.run.preempted && (s.pos.evals.empty() || s.pos.evals.back().step != s.pos.step)) s.evaluateAndRecord();
   return s.run.preempted ? s.finishPreempted() : s.finishReport();
 }
 
@@ -326,13 +325,26 @@ void Trainer::State::trainEpochs() {
   // position (any batches the new world can still make of it, then the epoch's end). Every rank
   // of the generation holds the same state, so they all take the same collectives. An epoch end
   // whose checkpoint a failure cut is not written again: the next one is.
+  // After the last epoch, or a stop within one (target, --max-steps), the final state is
+  // evaluated unless an epoch's end just was, or a stop request cut the run; in an elastic job
+  // a rank lost meanwhile regroups as anywhere else, and the survivors evaluate it.
   bool regrouped = true;  // at the start too: a resumed run, a newcomer
-  while (!run.stop && pos.epochs_done < cfg.epochs) {
+  bool ended = false;
+  while (true) {
+    const bool training = !run.stop && pos.epochs_done < cfg.epochs;
+    if (!training) {
+      if (run_end_hook && !std::exchange(ended, true)) run_end_hook();
+      if (run.preempted || (!pos.evals.empty() && pos.evals.back().step == pos.step)) break;
+    }
     std::optional<std::string> cause;  // set: the ranks regroup ("": to let a newcomer in)
     try {
+      if (!training) {
+        evaluateAndRecord();
+        continue;
+      }
       if (std::exchange(regrouped, false)) {
         if (evaluationPending()) evaluateAndRecord();
-        if (run.stop) break;
+        if (run.stop) continue;
       }
       const int epoch = static_cast<int>(pos.epochs_done);
       const std::optional<bool> complete = trainSegment(epoch);
@@ -345,7 +357,11 @@ void Trainer::State::trainEpochs() {
           if (epoch_eval_hook) epoch_eval_hook();
           evaluateAndRecord();
         }
-        if (run.preempted || !*complete) break;  // (stopped within the epoch: target, --max-steps)
+        if (run.preempted) break;
+        if (!*complete) {  // stopped within the epoch (target, --max-steps): the final evaluation is left
+          run.stop = true;
+          continue;
+        }
         checkpoint();
         // A newcomer the epoch's last step let in (not when the run ends here: nothing is left to train).
         if (std::exchange(run.regroup_after_epoch, false) && !run.stop && pos.epochs_done < cfg.epochs) cause = "";

@@ -130,19 +130,30 @@ Report Trainer::State::finishReport() {
   r.steady_images_per_s = run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s
                                                 : r.mean_images_per_s;
   r.total_s = now();
-  {  // peak resident memory: this rank's, and the largest over ranks (summing one-hot slots)
+  {  // Peak resident memory, this rank's and the largest over ranks (one-hot slots), and the
+     // undecodable files each rank met in its own shard: one sum.
     rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);
     r.peak_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
-    at::Tensor all = at::zeros({world}, at::kDouble);
+    at::Tensor all = at::zeros({world + 1}, at::kDouble);
     all[rank] = r.peak_rss_mb;
-    sync().allreduceSum(all);
-    r.max_peak_rss_mb = all.max().item<double>();
-  }
-  {  // undecodable files: each rank met its own shard's
-    at::Tensor skipped = at::tensor({static_cast<double>(skips->count())}, at::kDouble);
-    sync().allreduceSum(skipped);
-    r.skipped_files = static_cast<int64_t>(std::llround(skipped.item<double>()));
+    all[world] = static_cast<double>(skips->count());
+    try {
+      sync().allreduceSum(all);
+      r.max_peak_rss_mb = all.narrow(0, 0, world).max().item<double>();
+      r.skipped_files = static_cast<int64_t>(std::llround(all[world].item<double>()));
+      r.summed_ranks = world;
+    } catch (const comm::CommError& e) {
+      // Training has ended and the state is evaluated: an elastic job does not fail for a rank
+      // lost now, but its report can only give what this rank knows (the sum may have been cut
+      // half way), and says so.
+      if (!elastic) throw;
+      r.max_peak_rss_mb = r.peak_rss_mb;
+      r.skipped_files = skips->count();
+      r.summed_ranks = 1;
+      LOG(WARNING) << "rank " << rank << ": a rank was lost after training ended (" << firstLine(e.what())
+                   << "); the report's peak memory over ranks and undecodable files are this rank's own";
+    }
   }
   r.ignored_files = ignored_files;
   r.exposed_comm_s = sync().exposedCommSeconds();

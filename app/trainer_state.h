@@ -145,6 +145,7 @@ struct Trainer::State {
   bool step_vote = true;                  // false only for a benchmark's baseline (AIACC_BENCH_NO_STEP_VOTE=1)
   std::string sample_log_path;            // AIACC_TEST_SAMPLE_LOG (app/test_hooks.h); empty: no sample log
   std::function<void()> epoch_eval_hook;  // AIACC_TEST_HOLD_EPOCH_EVAL (app/test_hooks.h); empty: none
+  std::function<void()> run_end_hook;     // AIACC_TEST_HOLD_RUN_END (app/test_hooks.h); empty: none
   bool skew_at_regroup = false;           // AIACC_TEST_SKEW_AT_REGROUP=1 (app/test_hooks.h)
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
@@ -162,8 +163,9 @@ struct Trainer::State {
   void setupData();
   void setupModel();
   // The epochs from pos.epochs_done on, each with its end (metrics, evaluation, checkpoint), until
-  // the run stops. In an elastic job a failure of the communication anywhere in them, or a
-  // newcomer, regroups and goes on (the one place that regroups).
+  // the run stops, then the final state's evaluation if no epoch's end made it. In an elastic
+  // job a failure of the communication anywhere in them, or a newcomer, regroups and goes on (the
+  // one place that regroups).
   void trainEpochs();
   // The epoch's steps in the current world from the position on, each followed by its metrics
   // line, progress, vote and --eval-every evaluation: true when the epoch's last batch was

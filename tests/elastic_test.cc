@@ -165,6 +165,51 @@ TEST(Elastic, ARankLostAtAnEpochsEndEvaluationRegroupsAndTheJobGoesOn) {
   expectEachSampleOnce(job, 0);  // epoch 1 was the first world's alone, 10 whole steps of 24
 }
 
+// A rank lost after the last step, before the final evaluation (--max-steps 13 stops within epoch 2,
+// and --eval-every 4 last evaluated step 12; AIACC_TEST_HOLD_RUN_END holds all three ranks there):
+// the two others regroup and evaluate the final state once, and the job ends well. Before, the
+// final evaluation was outside the loop that regroups, and the job failed.
+TEST(Elastic, ARankLostBeforeTheFinalEvaluationRegroupsAndItIsEvaluated) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.extra = "--max-steps 13 --eval-every 4";
+  spec.env = "AIACC_TEST_HOLD_RUN_END=hold";
+  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
+  spec.act = "kill -KILL $W; touch hold";
+  const Job job = runKilledJob(d, spec);
+  const Json change = expectTwoOfThreeWentOn(job);
+  if (change.is_null()) return;
+  EXPECT_EQ(change.at("step"), 13) << change;
+  EXPECT_EQ(change.at("steps_lost"), 0) << change;
+  EXPECT_EQ(job.report.at("steps"), 13) << job.out;
+  EXPECT_EQ(job.report.at("summed_ranks"), 2) << job.out;
+  std::ifstream metrics(d / "m.jsonl");
+  std::vector<int64_t> evaluated;
+  for (std::string line; std::getline(metrics, line);) {
+    const Json j = Json::parse(line);
+    if (j.value("type", "") == "eval") evaluated.push_back(j.at("step").get<int64_t>());
+  }
+  EXPECT_EQ(evaluated, (std::vector<int64_t>{4, 8, 12, 13})) << job.out;
+}
+
+// A rank lost once training and its evaluation are done, before the report's sums over the ranks:
+// the survivors' job still ends well (exit 0), and the report says its sums are rank 0's own.
+TEST(Elastic, ARankLostAfterTheLastEvaluationLeavesTheJobDoneWithItsReport) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.env = "AIACC_TEST_HOLD_RUN_END=hold";
+  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
+  spec.act = "kill -KILL $W; touch hold";
+  const Job job = runKilledJob(d, spec);
+  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
+  ASSERT_FALSE(job.report.is_null()) << job.out;
+  EXPECT_FALSE(job.report.contains("membership")) << job.out;  // nothing was left to train
+  EXPECT_EQ(job.report.at("summed_ranks"), 1) << job.out;
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0) << job.out;
+  EXPECT_NE(job.out.find("a rank was lost after training ended"), std::string::npos) << job.out;
+}
+
 // A survivor whose model differs from rank 0's (AIACC_TEST_SKEW_AT_REGROUP: it adds 1 to a
 // parameter as the ranks compare their states) receives rank 0's whole state, model and momentum,
 // and the parameter check after it passes: the job finishes with the two survivors.
