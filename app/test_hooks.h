@@ -20,9 +20,10 @@
 //   AIACC_TEST_SKEW_AT_REGROUP=1   at each elastic regroup, a survivor that is not the new rank 0
 //       adds 1 to its first parameter before the ranks compare their states: one whose state
 //       differs, which must then receive rank 0's whole state (tests/elastic_test.cc).
-//   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal), before the
-//       final evaluation if one is due and before the report's sums over the ranks, create
-//       FILE.held.<pid> and wait until FILE exists (at most 10 minutes) (tests/elastic_test.cc).
+//   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal): before the
+//       final evaluation if one is due, else just before the report's sums over the ranks
+//       (after the end of training's collective), create FILE.held.<pid> and wait until FILE
+//       exists (at most 10 minutes), once (tests/elastic_test.cc).
 //   AIACC_TEST_SAMPLE_LOG=PATH    each process appends, to PATH.<pid>, one line per applied step
 //       with its samples and one per restore (tests/elastic_test.cc).
 #pragma once

@@ -329,18 +329,25 @@ void Trainer::State::trainEpochs() {
   // evaluated unless an epoch's end just was, or a stop request cut the run; in an elastic job
   // a rank lost meanwhile regroups as anywhere else, and the survivors evaluate it.
   bool regrouped = true;  // at the start too: a resumed run, a newcomer
-  bool ended = false;
+  bool held = false;      // (run_end_hook: once)
   while (true) {
     const bool training = !run.stop && pos.epochs_done < cfg.epochs;
-    if (!training) {
-      if (run_end_hook && !std::exchange(ended, true)) run_end_hook();
-      if (run.preempted || (!pos.evals.empty() && pos.evals.back().step == pos.step)) break;
-    }
+    if (!training && run.preempted) break;
     std::optional<std::string> cause;  // set: the ranks regroup ("": to let a newcomer in)
     try {
       if (!training) {
-        evaluateAndRecord();
-        continue;
+        const bool evaluated = !pos.evals.empty() && pos.evals.back().step == pos.step;
+        if (!evaluated) {
+          if (run_end_hook && !std::exchange(held, true)) run_end_hook();
+          evaluateAndRecord();
+          continue;
+        }
+        // A rank lost within the last evaluation's sum may have let some ranks finish it and
+        // failed the others, which regroup: one more collective takes those that finished with
+        // them. (Only a loss within this one can still part them; see finishReport.)
+        if (elastic) endOfTraining();
+        if (run_end_hook && !std::exchange(held, true)) run_end_hook();
+        break;
       }
       if (std::exchange(regrouped, false)) {
         if (evaluationPending()) evaluateAndRecord();
@@ -379,6 +386,11 @@ void Trainer::State::trainEpochs() {
     run.stop = (cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached;
     regrouped = true;
   }
+}
+
+void Trainer::State::endOfTraining() {
+  at::Tensor here = at::ones({1}, at::kDouble);
+  sync().allreduceSum(here);
 }
 
 std::optional<bool> Trainer::State::trainSegment(int epoch) {

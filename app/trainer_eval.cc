@@ -151,6 +151,12 @@ Report Trainer::State::finishReport() {
       r.max_peak_rss_mb = r.peak_rss_mb;
       r.skipped_files = skips->count();
       r.summed_ranks = 1;
+      // A survivor the loss left waiting to regroup (it failed the end of training's sum that
+      // this rank passed) learns from the store that the job ended, and stops.
+      try {
+        elastic->markEnded();
+      } catch (const std::exception&) {  // (the store went with the lost rank: nobody is left to tell)
+      }
       LOG(WARNING) << "rank " << rank << ": a rank was lost after training ended (" << firstLine(e.what())
                    << "); the report's peak memory over ranks and undecodable files are this rank's own";
     }

@@ -167,6 +167,9 @@ struct Trainer::State {
   // job a failure of the communication anywhere in them, or a newcomer, regroups and goes on (the
   // one place that regroups).
   void trainEpochs();
+  // An elastic job's last collective of training (a one-element sum): every rank is past the
+  // final evaluation, or all regroup.
+  void endOfTraining();
   // The epoch's steps in the current world from the position on, each followed by its metrics
   // line, progress, vote and --eval-every evaluation: true when the epoch's last batch was
   // trained, false on a stop within it (target, --max-steps, a stop request); nullopt when the
@@ -208,8 +211,10 @@ struct Trainer::State {
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.
   // Survivors that hold rank 0's model and optimizer state (same step, same stateCrc) receive
-  // only the position (encodeTrainingState) and keep their own BatchNorm statistics, as between
-  // two steps; when any rank lacks it (a joiner, a rank behind), every rank receives all.
+  // only the position (encodeTrainingState); when any rank lacks it (a joiner, a rank behind,
+  // one that differs), every rank receives all. (The weights and BatchNorm statistics are rank
+  // 0's on every rank already: the new gradient sync broadcast them as it was built, as DDP's
+  // constructor does; the momentum is what the comparison decides.)
   int64_t restoreFromRank0(int previous_world);
   // CRC-32C of this rank's parameters (and momentum buffers).
   uint32_t stateCrc(bool with_momentum) const;
