@@ -227,11 +227,12 @@ TEST(Elastic, ASurvivorWhoseStateDiffersFromRankZerosReceivesItWhole) {
 
 // The worker killed in epoch 0 is started again by its launcher and joins; every sample of epoch 0
 // is trained once, and the job's final accuracy is within noise of the same job uninterrupted.
-// The task is one the model learns in 8 epochs (6 hues of one shape, 120 validation images):
-// uninterrupted, this job reached 90.0 and 93.3% top-1 (seeds 0 and 1) and the killed one 90.8
-// and 90.0%, while it stood at 17 to 59% after 3 epochs. Noise: 3 standard deviations of the
-// difference of two 120-image estimates near 90% (11.6 points); a recovery that lost or broke
-// the training state would stay far below.
+// The task is one the model learns in 8 epochs (6 hues of one shape, 120 validation images), from
+// 17 to 59% top-1 after 3 epochs. Noise, measured (scripts/elastic_accuracy.sh, seeds 0 to 4):
+// uninterrupted 90.0 to 100%, killed and rejoined 84.2 to 96.7%, differences -10.0 to +2.5
+// points, mean -3.2 and standard deviation 5.0 (the mean is 1.4 standard errors from 0). The
+// bound is 4 standard deviations, 20 points: a recovery that lost or broke the training state
+// would stay below, as the job does in its first 3 epochs.
 TEST(Elastic, AKilledWorkerStartedAgainRejoinsAndTheJobLearnsAsAnUninterruptedOne) {
   test::TempDir d, alone;
   JobSpec spec;
@@ -249,7 +250,7 @@ TEST(Elastic, AKilledWorkerStartedAgainRejoinsAndTheJobLearnsAsAnUninterruptedOn
   const double base = uninterrupted.report.at("final_top1").get<double>();
   EXPECT_GE(base, 75.0) << "the recipe no longer learns the task: the comparison below would mean nothing";
   ASSERT_FALSE(job.report.is_null()) << job.out;
-  EXPECT_NEAR(job.report.at("final_top1").get<double>(), base, 11.6) << job.out;
+  EXPECT_NEAR(job.report.at("final_top1").get<double>(), base, 20.0) << job.out;
 }
 
 // A newcomer let in at an epoch's last step: with --batch-size 60, 3 ranks make 1 step of the 240
