@@ -10,7 +10,8 @@
 #   elastic: --nnodes MIN:MAX (2:3; on the lab 1:2, so 3 ranks go on); seconds from the kill to
 #            the end of the first step the survivors complete after it (rank 0 writes the
 #            membership record to its metrics file then; looked for every 10 ms), and steps lost.
-#            The record itself (detect_s, regroup_s, restore_s, bytes) goes to stderr;
+#            The report's record of the change (detect_s, regroup_s, restore_s, bytes) follows
+#            each round's line;
 #   restart: a fixed --nnodes with --checkpoint-every EVERY steps; the job fails fast (the peers
 #            name the lost rank), then every node starts again with --resume auto; seconds from
 #            the kill to the first metrics line of the restarted job (its first step), and the
@@ -65,7 +66,7 @@ elastic() {
   wait "${L[@]}" 2>/dev/null
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }'
   echo " $("$here/json_get.py" "$tmp/r.json" membership.0.steps_lost %d)"
-  "$here/json_get.py" "$tmp/r.json" membership.0 >&2  # the record: detect_s, regroup_s, restore_s, bytes
+  "$here/json_get.py" "$tmp/r.json" membership.0 > "$tmp/record"  # detect_s, regroup_s, restore_s, bytes
 }
 restart() {
   local port=$((30000 + RANDOM % 20000)) t0 killed resumed
@@ -90,4 +91,5 @@ for r in $(seq "$ROUNDS"); do
   read -r rs rl <<< "$(restart)"
   printf "%5d  %8s s %6s                          %8s s %6s                          %.1fx\n" "$r" "$es" "$el" "$rs" \
     "$rl" "$(awk -v a="$rs" -v b="$es" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+  echo "       elastic's record: $(cat "$tmp/record" 2> /dev/null)"
 done
