@@ -246,6 +246,11 @@ void Trainer::State::checkSameParameters() {
   }
 }
 
+void Trainer::State::endOfTraining() {
+  at::Tensor here = at::ones({1}, at::kDouble);
+  sync().allreduceSum(here);
+}
+
 void Trainer::State::logSamples(const data::Batch& batch) {
   std::ofstream& out = *sample_log;
   out << "step " << (elastic ? elastic->generation().number : -1) << " " << pos.step << " " << pos.epochs_done;

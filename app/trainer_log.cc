@@ -1,9 +1,13 @@
 // Trainer::State's records of training: the --metrics-file lines (every --log-every steps, with the
-// job's numbers summed over the ranks) and the same points in TensorBoard (--tensorboard-dir).
+// job's numbers summed over the ranks), the same points in TensorBoard (--tensorboard-dir), and
+// rank 0's progress line (every --progress-seconds).
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <iomanip>
+#include <iostream>
 #include <utility>
 
 #include "app/trainer_state.h"
@@ -88,6 +92,24 @@ void Trainer::State::tensorboardConfig() {
     LOG(ERROR) << "--tensorboard-dir: " << e.what() << "; no TensorBoard output in this run";
     tensorboard.reset();
   }
+}
+
+void Trainer::State::printProgress(int epoch, int64_t step_in_epoch, int64_t batches, const Stage& st, double loss,
+                                   double lr, Clock::time_point t) {
+  if (!isRank0() || std::chrono::duration<double>(t - run.last_progress).count() < cfg.progress_seconds) return;
+  run.last_progress = t;
+  // The job's images (summed over the ranks at each metrics line) over the training time up to it.
+  const double mean_ips = static_cast<double>(run.job_images) / std::max(1e-9, run.job_images_train_s);
+  const int64_t left = std::max<int64_t>(0, run.planned - pos.step);
+  const double eta = static_cast<double>(left) * run.train_s / std::max<int64_t>(1, run.steps);
+  std::cout << "epoch " << epoch + 1 << "/" << cfg.epochs << " step " << step_in_epoch << "/" << batches << " size "
+            << st.image_size << std::fixed << std::setprecision(4);
+  if (run.job_images > 0) {  // the job's numbers come with the first metrics line (--log-every)
+    std::cout << " loss " << loss << " lr " << lr << std::setprecision(1) << " img/s " << mean_ips;
+  } else {
+    std::cout << " loss - lr " << lr << " img/s -";
+  }
+  std::cout << " ETA " << formatDuration(eta) << std::endl;
 }
 
 }  // namespace aiacc::app

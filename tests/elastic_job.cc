@@ -140,6 +140,14 @@ std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int6
   return sizes;
 }
 
+JobSpec killedWhileHeld(const std::string& hold_variable) {
+  JobSpec spec;
+  spec.env = hold_variable + "=hold";
+  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
+  spec.act = "kill -KILL $W; touch hold";
+  return spec;
+}
+
 Json expectTwoOfThreeWentOn(const Job& job) {
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;

@@ -68,6 +68,11 @@ Job runKilledJob(const test::TempDir& d, const JobSpec& spec);
 // most world x (kBatch - 1) + world - 1 samples of the epoch), in each world the epoch had.
 void expectEachSampleOnce(const Job& job, int worlds_tail);
 
+// A spec whose fault comes while every rank is held by the test hook `hold_variable`
+// (AIACC_TEST_HOLD_EPOCH_EVAL or AIACC_TEST_HOLD_RUN_END, app/test_hooks.h): once the three have
+// said so, node 2's worker is SIGKILLed, then the others are let go.
+JobSpec killedWhileHeld(const std::string& hold_variable);
+
 // Nodes 0 and 1 exited 0, and the report's first membership change took the world from 3 ranks
 // to 2: that change (null, after a failure, when the report has none).
 Json expectTwoOfThreeWentOn(const Job& job);

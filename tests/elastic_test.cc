@@ -31,6 +31,7 @@ using test_elastic::Job;
 using test_elastic::JobSpec;
 using test_elastic::kBatch;
 using test_elastic::kClasses;
+using test_elastic::killedWhileHeld;
 using test_elastic::kModelBytes;
 using test_elastic::kPositionBytes;
 using test_elastic::runKilledJob;
@@ -139,10 +140,7 @@ TEST(Elastic, KeepGlobalSharesTheFirstWorldsGlobalBatchOverTheSurvivors) {
 // the new world (once, on all 30 validation images), and train epoch 2.
 TEST(Elastic, ARankLostAtAnEpochsEndEvaluationRegroupsAndTheJobGoesOn) {
   test::TempDir d;
-  JobSpec spec;
-  spec.env = "AIACC_TEST_HOLD_EPOCH_EVAL=hold";
-  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
-  spec.act = "kill -KILL $W; touch hold";
+  JobSpec spec = killedWhileHeld("AIACC_TEST_HOLD_EPOCH_EVAL");
   const Job job = runKilledJob(d, spec);
   const Json change = expectTwoOfThreeWentOn(job);
   if (change.is_null()) return;
@@ -171,11 +169,8 @@ TEST(Elastic, ARankLostAtAnEpochsEndEvaluationRegroupsAndTheJobGoesOn) {
 // final evaluation was outside the loop that regroups, and the job failed.
 TEST(Elastic, ARankLostBeforeTheFinalEvaluationRegroupsAndItIsEvaluated) {
   test::TempDir d;
-  JobSpec spec;
+  JobSpec spec = killedWhileHeld("AIACC_TEST_HOLD_RUN_END");
   spec.extra = "--max-steps 13 --eval-every 4";
-  spec.env = "AIACC_TEST_HOLD_RUN_END=hold";
-  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
-  spec.act = "kill -KILL $W; touch hold";
   const Job job = runKilledJob(d, spec);
   const Json change = expectTwoOfThreeWentOn(job);
   if (change.is_null()) return;
@@ -196,10 +191,7 @@ TEST(Elastic, ARankLostBeforeTheFinalEvaluationRegroupsAndItIsEvaluated) {
 // the survivors' job still ends well (exit 0), and the report says its sums are rank 0's own.
 TEST(Elastic, ARankLostAfterTheLastEvaluationLeavesTheJobDoneWithItsReport) {
   test::TempDir d;
-  JobSpec spec;
-  spec.env = "AIACC_TEST_HOLD_RUN_END=hold";
-  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
-  spec.act = "kill -KILL $W; touch hold";
+  JobSpec spec = killedWhileHeld("AIACC_TEST_HOLD_RUN_END");
   const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
