@@ -101,6 +101,12 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& launched, 
     const aiacc::comm::Transports& transports = group.transports;
     if (world.rank == 0) LOG(INFO) << "communication: " << transports.why;
     aiacc::comm::DataParallelOptions dp = dist.dp;  // the flags' and the AIACC_* variables'
+    // A generation with survivors restores from its rank 0 right after (Trainer's
+    // restoreFromRank0): every rank's hash of its parameters and momentum is compared with rank
+    // 0's there, and the whole state goes to every rank only when one differs (a joiner always
+    // does). A broadcast here would send the model to every rank at every regroup (45 MiB for
+    // resnet18) where it is usually in place already.
+    dp.broadcast_parameters = !(elastic && elastic->generation().survivors() > 0);
     dp.tune.try_two_level = transports.alternative != nullptr;
     dp.two_level = transports.alternative;
     dp.timeline = timeline;

@@ -181,7 +181,7 @@ void Trainer::State::setupModel() {
   const bool keep_global = elastic && cfg.elastic_batch == ElasticBatch::kKeepGlobal;
   if (keep_global && pos.batch_world == 0 && !joining) pos.batch_world = world;
   // Data parallelism wraps the model here: the ranks' settings are compared first, then
-  // DataParallel broadcasts rank 0's weights.
+  // DataParallel broadcasts rank 0's weights (a joiner's come with the restore below instead).
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), joining ? TrainingState{} : pos));
   if (elastic) elastic->publishKeys();  // the generation's store keys, for whoever deletes them
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.

@@ -170,9 +170,11 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
   // (0: a process that was not in the generation before, which holds nothing) and the CRC-32C of
   // its parameters and momentum; summed, all see all. Survivors of a synchronous job at rank 0's
   // step normally hold the same bytes, and then only the position travels (a few KiB, not the
-  // model): the ranks behind, the joiners and any that differ receive everything. (make_sync
-  // broadcast rank 0's weights and buffers already: the weights' hash is the check after every
-  // regroup, and the momentum's decides.)
+  // model); when any rank is behind, joined or differs, every rank receives everything. (make_sync
+  // broadcast rank 0's buffers already, not its weights: a generation with survivors leaves them
+  // to this restore. So the weights' equality after a position-only restore rests on this
+  // CRC-32C: a rank whose weights differed at the same step, which only a defect can cause, would
+  // go unseen with a chance of 2^-32.)
   const comm::Generation& g = elastic->generation();
   const bool survivor = g.members[rank].generation == g.number - 1 && g.number > 0;
   if (skew_at_regroup && survivor && !isRank0()) {  // tests: a survivor whose state differs

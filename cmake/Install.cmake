@@ -16,7 +16,7 @@ include(CMakePackageConfigHelpers)
 # they include, and nccl_env.h (the environment a GPU program sets at start-up). channel_worker.h,
 # op_timing.h, half.h, reduce_ops.h and the test transports (throttled, fault) stay inside the
 # library.
-set(AIACC_PUBLIC_HEADERS agreement autotune bucket_codec bucket_plan buffer_sync comm_hook data_parallel
+set(AIACC_PUBLIC_HEADERS agreement autotune bucket_codec bucket_plan buffer_sync comm_error comm_hook data_parallel
     data_parallel_options factory failure
     grad_scale gradient_sync hierarchical key_log launch_env membership nccl_env process_group reducer shm_transport store striped_transport timeline timeout
     transport)

@@ -38,6 +38,7 @@ class CompletionWork : public Work {
   void wait() override {
     if (Failure f = c_->wait()) f.raise();
   }
+  Failure failure() const override { return c_->peek(); }
 
  private:
   std::shared_ptr<Completion> c_;

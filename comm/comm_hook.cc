@@ -11,6 +11,7 @@ class AllOf : public Work {
       : works_(std::move(works)), transport_(transport) {}
   void wait() override { waitAll(works_, /*host=*/false, abort()); }
   void synchronize() override { waitAll(works_, /*host=*/true, abort()); }
+  Failure failure() const override { return firstFailure(works_); }
 
  private:
   std::function<void(const std::string&)> abort() {

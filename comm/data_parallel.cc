@@ -108,7 +108,7 @@ DataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> module, std::shared_
   codec_ = makeCodec(opt_.codec);
   reducer_ = std::make_unique<Reducer>(module_, striped_, striped_->inner(), codec_, world_, opt_.reducer,
                                        opt_.timeline, opt_.clock);
-  broadcastModuleState(*module_, control(), /*parameters=*/true, /*buffers=*/true);
+  broadcastModuleState(*module_, control(), opt_.broadcast_parameters, /*buffers=*/true);
   if (opt_.autotune && world_.world > 1) {
     AIACC_CHECK(!opt_.two_level || (opt_.two_level->size() == world_.world && opt_.two_level->rank() == world_.rank),
                 "DataParallel: the two-level transport spans other ranks");

@@ -21,7 +21,10 @@
 // (optionSettings) and the model's parameters: a difference is an error on every rank, naming it.
 // A CommError from any part aborts every transport (the flat one and the two-level one) before it
 // reaches the caller, so nothing left in flight, on any channel, waits out its timeout afterwards
-// (the Reducer aborts before it waits for the rest of a failed step). No rank coordinates: every
+// (the Reducer aborts before it waits for the rest of a failed step). A bucket that fails while
+// backward goes on ends backward at the next gradient with that CommError (backward() throws it):
+// the transports are aborted then, so the DataParallel is spent; destroy it (an elastic program
+// builds a new one for the next group). No rank coordinates: every
 // rank launches buckets in plan order as they fill (the classic coordinator, kept for comparison,
 // is aiacc_bench negotiation's CentralSync). Calls only comm/.
 #pragma once
@@ -45,7 +48,8 @@ class DataParallel : public GradientSync {
   // Expects: `module` on one device, with the same parameters (names, shapes, dtypes) on every
   // rank; `transport` the process group's (rank and size those of `world`); the same options on
   // every rank. A collective: every rank constructs its DataParallel at the same point.
-  // Guarantees: rank 0's parameters and buffers are in every rank's module on return.
+  // Guarantees: rank 0's parameters (unless options.broadcast_parameters is off) and buffers are
+  // in every rank's module on return.
   // Throws InputError for a null model or transport, a transport of another world, parameters on
   // several devices, options or a hook that differ across ranks (naming the first differing
   // option and both values), a comm hook with a reduced-precision transfer; CommError for a model

@@ -130,6 +130,7 @@ Settings optionSettings(const DataParallelOptions& o) {
       {"striping.balance_alpha", exact(o.striping.balance_alpha)},
       {"striping.min_split_bytes", std::to_string(o.striping.min_split_bytes)},
       {"buffers", bufferSyncName(o.buffers)},
+      {"broadcast_parameters", onOff(o.broadcast_parameters)},
       {"autotune", onOff(o.autotune)},
       {"tune.bucket_mb", list(o.tune.bucket_mb)},
       {"tune.channels", list(o.tune.channels)},

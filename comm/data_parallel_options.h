@@ -39,6 +39,12 @@ struct DataParallelOptions {
   StripingOptions striping;
   // BatchNorm running statistics across ranks (comm/buffer_sync.h).
   BufferSync buffers = kDefaultBufferSync;
+  // At construction, rank 0's parameters are broadcast to every rank (as DDP's init_sync). Off,
+  // for a caller that makes them equal itself right after and knows where they already are: an
+  // elastic job's restore compares every rank's hash with rank 0's and sends the model only to
+  // ranks that differ, instead of the whole model to every rank at every regroup. The buffers
+  // are broadcast either way.
+  bool broadcast_parameters = true;
   // Autotune: from the second step on, try the fusion caps and channel counts of `tune` (and
   // two-level reduction when `two_level` is given), a few steps each, and freeze the fastest
   // (comm/autotune.h). Every rank averages its step times with one allreduce, so all decide alike.

@@ -19,7 +19,7 @@
 #include <string>
 #include <utility>
 
-#include "aiacc/comm/transport.h"
+#include "aiacc/comm/comm_error.h"
 #include "aiacc/common/error.h"
 
 namespace aiacc::comm {
@@ -90,6 +90,16 @@ struct Completion {
       done = true;
     }
     cv.notify_all();
+  }
+  // Without blocking: the failure it finished with (none while it runs, or after a success).
+  Failure peek() {
+    std::lock_guard<std::mutex> lock(mu);
+    return done ? failure : Failure();
+  }
+  // Without blocking: finished.
+  bool finished() {
+    std::lock_guard<std::mutex> lock(mu);
+    return done;
   }
   Failure wait() {
     std::unique_lock<std::mutex> lock(mu);

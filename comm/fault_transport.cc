@@ -8,6 +8,7 @@ class FailedWork : public Work {
  public:
   explicit FailedWork(std::string why) : why_(std::move(why)) {}
   void wait() override { throw CommError(why_); }
+  Failure failure() const override { return Failure::comm(why_); }
 
  private:
   std::string why_;
@@ -21,10 +22,19 @@ class FaultTransport::StalledWork : public Work {
   void wait() override {
     std::unique_lock<std::mutex> lock(release_->mu);
     const bool released = release_->cv.wait_until(lock, deadline_, [&] { return !release_->why.empty(); });
-    throw CommError(strCat(what_, "; ", released ? release_->why : "the stall limit passed"));
+    throw CommError(message(released));
+  }
+  Failure failure() const override {
+    std::lock_guard<std::mutex> lock(release_->mu);
+    if (!release_->why.empty()) return Failure::comm(message(true));
+    return std::chrono::steady_clock::now() >= deadline_ ? Failure::comm(message(false)) : Failure();
   }
 
  private:
+  std::string message(bool released) const {  // (under release_->mu)
+    return strCat(what_, "; ", released ? release_->why : "the stall limit passed");
+  }
+
   std::shared_ptr<Release> release_;
   std::chrono::steady_clock::time_point deadline_;
   std::string what_;

@@ -24,7 +24,7 @@ namespace {
 class OpWork : public Work {
  public:
   using Waiter = std::function<void()>;
-  explicit OpWork(Waiter w) : wait_(std::move(w)) {}
+  OpWork(Waiter w, std::function<Failure()> failure) : wait_(std::move(w)), failure_(std::move(failure)) {}
   void wait() override {
     if (wait_) {
       Waiter w = std::move(wait_);
@@ -32,9 +32,11 @@ class OpWork : public Work {
       w();
     }
   }
+  Failure failure() const override { return failure_(); }
 
  private:
   Waiter wait_;
+  std::function<Failure()> failure_;
 };
 
 // The last stage of a chain submitted by the caller: waiting for it waits for all (and raises
@@ -50,6 +52,7 @@ class ChainWork : public Work {
   void synchronize() override {
     for (auto& w : stages_) w->synchronize();
   }
+  Failure failure() const override { return firstFailure(stages_); }
 
  private:
   std::vector<std::shared_ptr<Work>> stages_;
@@ -134,7 +137,7 @@ std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s
   cv_.notify_all();
   // Stage 3 is waited for here, by the caller: its failure aborts both levels too, before it is
   // raised, so operations queued behind it end at once (the levels outlive this transport).
-  return std::make_shared<OpWork>([op, intra = intra_, inter = inter_] {
+  auto wait = [op, intra = intra_, inter = inter_] {
     if (Failure f = op->end.wait()) f.raise();
     if (!op->w3) return;
     try {
@@ -144,7 +147,12 @@ std::shared_ptr<Work> HierarchicalTransport::submit(int c, size_t bytes, Stage s
       inter->abort(abortReason(e));
       throw;
     }
-  });
+  };
+  auto failure = [op] {  // (w3 is written before `end` finishes: read only after)
+    if (Failure f = op->end.peek()) return f;
+    return op->end.finished() && op->w3 ? op->w3->failure() : Failure();
+  };
+  return std::make_shared<OpWork>(std::move(wait), std::move(failure));
 }
 
 void HierarchicalTransport::relay(int c, int stage) {
@@ -163,13 +171,16 @@ void HierarchicalTransport::relay(int c, int stage) {
       if (done) done->wait();
       if (stage == 1) {
         op->w2 = op->s2 ? op->s2() : nullptr;
+        op->s2 = nullptr;  // (its captures, the buffer among them, need not live as long as the Work)
         {
           std::lock_guard<std::mutex> lock(mu_);
           after2_[static_cast<size_t>(c)].push_back(op);
         }
         cv_.notify_all();
       } else {
-        op->finish(op->s3 ? op->s3() : nullptr, Failure());
+        std::shared_ptr<Work> last = op->s3 ? op->s3() : nullptr;
+        op->s3 = nullptr;
+        op->finish(std::move(last), Failure());
       }
     } catch (const std::exception& e) {
       // Both levels are aborted before this relay waits for anything else: the stages queued

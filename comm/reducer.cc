@@ -185,6 +185,7 @@ void Reducer::buildBuckets() {
 void Reducer::onGradReady(size_t i) {
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mu_);
+  stopIfStepFailed();
   // Autograd sums every use of a parameter before its accumulator fires, once per backward: a
   // second firing is a second backward before finishBackward(), whose gradient the bucket, maybe
   // already on the wire, would drop. PyTorch's DDP refuses it too.
@@ -197,6 +198,19 @@ void Reducer::onGradReady(size_t i) {
   const size_t b = bucket_of_[i];
   if (--pending_[b] == 0 && opt_.launch_in_backward) {
     while (next_launch_ < pending_.size() && pending_[next_launch_] == 0) launch(next_launch_++);
+  }
+}
+
+// A bucket of this step has failed already (a peer died, a transport was aborted): the step is
+// lost on every rank, and what backward would still compute goes nowhere. The failure is raised
+// here, in the gradient hook, which ends backward (autograd hands it to backward()'s caller),
+// after the transports are aborted as for a failed launch; the rest of backward, up to most of a
+// step, is saved before an elastic job regroups or a fixed one stops. (Transports that cannot
+// tell a failure without blocking, NCCL's, raise it at finish() as before.)
+void Reducer::stopIfStepFailed() {
+  if (Failure f = firstFailure(works_)) {
+    abortTransports(abortReason(f.what()));
+    f.raise();
   }
 }
 

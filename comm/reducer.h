@@ -11,7 +11,9 @@
 //   - A communication failure (a bucket's launch or wait throws) aborts both transports before
 //     anything else is waited for: the buckets still queued or running on other channels then
 //     fail at once instead of each waiting out its timeout, and finish() throws the first error
-//     with nothing left in flight.
+//     with nothing left in flight. A bucket that fails while backward goes on (a peer died) ends
+//     backward at the next gradient hook with that error (the transports aborted first): the
+//     step is lost anyway, and the rest of backward is not computed for nothing.
 //   - The plan is a pure function of the parameter list (comm/bucket_plan.h); after the first
 //     step it is rebuilt once from the order gradients arrived on rank 0, broadcast so that every
 //     rank rebuilds identically. setBucketCap() replans with another fusion cap (the tuner).
@@ -122,6 +124,7 @@ class Reducer {
   void buildBuckets();
   void verifyFingerprints();
   void onGradReady(size_t param);  // autograd thread
+  void stopIfStepFailed();         // (under mu_)
   void launch(size_t bucket);
   // Waits for every launched bucket (host: Work::synchronize()), and clears them. On a failure
   // the transports are aborted before the rest is waited for, then the first error is rethrown.

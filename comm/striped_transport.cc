@@ -15,6 +15,7 @@ class AllWork : public Work {
   // stalled on another channel ends at once.
   void wait() override { waitAll(false); }
   void synchronize() override { waitAll(true); }
+  Failure failure() const override { return firstFailure(parts_); }
 
  private:
   void waitAll(bool host) {

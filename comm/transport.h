@@ -23,38 +23,12 @@
 #include <vector>
 
 #include "aiacc/config.h"  // the build's options, and its refusal of the other C++ ABI
+#include "aiacc/comm/comm_error.h"
+#include "aiacc/comm/failure.h"
 #include "aiacc/comm/timeout.h"
 #include "aiacc/common/error.h"
 
 namespace aiacc::comm {
-
-// Raised when communication fails: timeout, a peer gone, a mismatch between ranks. Messages say
-// what to change in the library's terms ("the store's port", "the bucket size"); remedy() names
-// that setting for a program that wants to add the name of its own option for it.
-class CommError : public Error {
- public:
-  enum class Remedy {
-    kNone,
-    kStore,         // the rendezvous store's address or port, or the job id (StoreOptions)
-    kBucketSize,    // the bucket size (ReducerOptions::bucket_mb; a Reducer without DataParallel's check)
-    kModel,         // the model (its parameters) on every rank
-    kSharedMemory,  // shared memory between the ranks of a host (TransportSpec::shm)
-    kMembership,    // an elastic job's MIN:MAX or its rendezvous timeout (MembershipOptions)
-  };
-  explicit CommError(const std::string& what, Remedy remedy = Remedy::kNone) : Error(what), remedy_(remedy) {}
-  Remedy remedy() const { return remedy_; }
-
- private:
-  Remedy remedy_;
-};
-
-// What a transport is aborted with once a failure is known (`first`, in one line): a part that
-// sees an operation fail aborts its transports before it waits for anything else, so the
-// operations still queued or running (on any channel) fail at once instead of each waiting out
-// its timeout.
-inline std::string abortReason(const std::exception& first) {
-  return "aborted after an earlier failure: " + firstLine(first.what());
-}
 
 class Work {
  public:
@@ -69,7 +43,20 @@ class Work {
   // error: for a caller about to read the result on the host. The same as wait() where wait()
   // already blocks.
   virtual void synchronize() { wait(); }
+  // Without blocking: the operation's failure once it is known (what wait() will raise); none
+  // while it runs, after it succeeded, and where the transport cannot tell without blocking (the
+  // default; NCCL). For a caller with other work to do that would rather stop than finish it for
+  // nothing: the Reducer ends backward when a bucket of the step has failed already.
+  virtual Failure failure() const { return Failure(); }
 };
+
+// The first failure any of `works` is known to have met, without blocking (Work::failure()).
+inline Failure firstFailure(const std::vector<std::shared_ptr<Work>>& works) {
+  for (const auto& w : works) {
+    if (Failure f = w->failure()) return f;
+  }
+  return Failure();
+}
 
 // Waits for every work in order (host: synchronize() instead of wait()), even after one failed:
 // their buffers must outlive them all. The first failure calls abort(abortReason(it)) before

@@ -1,5 +1,7 @@
 #include "aiacc/common/crc32c.h"
 
+#include <cstring>
+
 namespace aiacc {
 namespace {
 
@@ -26,9 +28,48 @@ constexpr Tables makeTables() {
 constexpr Tables kTables = makeTables();
 static_assert(kTables.t[0][1] == 0xF26B8303u, "CRC-32C: t[0][1] differs from the published table");
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define AIACC_CRC32C_SSE42 1
+// The crc32 instruction computes CRC-32C (the Castagnoli polynomial, reflected): 8 bytes per
+// instruction, one dependency chain. Compiled for SSE4.2 here only; called only where the CPU
+// has it.
+__attribute__((target("sse4.2"))) uint32_t crc32cSse42(const unsigned char* p, size_t n, uint32_t crc) {
+  uint64_t c = ~crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);  // (unaligned loads are fine on x86)
+    c = __builtin_ia32_crc32di(c, v);
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  for (; n > 0; --n, ++p) c32 = __builtin_ia32_crc32qi(c32, *p);
+  return ~c32;
+}
+#else
+#define AIACC_CRC32C_SSE42 0
+#endif
+
 }  // namespace
 
+bool crc32cHasInstruction() {
+#if AIACC_CRC32C_SSE42
+  static const bool sse42 = [] {
+    __builtin_cpu_init();  // (valid even when called before the library's own initialisers ran)
+    return __builtin_cpu_supports("sse4.2") != 0;
+  }();
+  return sse42;
+#else
+  return false;
+#endif
+}
+
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+#if AIACC_CRC32C_SSE42
+  if (crc32cHasInstruction()) return crc32cSse42(static_cast<const unsigned char*>(data), n, crc);
+#endif
+  return crc32cPortable(data, n, crc);
+}
+
+uint32_t crc32cPortable(const void* data, size_t n, uint32_t crc) {
   const auto& t = kTables.t;
   const auto* p = static_cast<const unsigned char*>(data);
   crc = ~crc;

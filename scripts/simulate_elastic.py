@@ -83,7 +83,7 @@ def table(args):
     # The small case measured on one box (README, Elastic jobs): resnet18 with 20 classes.
     print("measured (resnet18 with 20 classes: 11.19M parameters, shared memory): 86 MiB to each rank when the "
           "state travels whole, restored in 0.22-0.25 s; this model: %.0f MiB (3 -> 2 ranks, survivors alone: "
-          "12 KiB, 0.05 s)" % (state_bytes(11.19e6) / 2**20))
+          "12 KiB, 0.02-0.03 s)" % (state_bytes(11.19e6) / 2**20))
 
 
 def main(argv):

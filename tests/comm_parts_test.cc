@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -94,6 +95,27 @@ TEST(ChannelWorker, EveryWaiterRaisesItsOwnCopyOfTheFirstError) {
   } catch (const CommError& e) {
     EXPECT_STREQ(e.what(), "injected");
   }
+}
+
+// Work::failure() never blocks: nothing while the job runs or after it succeeded, its error once
+// it failed (the Reducer's early stop in backward reads it).
+TEST(ChannelWorker, AWorksFailureIsKnownWithoutWaiting) {
+  ChannelWorker worker;
+  std::mutex gate;
+  std::unique_lock<std::mutex> held(gate);
+  auto running = worker.submit("held", 0, [&] { std::lock_guard<std::mutex> lock(gate); });
+  auto failing = worker.submit("fails", 0, [] { throw CommError("injected", CommError::Remedy::kModel); });
+  EXPECT_FALSE(running->failure());
+  EXPECT_FALSE(failing->failure()) << "a queued job has not failed yet";
+  held.unlock();
+  running->wait();
+  EXPECT_FALSE(running->failure()) << "a job that succeeded";
+  EXPECT_THROW(failing->wait(), CommError);
+  const Failure f = failing->failure();
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f.what(), "injected");
+  EXPECT_TRUE(firstFailure({running, failing}));
+  EXPECT_FALSE(firstFailure({running}));
 }
 
 TEST(GradScale, BacksOffOnOverflowAndGrowsAfterAnInterval) {

@@ -178,6 +178,8 @@ class LoggingTransport : public Transport {
   }
 
  private:
+  // (failure() is not forwarded: like NCCL's, these works tell a failure only when waited for,
+  // so the tests below cover the path where finishBackward() meets it.)
   class LoggedWork : public Work {
    public:
     LoggedWork(LoggingTransport* t, std::shared_ptr<Work> w, int64_t n) : t_(t), w_(std::move(w)), n_(n) {}
@@ -297,6 +299,71 @@ INSTANTIATE_TEST_SUITE_P(Transfers, AbortBeforeWaitCodec,
                          [](const ::testing::TestParamInfo<TransferDtype>& i) {
   return std::string(transferDtypeName(i.param));
 });
+
+// A bucket that failed while backward goes on (as when a peer dies) ends backward at the next
+// gradient hook: backward() raises that failure, after the transport was aborted; no later bucket
+// is launched, and the layers backward had not reached get no gradient (the step is lost on
+// every rank anyway). A transport whose works cannot tell a failure without being waited for
+// (LoggingTransport's, like NCCL's) keeps the other path: finishBackward() raises it
+// (AbortBeforeWaitCodec above).
+TEST(AbortInBackward, AFailedBucketEndsBackwardAtTheNextGradient) {
+  auto net = [] {
+    torch::nn::Sequential s;
+    for (int i = 0; i < 4; ++i) s->push_back(torch::nn::Linear(16, 16));
+    return s;
+  };
+  DataParallelOptions o;
+  o.reducer.bucket_mb = 1.0 / (1 << 20);  // every parameter its own bucket: 8
+  o.reducer.first_bucket_mb = 1.0 / (1 << 20);
+  int64_t setup_ops = 0;
+  {
+    auto counting = std::make_shared<FaultTransport>(std::make_shared<test::ImmediateTransport>(1), FaultSpec{});
+    DataParallel dp(net().ptr(), counting, WorldInfo{}, o);
+    setup_ops = counting->operations();
+  }
+  torch::nn::Sequential model = net();
+  auto faulty = std::make_shared<FaultTransport>(std::make_shared<test::ImmediateTransport>(1),
+                                                 FaultSpec{FaultSpec::Kind::kFail, setup_ops});
+  std::string error;
+  {
+    DataParallel dp(model.ptr(), faulty, WorldInfo{}, o);
+    ASSERT_EQ(dp.plan().buckets.size(), 8u);
+    dp.beforeForward();
+    try {
+      model->forward(at::randn({2, 16})).sum().backward();
+    } catch (const CommError& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("injected failure of operation"), std::string::npos) << "backward() raised: '" << error << "'";
+  EXPECT_EQ(faulty->operations(), setup_ops + 1) << "buckets launched after the first one failed";
+  auto* last = model[3]->as<torch::nn::Linear>();
+  auto* first = model[0]->as<torch::nn::Linear>();
+  EXPECT_TRUE(last->bias.grad().defined()) << "the first gradient of backward";
+  EXPECT_FALSE(first->weight.grad().defined()) << "backward went on to the first layer";
+  try {  // aborted: a later operation fails with the reason
+    faulty->allreduce(at::zeros({1}), ReduceOp::kSum, 0)->wait();
+    ADD_FAILURE() << "the transport was not aborted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted after an earlier failure: injected failure"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A bucket split over two channels has failed, without waiting, once any piece has.
+TEST(AbortInBackward, AStripedBucketHasFailedWhenAPieceHas) {
+  auto faulty = std::make_shared<FaultTransport>(std::make_shared<test::ImmediateTransport>(2),
+                                                 FaultSpec{FaultSpec::Kind::kFail, 1});
+  StripingOptions so;
+  so.min_split_bytes = 64;
+  StripedTransport st(faulty, so);
+  at::Tensor buf = at::zeros({1000});
+  const std::shared_ptr<Work> w = st.allreduce(buf);
+  EXPECT_EQ(faulty->operations(), 2) << "pieces";
+  const Failure f = w->failure();
+  ASSERT_TRUE(f);
+  EXPECT_NE(f.what().find("injected failure of operation 1"), std::string::npos) << f.what();
+}
 
 // A bucket split across two channels: one piece fails, the other stalls. Its Work aborts the
 // transport before waiting for the stalled piece.
