@@ -49,7 +49,7 @@ class ElasticJob {
   // when too few came).
   bool arrivedFirst() const { return membership_.lastTicket() == 0; }
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
-  void markEnded() { comm::markJobEnded(*store_); }
+  void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
 
   // Each generation's keys go when the next has formed (comm/key_log.h). The keys this process
   // writes under the current generation's prefix (its transports' and the agreement's): the

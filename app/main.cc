@@ -160,9 +160,11 @@ int main(int argc, char** argv) {
   // says in the store that the job ended (the error is one every rank meets: settings, data,
   // build), so that node 0's launcher stops serving the store instead of waiting --rdzv-timeout.
   std::shared_ptr<aiacc::app::ElasticJob> elastic;
-  auto endElastic = [&] {
+  // (A survivor that stops below MIN says so: another survivor still waiting then stops as it did,
+  // resumable, and saves what it holds if it came first; comm/membership.h.)
+  auto endElastic = [&](aiacc::comm::JobEnd how = aiacc::comm::JobEnd::kFinished) {
     try {
-      if (elastic) elastic->markEnded();
+      if (elastic) elastic->markEnded(how);
     } catch (const std::exception&) {  // the store is gone already: nothing to tell
     }
   };
@@ -233,7 +235,9 @@ int main(int argc, char** argv) {
     }
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();
-    if (elastic && elastic->generation().rank == 0) elastic->markEnded();
+    if (elastic && elastic->generation().rank == 0) {
+      elastic->markEnded(report.preempted ? aiacc::comm::JobEnd::kStopped : aiacc::comm::JobEnd::kFinished);
+    }
     const int final_rank = elastic ? elastic->generation().rank : world.rank;  // (an elastic job's may change)
     if (report.preempted) return preemptedExit(report, config, final_rank);
     if (final_rank == 0) {
@@ -247,7 +251,7 @@ int main(int argc, char** argv) {
     const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
     return wanted_target && !report.target_reached ? 3 : 0;
   } catch (const aiacc::app::SurvivorStop& e) {  // ranks lost (an elastic job: below MIN after --rdzv-timeout)
-    endElastic();
+    endElastic(aiacc::comm::JobEnd::kStopped);
     std::cerr << "aiacc_train: " << e.what() << "; stopped"
               << (e.checkpoint().empty()
                       ? std::string(" (one surviving rank saves its state, with --checkpoint-dir)")

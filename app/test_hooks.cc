@@ -66,6 +66,15 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     h.skew_at_regroup = true;
     h.notes.push_back("AIACC_TEST_SKEW_AT_REGROUP=1: at a regroup, the survivors but rank 0 change a parameter");
   }
+  if (const char* late = get("AIACC_TEST_LATE_TO_REGROUP_MS")) {
+    char* end = nullptr;
+    const long ms = std::strtol(late, &end, 10);
+    AIACC_CHECK_INPUT(*late != '\0' && *end == '\0' && ms >= 1 && ms <= 600000,
+                      "AIACC_TEST_LATE_TO_REGROUP_MS must be milliseconds, 1 to 600000 (got '", late, "')");
+    h.late_to_regroup_ms = static_cast<int>(ms);
+    h.notes.push_back(std::string("AIACC_TEST_LATE_TO_REGROUP_MS=") + late +
+                      ": at a regroup, every process but rank 0 arrives that late");
+  }
   if (const char* hold = get("AIACC_TEST_HOLD_EPOCH_EVAL")) {
     const std::string release = hold;
     AIACC_CHECK_INPUT(!release.empty(), "AIACC_TEST_HOLD_EPOCH_EVAL must name a file");

@@ -20,6 +20,9 @@
 //   AIACC_TEST_SKEW_AT_REGROUP=1   at each elastic regroup, a survivor that is not the new rank 0
 //       adds 1 to its first parameter before the ranks compare their states: one whose state
 //       differs, which must then receive rank 0's whole state (tests/elastic_test.cc).
+//   AIACC_TEST_LATE_TO_REGROUP_MS=MS   at each elastic regroup, every process but the rank 0 of the
+//       generation it leaves waits MS milliseconds before it arrives for the next: survivors whose
+//       --rdzv-timeout then runs out apart (tests/elastic_test.cc).
 //   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal): before the
 //       final evaluation if one is due, else just before the report's sums over the ranks
 //       (after the end of training's collective), create FILE.held.<pid> and wait until FILE
@@ -52,6 +55,7 @@ struct TestHooks {
   std::function<void()> epoch_eval;  // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)
   std::function<void()> run_end;     // AIACC_TEST_HOLD_RUN_END (empty: none)
   bool skew_at_regroup = false;      // AIACC_TEST_SKEW_AT_REGROUP=1
+  int late_to_regroup_ms = 0;        // AIACC_TEST_LATE_TO_REGROUP_MS
   std::vector<std::string> notes;    // one line for each variable set, for rank 0's log
 };
 

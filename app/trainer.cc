@@ -304,6 +304,7 @@ void Trainer::setTestHooks(const TestHooks& hooks) {
   s_->epoch_eval_hook = hooks.epoch_eval;
   s_->run_end_hook = hooks.run_end;
   s_->skew_at_regroup = hooks.skew_at_regroup;
+  s_->late_to_regroup_ms = hooks.late_to_regroup_ms;
 }
 
 Report Trainer::run() {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <iomanip>
+#include <thread>
 
 #include "app/checkpoint.h"
 #include "app/optim_state.h"
@@ -59,6 +60,7 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   run.checkpoint_asked = false;
   run.regroup_after_epoch = false;
   sync_ptr.reset();  // the old transports close: every peer still waiting in them is released
+  if (late_to_regroup_ms > 0 && rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_to_regroup_ms));
   const comm::Generation& g = regroupOrStop(cause);
   AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
               " has no process of the one before, so nobody holds the training state; start the job again "

@@ -26,8 +26,13 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-void markJobEnded(c10d::Store& store) { store.set("elastic/ended", bytes("1")); }
+void markJobEnded(c10d::Store& store, JobEnd how) {
+  store.set("elastic/ended", bytes(how == JobEnd::kStopped ? "stopped" : "finished"));
+}
 bool jobEnded(c10d::Store& store) { return store.check({"elastic/ended"}); }
+JobEnd jobEndedHow(c10d::Store& store) {
+  return text(store.get("elastic/ended")) == "stopped" ? JobEnd::kStopped : JobEnd::kFinished;
+}
 
 std::string encodeMember(const Member& m) {
   AIACC_CHECK(m.node.find_first_of(" \t\n") == std::string::npos, "a member's node has no spaces: '", m.node, "'");
@@ -122,6 +127,16 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
     const auto now = Clock::now();
     if (arrived < o_.min && jobEnded(*store_)) {
+      // Survivors below MIN each wait out their own timeout: the first to give up ends the job
+      // before the others' run out. They stop as it did (resumable), not as a finished job's
+      // stragglers, and whichever of them came first saves what it holds.
+      if (survivor && jobEndedHow(*store_) == JobEnd::kStopped) {
+        throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
+                               number,
+                               ", and another surviving process stopped the job meanwhile; the job cannot go "
+                               "on with fewer"),
+                        CommError::Remedy::kMembership);
+      }
       throw JobEndedError(strCat("elastic: the job ended while this process waited to join generation ", number),
                           CommError::Remedy::kMembership);
     }

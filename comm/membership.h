@@ -89,8 +89,10 @@ class Membership {
   // Blocks until this process is in a generation, and returns it. `self.generation` says which
   // generation it leaves (-1: none yet); `lost` lists that generation's ranks it knows are gone,
   // and `previous_world` its size (both only speed up the close). Throws CommError when fewer than
-  // MIN arrive within options.timeout, or a store request fails; JobEndedError when the job
-  // ended meanwhile (a process started again too late to take part).
+  // MIN arrive within options.timeout (Remedy::kMembership), or when a survivor waiting below
+  // MIN learns that the job stopped (JobEnd::kStopped: another survivor gave up first; also
+  // kMembership), or a store request fails; JobEndedError when the job ended meanwhile otherwise
+  // (a process started again too late to take part).
   Generation join(const Member& self, const std::vector<int>& lost = {}, int previous_world = 0);
 
   // One store request, no waiting: has any process arrived for the generation after `current`?
@@ -119,10 +121,15 @@ class Membership {
   int64_t last_ticket_ = -1;
 };
 
-// The job's end, said in the store by its last rank 0 (finished, or given up below MIN), so that
-// a launcher serving the store knows it may stop serving. `store` as Membership's.
-void markJobEnded(c10d::Store& store);
+// The job's end, said in the store by its last rank 0, so that a launcher serving the store
+// knows it may stop serving. `store` as Membership's. How it ended decides what a survivor still
+// waiting to regroup does (join()): after kStopped (a survivor gave up below MIN, or a stop
+// request, and its state is saved) it stops as that survivor did, resumable; after kFinished it
+// has nothing left to do (JobEndedError), as has any process that holds no state.
+enum class JobEnd { kFinished, kStopped };
+void markJobEnded(c10d::Store& store, JobEnd how = JobEnd::kFinished);
 bool jobEnded(c10d::Store& store);
+JobEnd jobEndedHow(c10d::Store& store);  // (once jobEnded)
 
 // A member's record and a roster as the store holds them (exposed for tests).
 std::string encodeMember(const Member& m);

@@ -229,7 +229,13 @@ TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
   EXPECT_TRUE(h.step_vote);
   EXPECT_EQ(h.step_vote_ab, 3);
   EXPECT_EQ(h.notes.size(), 1u);
+  env = {{"AIACC_TEST_LATE_TO_REGROUP_MS", "1500"}};
+  h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_EQ(h.late_to_regroup_ms, 1500);
+  EXPECT_EQ(h.notes.size(), 1u);
   for (const auto& bad : std::vector<std::map<std::string, std::string>>{
+           {{"AIACC_TEST_LATE_TO_REGROUP_MS", "0"}},
+           {{"AIACC_TEST_LATE_TO_REGROUP_MS", "1s"}},
            {{"AIACC_BENCH_STEP_VOTE_AB", "0"}},
            {{"AIACC_BENCH_STEP_VOTE_AB", "2x"}},
            {{"AIACC_BENCH_STEP_VOTE_AB", ""}},

@@ -204,6 +204,38 @@ TEST(Membership, AProcessWaitingToJoinAJobThatEndedIsToldSo) {
   EXPECT_THROW(late.get(), JobEndedError);
 }
 
+// Survivors below MIN each wait out their own timeout; the first to give up stops the job
+// (JobEnd::kStopped). A survivor still waiting then stops as it did (a CommError saying so, the
+// below-MIN remedy: resumable, and it saves its state if it came first), never as a finished job's
+// straggler; a newcomer, which holds nothing, is told the job ended. After kFinished a survivor
+// too has nothing left to do.
+TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
+  for (JobEnd how : {JobEnd::kStopped, JobEnd::kFinished}) {
+    auto store = makeHashStore();
+    const std::vector<Generation> g0 = formFirst(store, {"a", "b", "c"}, 3);
+    auto waiting = joinAsync(store, options(3, 3), survivor(g0[1], 1), {2}, 3);
+    auto late = joinAsync(store, options(3, 3), fresh("d"));
+    std::this_thread::sleep_for(20ms);
+    markJobEnded(*store, how);
+    ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
+    ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
+    EXPECT_THROW(late.get(), JobEndedError);
+    if (how == JobEnd::kFinished) {
+      EXPECT_THROW(waiting.get(), JobEndedError);
+      continue;
+    }
+    try {
+      waiting.get();
+      ADD_FAILURE() << "a survivor joined a stopped job";
+    } catch (const JobEndedError& e) {
+      ADD_FAILURE() << "a survivor of a stopped job was told it had nothing left to do: " << e.what();
+    } catch (const CommError& e) {
+      EXPECT_EQ(e.remedy(), CommError::Remedy::kMembership);
+      EXPECT_NE(std::string(e.what()).find("another surviving process stopped the job"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Each close deletes the keys of the generation two before it.
 TEST(Membership, OldGenerationsKeysAreDeleted) {
   auto store = makeHashStore();
