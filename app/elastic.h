@@ -45,9 +45,9 @@ class ElasticJob {
   // A process waits for the next generation (one store request, no waiting).
   bool joinersWaiting() { return membership_.joinersWaiting(generation_); }
   const ElasticOptions& options() const { return o_; }
-  // This process came first to the generation it last tried (the one that writes the checkpoint
-  // when too few came).
-  bool arrivedFirst() const { return membership_.lastTicket() == 0; }
+  // This process came first, of the survivors, to the generation it last tried (the one that
+  // writes the checkpoint when too few came; a newcomer that came earlier holds nothing).
+  bool arrivedFirst() const { return membership_.firstSurvivor(); }
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
 

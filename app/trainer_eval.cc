@@ -154,7 +154,7 @@ Report Trainer::State::finishReport() {
       // A survivor the loss left waiting to regroup (it failed the end of training's sum that
       // this rank passed) learns from the store that the job ended, and stops.
       try {
-        elastic->markEnded();
+        elastic->markEnded(run.preempted ? comm::JobEnd::kStopped : comm::JobEnd::kFinished);
       } catch (const std::exception&) {  // (the store went with the lost rank: nobody is left to tell)
       }
       LOG(WARNING) << "rank " << rank << ": a rank was lost after training ended (" << firstLine(e.what())

@@ -27,7 +27,11 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 void markJobEnded(c10d::Store& store, JobEnd how) {
-  store.set("elastic/ended", bytes(how == JobEnd::kStopped ? "stopped" : "finished"));
+  if (how == JobEnd::kStopped) {
+    store.set("elastic/ended", bytes("stopped"));
+  } else {  // never over a stop: a survivor still waiting must still learn that its state is wanted
+    store.compareSet("elastic/ended", {}, bytes("finished"));
+  }
 }
 bool jobEnded(c10d::Store& store) { return store.check({"elastic/ended"}); }
 JobEnd jobEndedHow(c10d::Store& store) {
@@ -112,7 +116,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   last_ticket_ = ticket;
   store_->set(key(number, strCat("m", ticket)), bytes(encodeMember(self)));
   const bool survivor = self.generation == number - 1 && self.generation >= 0;
-  if (survivor) store_->add(key(number, "survivors"), 1);
+  first_survivor_ = survivor && store_->add(key(number, "survivors"), 1) == 1;
   for (const int r : lost) {  // each lost rank counted once, whoever reports it first
     if (store_->add(key(number, strCat("lost", r)), 1) == 1) store_->add(key(number, "lost"), 1);
   }

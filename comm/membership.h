@@ -106,6 +106,9 @@ class Membership {
   const MembershipOptions& options() const { return o_; }
   // The ticket this process took in the last generation it tried (0: it arrived first; -1: none).
   int64_t lastTicket() const { return last_ticket_; }
+  // This process was the first survivor of the generation before to arrive at the last
+  // generation it tried (a newcomer that came earlier holds no state).
+  bool firstSurvivor() const { return first_survivor_; }
 
  private:
   // Tries generation `number` once; false when it closed without this process.
@@ -119,10 +122,12 @@ class Membership {
   c10::intrusive_ptr<c10d::Store> store_;
   MembershipOptions o_;
   int64_t last_ticket_ = -1;
+  bool first_survivor_ = false;
 };
 
 // The job's end, said in the store by its last rank 0, so that a launcher serving the store
-// knows it may stop serving. `store` as Membership's. How it ended decides what a survivor still
+// knows it may stop serving. `store` as Membership's. A stop is never overwritten by a later
+// kFinished (a compare-and-set). How it ended decides what a survivor still
 // waiting to regroup does (join()): after kStopped (a survivor gave up below MIN, or a stop
 // request, and its state is saved) it stops as that survivor did, resumable; after kFinished it
 // has nothing left to do (JobEndedError), as has any process that holds no state.

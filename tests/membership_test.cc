@@ -217,6 +217,8 @@ TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
     auto late = joinAsync(store, options(3, 3), fresh("d"));
     std::this_thread::sleep_for(20ms);
     markJobEnded(*store, how);
+    markJobEnded(*store, JobEnd::kFinished);  // (a later finish never hides a stop)
+    EXPECT_EQ(jobEndedHow(*store), how);
     ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
     ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
     EXPECT_THROW(late.get(), JobEndedError);
@@ -234,6 +236,34 @@ TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
       EXPECT_NE(std::string(e.what()).find("another surviving process stopped the job"), std::string::npos) << e.what();
     }
   }
+}
+
+// The survivor that writes the state below MIN is the first survivor to arrive, not the first
+// process: a newcomer that came earlier holds nothing.
+TEST(Membership, TheFirstSurvivorIsNotANewcomerThatCameEarlier) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 2);
+  Membership newcomer(store, options(3, 3)), first(store, options(3, 3)), second(store, options(3, 3));
+  auto joins = [&](Membership& m, Member self) {
+    return std::async(std::launch::async, [&m, self] {
+      try {
+        m.join(self);
+      } catch (const CommError&) {  // (below MIN when the job stops: expected)
+      }
+    });
+  };
+  auto n = joins(newcomer, fresh("c"));
+  while (!store->check({"elastic/g1/m0"})) std::this_thread::sleep_for(1ms);
+  auto f = joins(first, survivor(g0[0], 1));
+  while (!store->check({"elastic/g1/survivors"})) std::this_thread::sleep_for(1ms);
+  auto s = joins(second, survivor(g0[1], 1));
+  while (store->add("elastic/g1/survivors", 0) < 2) std::this_thread::sleep_for(1ms);
+  markJobEnded(*store, JobEnd::kStopped);
+  for (auto* x : {&n, &f, &s}) ASSERT_EQ(x->wait_for(kBound), std::future_status::ready);
+  EXPECT_EQ(newcomer.lastTicket(), 0);
+  EXPECT_FALSE(newcomer.firstSurvivor());
+  EXPECT_TRUE(first.firstSurvivor());
+  EXPECT_FALSE(second.firstSurvivor());
 }
 
 // Each close deletes the keys of the generation two before it.
