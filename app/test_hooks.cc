@@ -24,6 +24,15 @@ void holdUntilReleased(const std::string& marker, const std::string& release, in
   }
 }
 
+// The whole of `text` as a number in [lo, hi]; otherwise an input error that says what `name` must be.
+int parseBounded(const char* name, const char* text, long lo, long hi, const char* what) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  AIACC_CHECK_INPUT(*text != '\0' && *end == '\0' && v >= lo && v <= hi, name, " must be ", what, " (got '", text,
+                    "')");
+  return static_cast<int>(v);
+}
+
 }  // namespace
 
 CheckpointFaultHook checkpointHoldHook(const std::string& value) {
@@ -52,12 +61,9 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
         "does nothing");
   }
   if (const char* ab = get("AIACC_BENCH_STEP_VOTE_AB")) {
-    char* end = nullptr;
-    const long k = std::strtol(ab, &end, 10);
-    AIACC_CHECK_INPUT(*ab != '\0' && *end == '\0' && k >= 1 && k <= 1000000,
-                      "AIACC_BENCH_STEP_VOTE_AB must be a number of steps, 1 or more (got '", ab, "')");
+    const int k = parseBounded("AIACC_BENCH_STEP_VOTE_AB", ab, 1, 1000000, "a number of steps, 1 or more");
     AIACC_CHECK_INPUT(h.step_vote, "AIACC_BENCH_STEP_VOTE_AB and AIACC_BENCH_NO_STEP_VOTE=1 exclude each other");
-    h.step_vote_ab = static_cast<int>(k);
+    h.step_vote_ab = k;
     h.notes.push_back(std::string("AIACC_BENCH_STEP_VOTE_AB=") + ab + ": the per-step vote after " + ab +
                       " steps in turn, then none after " + ab + " (a benchmark's A/B)");
   }
@@ -67,11 +73,7 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     h.notes.push_back("AIACC_TEST_SKEW_AT_REGROUP=1: at a regroup, the survivors but rank 0 change a parameter");
   }
   if (const char* late = get("AIACC_TEST_LATE_TO_REGROUP_MS")) {
-    char* end = nullptr;
-    const long ms = std::strtol(late, &end, 10);
-    AIACC_CHECK_INPUT(*late != '\0' && *end == '\0' && ms >= 1 && ms <= 600000,
-                      "AIACC_TEST_LATE_TO_REGROUP_MS must be milliseconds, 1 to 600000 (got '", late, "')");
-    h.late_to_regroup_ms = static_cast<int>(ms);
+    h.late_to_regroup_ms = parseBounded("AIACC_TEST_LATE_TO_REGROUP_MS", late, 1, 600000, "milliseconds, 1 to 600000");
     h.notes.push_back(std::string("AIACC_TEST_LATE_TO_REGROUP_MS=") + late +
                       ": at a regroup, every process but rank 0 arrives that late");
   }

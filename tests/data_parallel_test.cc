@@ -254,33 +254,6 @@ TEST(DataParallel, BatchNormBuffersBroadcastOrAveraged) {
   }
 }
 
-// broadcast_parameters off (an elastic regroup, which restores the model itself where it
-// differs): each rank keeps its own parameters at construction, the buffers still come from rank 0.
-TEST(DataParallel, ParametersStayWhenTheirBroadcastIsOff) {
-  for (bool broadcast : {true, false}) {
-    std::vector<float> weight(3), mean(3);
-    expectNoErrors(runRanks(3, [&](int r, std::shared_ptr<Transport> t) {
-      auto seq = torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::BatchNorm1d(4));
-      {
-        at::NoGradGuard no_grad;
-        for (auto& p : seq->parameters()) p.fill_(static_cast<float>(r));
-        for (auto& b : seq->buffers()) {
-          if (b.is_floating_point()) b.fill_(static_cast<float>(r));
-        }
-      }
-      DataParallelOptions o;
-      o.broadcast_parameters = broadcast;
-      DataParallel dp(seq.ptr(), t, WorldInfo{r, 3, r, 3}, o);
-      weight[r] = seq->named_parameters()["0.weight"][0][0].item<float>();
-      mean[r] = seq->named_buffers()["1.running_mean"][0].item<float>();
-    }));
-    for (int r = 0; r < 3; ++r) {
-      EXPECT_FLOAT_EQ(weight[r], broadcast ? 0.0f : static_cast<float>(r)) << "broadcast " << broadcast;
-      EXPECT_FLOAT_EQ(mean[r], 0.0f) << "broadcast " << broadcast;
-    }
-  }
-}
-
 // kAverageWhenRead exchanges nothing per step, yet after syncBuffers() every rank holds exactly
 // what averaging before every forward (kAverage) gives: the running statistics' updates are
 // linear. kBroadcast's syncBuffers() leaves every rank with rank 0's.
