@@ -82,15 +82,24 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
   self.rank = generation_.rank;
   self.step = step;
   const int before = generation_.size();
-  // (A generation that failed before its keys were deleted: its own keys go with it now; the
-  // lost ranks' of the one before it stay.)
-  if (previous_keys_) previous_keys_->deleteOwn(*keysOf(previous_number_), keyListName(previous_rank_));
-  previous_keys_ = keys_;
-  previous_number_ = generation_.number;
-  previous_rank_ = generation_.rank;
-  previous_world_ = before;
-  keys_ = std::make_shared<comm::KeyLog>();
-  generation_ = membership_.join(self, lostRanksIn(cause), before);
+  try {
+    // (A generation that failed before its keys were deleted: its own keys go with it now; the
+    // lost ranks' of the one before it stay.)
+    if (previous_keys_) previous_keys_->deleteOwn(*keysOf(previous_number_), keyListName(previous_rank_));
+    previous_keys_ = keys_;
+    previous_number_ = generation_.number;
+    previous_rank_ = generation_.rank;
+    previous_world_ = before;
+    keys_ = std::make_shared<comm::KeyLog>();
+    generation_ = membership_.join(self, lostRanksIn(cause), before);
+  } catch (const comm::CommError&) {
+    throw;
+  } catch (const std::exception& e) {  // the store's own failure (a closed connection: "Broken pipe")
+    throw comm::CommError(strCat("elastic: the rendezvous store stopped answering while this process regrouped (",
+                                 firstLine(e.what()),
+                                 "): the job has ended, or the process that served the store (node 0's launcher, or "
+                                 "the --rdzv-endpoint server) is gone"));
+  }
   return generation_;
 }
 

@@ -176,15 +176,20 @@ std::string defaultJobId(const LaunchSpec& spec) {
 }
 
 // An elastic job's node 0, once its own workers ended: the other nodes' ranks may still train and
-// regroup through the store this launcher serves. Served until the job's last rank 0 says it
-// ended, --rdzv-timeout passes, or a stop signal comes.
-// Serves until the job ends, `until` passes, or a stop signal comes (read from `sfd`).
+// regroup through the store this launcher serves. Serves until the job has ended (its last rank 0
+// said so) and no process still waits to be let in (comm::waitersRemain: a survivor below MIN, a
+// joiner; each must read how the job ended, not meet a closed store; one that died waiting is
+// given up kWaitersGrace after the end), or until `until`, or a stop signal (read from `sfd`).
 static void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served,
                                  std::chrono::steady_clock::time_point until, int sfd) {
+  constexpr auto kWaitersGrace = std::chrono::seconds(10);
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);  // the workers' keys' prefix
-  while (!comm::jobEnded(store) && std::chrono::steady_clock::now() < until) {
+  std::optional<std::chrono::steady_clock::time_point> ended;
+  while (std::chrono::steady_clock::now() < until) {
+    if (!ended && comm::jobEnded(store)) ended = std::chrono::steady_clock::now();
+    if (ended && (!comm::waitersRemain(store) || std::chrono::steady_clock::now() >= *ended + kWaitersGrace)) return;
     pollfd p{sfd, POLLIN, 0};
-    if (::poll(&p, 1, 100) > 0) {
+    if (::poll(&p, 1, ended ? 10 : 100) > 0) {
       signalfd_siginfo si{};
       if (::read(sfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si)) && si.ssi_signo != SIGCHLD) {
         std::cerr << "aiacc_train: received " << signalName(static_cast<int>(si.ssi_signo))
@@ -197,10 +202,15 @@ static void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served,
 
 static void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, const LaunchSpec& spec, int sfd) {
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);
-  if (comm::jobEnded(store)) return;
-  std::cerr << "aiacc_train: this node's workers have ended; serving the rendezvous store for the other nodes until "
-               "the job ends (at most --rdzv-timeout "
-            << std::chrono::duration_cast<std::chrono::seconds>(spec.rdzv_timeout).count() << " s)\n";
+  if (comm::jobEnded(store)) {
+    if (!comm::waitersRemain(store)) return;
+    std::cerr << "aiacc_train: the job has ended; serving the rendezvous store until the processes still waiting to "
+                 "regroup have read it\n";
+  } else {
+    std::cerr << "aiacc_train: this node's workers have ended; serving the rendezvous store for the other nodes "
+                 "until the job ends (at most --rdzv-timeout "
+              << std::chrono::duration_cast<std::chrono::seconds>(spec.rdzv_timeout).count() << " s)\n";
+  }
   serveUntilTheJobEnds(served, std::chrono::steady_clock::now() + spec.rdzv_timeout, sfd);
 }
 

@@ -15,7 +15,8 @@ namespace {
 // Keys, under the job's prefix. Per generation T: "g<T>/arrivals" (tickets), "g<T>/m<i>" (the
 // record of ticket i), "g<T>/survivors" and "g<T>/lost" (counters for the early close),
 // "g<T>/lost<r>" (rank r of T-1 reported, once), "g<T>/closed" (the count it closed at),
-// "g<T>/roster". And "current": the newest closed generation.
+// "g<T>/roster", "g<T>/gone" (waiters that left without being let in: the job ended, or below MIN
+// for too long). And "current": the newest closed generation.
 constexpr const char* kCurrentKey = "elastic/current";
 std::string key(int64_t g, const std::string& what) { return strCat("elastic/g", g, "/", what); }
 
@@ -34,6 +35,13 @@ void markJobEnded(c10d::Store& store, JobEnd how) {
   }
 }
 bool jobEnded(c10d::Store& store) { return store.check({"elastic/ended"}); }
+bool waitersRemain(c10d::Store& store) {
+  int64_t open = store.check({kCurrentKey}) ? std::stoll(text(store.get(kCurrentKey))) + 1 : 0;
+  while (store.check({key(open, "closed")})) ++open;  // (closed, "current" not yet moved on)
+  if (!store.check({key(open, "arrivals")})) return false;
+  const int64_t gone = store.check({key(open, "gone")}) ? store.add(key(open, "gone"), 0) : 0;
+  return store.add(key(open, "arrivals"), 0) > gone;
+}
 JobEnd jobEndedHow(c10d::Store& store) {
   return text(store.get("elastic/ended")) == "stopped" ? JobEnd::kStopped : JobEnd::kFinished;
 }
@@ -123,6 +131,14 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   const auto start = Clock::now();
   std::optional<Clock::time_point> min_seen;
   int closed_at = -1;
+  // A waiter that leaves without being let in says so, so that a launcher serving the store
+  // after the job's end knows when nobody is left to read it (waitersRemain).
+  auto leave = [&] {
+    try {
+      store_->add(key(number, "gone"), 1);
+    } catch (const std::exception&) {  // (the store is gone: nobody is left to tell)
+    }
+  };
   while (closed_at < 0) {
     if (store_->check({key(number, "closed")})) {
       closed_at = std::stoi(text(store_->get(key(number, "closed"))));
@@ -135,12 +151,14 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
       // before the others' run out. They stop as it did (resumable), not as a finished job's
       // stragglers, and whichever of them came first saves what it holds.
       if (survivor && jobEndedHow(*store_) == JobEnd::kStopped) {
+        leave();
         throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
                                number,
                                ", and another surviving process stopped the job meanwhile; the job cannot go "
                                "on with fewer"),
                         CommError::Remedy::kMembership);
       }
+      leave();
       throw JobEndedError(strCat("elastic: the job ended while this process waited to join generation ", number),
                           CommError::Remedy::kMembership);
     }
@@ -158,6 +176,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
         break;
       }
     } else if (now - start >= o_.timeout) {
+      leave();
       throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
                              number, " within ", std::chrono::duration<double>(o_.timeout).count(),
                              " s; the job cannot go on with fewer"),

@@ -49,7 +49,7 @@ struct MembershipOptions {
   // Once MIN have arrived, how long a generation waits for more (unless every rank of the
   // previous generation is already accounted for, or MAX have come).
   std::chrono::milliseconds last_call{1000};
-  // How long a member waits below MIN before giving up (CommError, Remedy::kBelowMin).
+  // How long a member waits below MIN before giving up (CommError, Remedy::kMembership).
   std::chrono::milliseconds timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds poll{10};  // between two looks at the arrivals while waiting
 };
@@ -135,6 +135,11 @@ enum class JobEnd { kFinished, kStopped };
 void markJobEnded(c10d::Store& store, JobEnd how = JobEnd::kFinished);
 bool jobEnded(c10d::Store& store);
 JobEnd jobEndedHow(c10d::Store& store);  // (once jobEnded)
+// Some process still waits to be let into the open generation (it arrived, and has neither been
+// let in nor left). A launcher serving the store goes on serving after the job's end until
+// none does, so that a survivor still waiting below MIN, or a joiner, reads how the job ended
+// instead of meeting a closed store.
+bool waitersRemain(c10d::Store& store);
 
 // A member's record and a roster as the store holds them (exposed for tests).
 std::string encodeMember(const Member& m);

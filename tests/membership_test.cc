@@ -238,6 +238,32 @@ TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
   }
 }
 
+// After the job's end a launcher serves the store while a process still waits to be let in
+// (waitersRemain): a survivor below MIN counts until it has read how the job ended and left;
+// processes let into a generation never count.
+TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b", "c"}, 3);
+  EXPECT_FALSE(waitersRemain(*store));
+  auto waiting = joinAsync(store, options(3, 3), survivor(g0[1], 1), {2}, 3);
+  const auto deadline = std::chrono::steady_clock::now() + kBound;
+  while (!waitersRemain(*store) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(waitersRemain(*store));
+  markJobEnded(*store, JobEnd::kStopped);
+  ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
+  EXPECT_THROW(waiting.get(), CommError);
+  EXPECT_FALSE(waitersRemain(*store));
+  // Two survivors of a 2:3 job are let in (generation 1 closes): nobody waits.
+  auto again = makeHashStore();
+  const std::vector<Generation> h0 = formFirst(again, {"a", "b", "c"}, 3);
+  auto first = joinAsync(again, options(2, 3), survivor(h0[0], 0), {2}, 3);
+  auto second = joinAsync(again, options(2, 3), survivor(h0[1], 1), {2}, 3);
+  ASSERT_EQ(first.wait_for(kBound), std::future_status::ready);
+  ASSERT_EQ(second.wait_for(kBound), std::future_status::ready);
+  EXPECT_EQ(first.get().size(), 2);
+  EXPECT_FALSE(waitersRemain(*again));
+}
+
 // The survivor that writes the state below MIN is the first survivor to arrive, not the first
 // process: a newcomer that came earlier holds nothing.
 TEST(Membership, TheFirstSurvivorIsNotANewcomerThatCameEarlier) {
