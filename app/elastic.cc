@@ -1,11 +1,13 @@
 #include "app/elastic.h"
 
+#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <regex>
+#include <system_error>
 
 #include "app/flags.h"
 #include "app/launch_env.h"
@@ -16,6 +18,13 @@ namespace aiacc::app {
 namespace {
 // Where a rank's list of its keys is published, under its generation's prefix.
 std::string keyListName(int rank) { return "keys/" + std::to_string(rank); }
+
+comm::CommError storeFailed(const std::exception& e) {
+  return comm::CommError(strCat("elastic: the rendezvous store failed while this process regrouped (",
+                                firstLine(e.what()),
+                                "): the job has ended, or the process that served the store (node 0's launcher, or "
+                                "the --rdzv-endpoint server) is gone"));
+}
 }  // namespace
 
 std::vector<int> lostRanksIn(const std::string& message) {
@@ -92,13 +101,10 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
     previous_world_ = before;
     keys_ = std::make_shared<comm::KeyLog>();
     generation_ = membership_.join(self, lostRanksIn(cause), before);
-  } catch (const comm::CommError&) {
-    throw;
-  } catch (const std::exception& e) {  // the store's own failure (a closed connection: "Broken pipe")
-    throw comm::CommError(strCat("elastic: the rendezvous store stopped answering while this process regrouped (",
-                                 firstLine(e.what()),
-                                 "): the job has ended, or the process that served the store (node 0's launcher, or "
-                                 "the --rdzv-endpoint server) is gone"));
+  } catch (const c10::Error& e) {  // the store's own failures: a closed connection, a timeout
+    throw storeFailed(e);
+  } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors: "Broken pipe")
+    throw storeFailed(e);
   }
   return generation_;
 }

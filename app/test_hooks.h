@@ -22,7 +22,8 @@
 //       differs, which must then receive rank 0's whole state (tests/elastic_test.cc).
 //   AIACC_TEST_LATE_TO_REGROUP_MS=MS   at each elastic regroup, every process but the rank 0 of the
 //       generation it leaves waits MS milliseconds before it arrives for the next: survivors whose
-//       --rdzv-timeout then runs out apart (tests/elastic_test.cc).
+//       --rdzv-timeout then runs out apart; each says "rank R arrives for the next generation
+//       now" on its log as it goes on (tests/elastic_test.cc).
 //   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal): before the
 //       final evaluation if one is due, else just before the report's sums over the ranks
 //       (after the end of training's collective), create FILE.held.<pid> and wait until FILE

@@ -60,7 +60,10 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   run.checkpoint_asked = false;
   run.regroup_after_epoch = false;
   sync_ptr.reset();  // the old transports close: every peer still waiting in them is released
-  if (late_to_regroup_ms > 0 && rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(late_to_regroup_ms));
+  if (late_to_regroup_ms > 0 && rank != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(late_to_regroup_ms));
+    LOG(WARNING) << "AIACC_TEST_LATE_TO_REGROUP_MS: rank " << rank << " arrives for the next generation now";
+  }
   const comm::Generation& g = regroupOrStop(cause);
   AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
               " has no process of the one before, so nobody holds the training state; start the job again "

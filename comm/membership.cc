@@ -39,8 +39,16 @@ bool waitersRemain(c10d::Store& store) {
   int64_t open = store.check({kCurrentKey}) ? std::stoll(text(store.get(kCurrentKey))) + 1 : 0;
   while (store.check({key(open, "closed")})) ++open;  // (closed, "current" not yet moved on)
   if (!store.check({key(open, "arrivals")})) return false;
-  const int64_t gone = store.check({key(open, "gone")}) ? store.add(key(open, "gone"), 0) : 0;
-  return store.add(key(open, "arrivals"), 0) > gone;
+  auto count = [&](const char* what) { return store.check({key(open, what)}) ? store.add(key(open, what), 0) : 0; };
+  const int64_t gone = count("gone");  // (before the arrivals: one that arrives and leaves between still counts)
+  if (store.add(key(open, "arrivals"), 0) > gone) return true;
+  // Once a regroup began (a survivor came, or a loss was reported): a rank of the last generation
+  // that has not arrived yet (slow to see the failure), unless reported lost. It will, and must
+  // find the store. (A newcomer alone begins no regroup: the last generation may have finished.)
+  const int64_t accounted = count("survivors") + count("lost");
+  const std::string last_size = key(open - 1, "closed");
+  return accounted > 0 && open > 0 && store.check({last_size}) &&
+         accounted < std::stoll(text(store.get(last_size)));
 }
 JobEnd jobEndedHow(c10d::Store& store) {
   return text(store.get("elastic/ended")) == "stopped" ? JobEnd::kStopped : JobEnd::kFinished;
@@ -146,16 +154,21 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     }
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
     const auto now = Clock::now();
-    if (arrived < o_.min && jobEnded(*store_)) {
+    // (Checked at MIN and above too: a process started after the end, with MIN 1, would
+    // otherwise close a generation of its own and begin the job again.)
+    if (jobEnded(*store_)) {
       // Survivors below MIN each wait out their own timeout: the first to give up ends the job
       // before the others' run out. They stop as it did (resumable), not as a finished job's
       // stragglers, and whichever of them came first saves what it holds.
       if (survivor && jobEndedHow(*store_) == JobEnd::kStopped) {
         leave();
-        throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
-                               number,
-                               ", and another surviving process stopped the job meanwhile; the job cannot go "
-                               "on with fewer"),
+        throw CommError(arrived < o_.min ? strCat("elastic: only ", arrived, " of at least ", o_.min,
+                                                  " processes arrived for generation ", number,
+                                                  ", and another surviving process stopped the job meanwhile; the "
+                                                  "job cannot go on with fewer")
+                                         : strCat("elastic: another surviving process stopped the job while this one "
+                                                  "waited to join generation ",
+                                                  number),
                         CommError::Remedy::kMembership);
       }
       leave();
@@ -252,7 +265,7 @@ void Membership::deleteGeneration(int64_t number) {
   for (int64_t i = 0; i < tickets; ++i) store_->deleteKey(key(number, strCat("m", i)));
   // lost<r>: r a rank of the generation before, whose world was at most MAX.
   for (int r = 0; r < o_.max; ++r) store_->deleteKey(key(number, strCat("lost", r)));
-  for (const char* k : {"survivors", "lost", "closed", "roster"}) store_->deleteKey(key(number, k));
+  for (const char* k : {"survivors", "lost", "closed", "roster", "gone"}) store_->deleteKey(key(number, k));
   store_->deleteKey(arrivals);
 }
 

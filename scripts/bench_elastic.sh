@@ -16,6 +16,10 @@
 #            name the lost rank), then every node starts again with --resume auto; seconds from
 #            the kill to the first metrics line of the restarted job (its first step), and the
 #            steps redone (the killed job's last step - the step resumed from).
+#   Both:    "back": seconds from the kill until the job completes the step the kill cut (the
+#            step after the last one rank 0 had logged): the restart redoes the steps since its
+#            checkpoint first (kill after step KILL_AT, a checkpoint every EVERY: 5 of them, the
+#            average a kill at a random step costs), the elastic job only the step in flight.
 #   scripts/bench_elastic.sh [--lab] [AIACC_TRAIN] [ROUNDS]
 set -uo pipefail
 LAB=0
@@ -60,11 +64,15 @@ elastic() {
   rm -f "$tmp"/log* "$tmp/m.jsonl" "$tmp/r.json"
   R0=(--metrics-file "$tmp/m.jsonl" --report-file "$tmp/r.json"); nodes $RANGE $port
   until [ "$(stepOf "$tmp/m.jsonl")" -ge $KILL_AT ]; do sleep 0.05; done
+  local cut t2
   killOne; t0=$(now)
+  cut=$(($(stepOf "$tmp/m.jsonl") + 1))
   until grep -q '"event":"membership"' "$tmp/m.jsonl"; do sleep 0.01; done  # written at the first step's end
   t1=$(now)
+  until [ "$(stepOf "$tmp/m.jsonl")" -ge $cut ]; do sleep 0.01; done
+  t2=$(now)
   wait "${L[@]}" 2>/dev/null
-  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }'
+  awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "%.2f %.2f", b - a, c - a }'
   echo " $("$here/json_get.py" "$tmp/r.json" membership.0.steps_lost %d)"
   "$here/json_get.py" "$tmp/r.json" membership.0 > "$tmp/record"  # detect_s, regroup_s, restore_s, bytes
 }
@@ -79,17 +87,22 @@ restart() {
   port=$((30000 + RANDOM % 20000))
   R0=(--metrics-file "$tmp/m.jsonl"); nodes $NODES $port --checkpoint-dir "$tmp/ck" --resume auto
   until [ -s "$tmp/m.jsonl" ]; do sleep 0.01; done
-  local t1; t1=$(now)
+  local t1 t2; t1=$(now)
+  until [ "$(stepOf "$tmp/m.jsonl")" -gt "$killed" ]; do sleep 0.01; done
+  t2=$(now)
   resumed=$(grep -o 'resumed from .* at step [0-9]*' "$tmp/log0" | tail -1 | grep -o '[0-9]*$')
   kill -TERM "${L[@]}" 2>/dev/null; wait "${L[@]}" 2>/dev/null
-  awk -v a="$t0" -v b="$t1" -v k="$killed" -v r="${resumed:-0}" 'BEGIN { printf "%.2f %d\n", b - a, k - r }'
+  awk -v a="$t0" -v b="$t1" -v c="$t2" -v k="$killed" -v r="${resumed:-0}" \
+    'BEGIN { printf "%.2f %.2f %d\n", b - a, c - a, k - r }'
 }
 echo "layout: $NODES nodes x $NPROC ranks ($([ $LAB = 1 ] && echo "the lab, 1 Gbit/s links, Gloo between nodes" || echo "this box, shared memory")); one worker of node $VICTIM killed after step $KILL_AT"
-echo "round  elastic: s kill->first step, steps lost   restart: s kill->first step, steps redone   speedup"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1fx", (b > 0 ? a / b : 0) }'; }
+echo "       seconds from the kill to:  the first step after it        back at the step the kill cut"
+echo "round  elastic (steps lost)  restart (steps redone)  speedup   elastic  restart  speedup"
 for r in $(seq "$ROUNDS"); do
-  read -r es el <<< "$(elastic)"
-  read -r rs rl <<< "$(restart)"
-  printf "%5d  %8s s %6s                          %8s s %6s                          %.1fx\n" "$r" "$es" "$el" "$rs" \
-    "$rl" "$(awk -v a="$rs" -v b="$es" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+  read -r es eb el <<< "$(elastic)"
+  read -r rs rb rl <<< "$(restart)"
+  printf "%5d  %7s s (%s)         %7s s (%s)            %6s   %5s s  %5s s  %6s\n" "$r" "$es" "$el" "$rs" "$rl" \
+    "$(ratio "$rs" "$es")" "$eb" "$rb" "$(ratio "$rb" "$eb")"
   echo "       elastic's record: $(cat "$tmp/record" 2> /dev/null)"
 done

@@ -7,9 +7,14 @@
 # each); node 2's worker is SIGKILLed after rank 0's first metrics line (step 2) and started
 # again by its launcher (--max-restarts 1). Prints each seed's final top-1 of both jobs and
 # their difference, then the differences' mean and standard deviation.
-#   scripts/elastic_accuracy.sh [AIACC_TRAIN] [SEEDS]      (default: build/app/aiacc_train, 0 1 2 3 4)
+#   scripts/elastic_accuracy.sh [AIACC_TRAIN] [SEEDS] [-- FLAGS...]
+#       (default: build/app/aiacc_train, seeds 0 1 2 3 4; FLAGS: more aiacc_train flags for both
+#       jobs, after the script's own, e.g. -- --elastic-batch keep-global)
 set -euo pipefail
-BIN=${1:-build/app/aiacc_train}; SEEDS=${2:-0 1 2 3 4}
+BIN=build/app/aiacc_train; SEEDS="0 1 2 3 4"; EXTRA=()
+[ $# -gt 0 ] && [ "$1" != -- ] && { BIN=$1; shift; }
+[ $# -gt 0 ] && [ "$1" != -- ] && { SEEDS=$1; shift; }
+[ $# -gt 0 ] && [ "$1" = -- ] && { shift; EXTRA=("$@"); }
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -24,7 +29,7 @@ job() {  # seed kill(0|1): the job's final top-1
     local extra=(); [ "$n" = 0 ] && extra=(--metrics-file m.jsonl --report-file r.json)
     "$BIN" --data ds --arch resnet18 --image-size 32 --batch-size 8 --epochs 8 --lr 0.4 --warmup-epochs 0 \
       --threads 1 --workers 1 --log-every 2 --comm-timeout 60 --rdzv-timeout 60 --rdzv-last-call 10 --seed "$seed" \
-      --nproc 1 --nnodes 2:3 --node-rank "$n" --master "127.0.0.1:$port" --max-restarts 1 "${extra[@]}" \
+      --nproc 1 --nnodes 2:3 --node-rank "$n" --master "127.0.0.1:$port" --max-restarts 1 "${extra[@]}" "${EXTRA[@]}" \
       > "log$n" 2>&1 &
     L+=($!)
   done

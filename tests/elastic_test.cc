@@ -309,9 +309,9 @@ TEST(Elastic, WithNoSurvivorTheNewestCheckpointContinuesTheJob) {
 // comes back 1.5 s after rank 0 (AIACC_TEST_LATE_TO_REGROUP_MS), so rank 0 gives up, saves and
 // stops the job while rank 1 still waits: rank 1 must stop as a survivor (75), not as a finished
 // job's straggler (it exited 0 so once in CI, when it came back late under load). Rank 1 is
-// also held (SIGSTOP) from 5 s after the kill until 1 s after rank 0 saved: node 0's launcher,
-// which serves the store, must go on serving until rank 1 has read how the job ended (it used
-// to stop at once, and rank 1 then met a closed store).
+// also held (SIGSTOP) from just after it arrived until 1 s after node 0's worker exited: node 0's
+// launcher, which serves the store, must go on serving until rank 1 has read how the job ended
+// (it used to stop at once, and rank 1 then met a closed store).
 // --rdzv-timeout bounds the first generation's wait too: 2 s failed once on a loaded machine
 // (a node's worker started later than that, and the job never began); 8 s.
 TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
@@ -320,8 +320,9 @@ TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
   spec.extra = strCat("--rdzv-timeout 8 --checkpoint-dir ", d / "ckpt");
   spec.nnodes = "3:3";
   spec.env = "AIACC_TEST_LATE_TO_REGROUP_MS=1500";
-  spec.act = "kill -KILL $W; sleep 5; W1=$(pgrep -P $L1); kill -STOP $W1; for i in $(seq 600); do "
-             "ls ckpt/step-*.manifest > /dev/null 2>&1 && break; sleep 0.05; done; sleep 1; kill -CONT $W1";
+  spec.act = "W0=$(pgrep -P $L0); W1=$(pgrep -P $L1); kill -KILL $W; for i in $(seq 600); do "
+             "grep -q 'rank 1 arrives for the next generation' log1 && break; sleep 0.05; done; sleep 0.5; "
+             "kill -STOP $W1; while kill -0 $W0 2> /dev/null; do sleep 0.05; done; sleep 1; kill -CONT $W1";
   const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("rc0=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;

@@ -239,7 +239,8 @@ TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
 }
 
 // After the job's end a launcher serves the store while a process still waits to be let in
-// (waitersRemain): a survivor below MIN counts until it has read how the job ended and left;
+// (waitersRemain): a survivor below MIN counts until it has read how the job ended and left, and
+// so does a rank of the last generation that has not arrived yet (unless reported lost);
 // processes let into a generation never count.
 TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
   auto store = makeHashStore();
@@ -252,6 +253,10 @@ TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
   markJobEnded(*store, JobEnd::kStopped);
   ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
   EXPECT_THROW(waiting.get(), CommError);
+  EXPECT_TRUE(waitersRemain(*store)) << "rank 0 of generation 0 has neither arrived nor been reported lost";
+  auto last = joinAsync(store, options(3, 3), survivor(g0[0], 1), {2}, 3);
+  ASSERT_EQ(last.wait_for(kBound), std::future_status::ready);
+  EXPECT_THROW(last.get(), CommError);
   EXPECT_FALSE(waitersRemain(*store));
   // Two survivors of a 2:3 job are let in (generation 1 closes): nobody waits.
   auto again = makeHashStore();
@@ -262,6 +267,18 @@ TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
   ASSERT_EQ(second.wait_for(kBound), std::future_status::ready);
   EXPECT_EQ(first.get().size(), 2);
   EXPECT_FALSE(waitersRemain(*again));
+}
+
+// A process started after the job's end is told so even where it alone is MIN (1:3): it never
+// closes a generation of its own and begins the job again.
+TEST(Membership, AProcessStartedAfterTheEndNeverBeginsTheJobAgain) {
+  auto store = makeHashStore();
+  formFirst(store, {"a", "b"}, 1);
+  markJobEnded(*store, JobEnd::kFinished);
+  auto late = joinAsync(store, options(1, 3, 0ms), fresh("c"));
+  ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
+  EXPECT_THROW(late.get(), JobEndedError);
+  EXPECT_FALSE(waitersRemain(*store));
 }
 
 // The survivor that writes the state below MIN is the first survivor to arrive, not the first
