@@ -47,8 +47,7 @@ bool waitersRemain(c10d::Store& store) {
   // find the store. (A newcomer alone begins no regroup: the last generation may have finished.)
   const int64_t accounted = count("survivors") + count("lost");
   const std::string last_size = key(open - 1, "closed");
-  return accounted > 0 && open > 0 && store.check({last_size}) &&
-         accounted < std::stoll(text(store.get(last_size)));
+  return accounted > 0 && open > 0 && store.check({last_size}) && accounted < std::stoll(text(store.get(last_size)));
 }
 JobEnd jobEndedHow(c10d::Store& store) {
   return text(store.get("elastic/ended")) == "stopped" ? JobEnd::kStopped : JobEnd::kFinished;
