@@ -224,13 +224,15 @@ int main(int argc, char** argv) {
                                 start);
     trainer.setTimeline(timeline);
     if (elastic) trainer.setElastic(elastic);
-    // A rank lost in a job of fixed size: the first survivor to add to this key saves its state.
-    trainer.setSurvivorClaim([store] { return *store && (*store)->add("survivor/writes", 1) == 1; });
     {
       const aiacc::app::TestHooks hooks = aiacc::app::testHooksFromEnvironment();  // app/test_hooks.h
       trainer.setTestHooks(hooks);
       if (world.rank == 0) {
         for (const std::string& note : hooks.notes) LOG(WARNING) << note;
+      }
+      // A rank lost in a job of fixed size: the first survivor to add to this key saves its state.
+      if (hooks.survivor_save) {
+        trainer.setSurvivorClaim([store] { return *store && (*store)->add("survivor/writes", 1) == 1; });
       }
     }
     aiacc::app::Report report = trainer.run();

@@ -60,6 +60,12 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
         "AIACC_BENCH_NO_STEP_VOTE=1: no per-step vote; a stop signal or --checkpoint-every by time is not agreed and "
         "does nothing");
   }
+  if (const char* off = get("AIACC_BENCH_NO_SURVIVOR_SAVE"); off && std::string(off) == "1") {
+    h.survivor_save = false;
+    h.notes.push_back(
+        "AIACC_BENCH_NO_SURVIVOR_SAVE=1: a lost rank stops this job without the survivor's checkpoint (a benchmark's "
+        "torchrun-style baseline)");
+  }
   if (const char* ab = get("AIACC_BENCH_STEP_VOTE_AB")) {
     const int k = parseBounded("AIACC_BENCH_STEP_VOTE_AB", ab, 1, 1000000, "a number of steps, 1 or more");
     AIACC_CHECK_INPUT(h.step_vote, "AIACC_BENCH_STEP_VOTE_AB and AIACC_BENCH_NO_STEP_VOTE=1 exclude each other");

@@ -14,6 +14,10 @@
 //       followed a vote and those that followed none, so that one run compares the two
 //       step by step (scripts/bench_preempt.sh). A flag raised while the vote is off waits for
 //       the next vote; nothing else changes.
+//   AIACC_BENCH_NO_SURVIVOR_SAVE=1   a job of fixed size that loses a rank stops without the
+//       survivor's checkpoint of the step it reached (app/trainer_state.h, stopAfterLostRank): a
+//       restart then resumes from the newest periodic checkpoint, as a job under torchrun does
+//       (the baseline of scripts/bench_elastic.sh).
 //   AIACC_TEST_HOLD_EPOCH_EVAL=FILE   before each epoch's end evaluation, create FILE.held.<pid> and
 //       wait until FILE exists (at most 10 minutes): a test then knows every rank is there, and
 //       can take one away before the evaluation's collectives (tests/elastic_test.cc).
@@ -51,6 +55,7 @@ CheckpointFaultHook checkpointHoldHook(const std::string& value);
 struct TestHooks {
   CheckpointFaultHook checkpoint;    // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
   bool step_vote = true;             // false with AIACC_BENCH_NO_STEP_VOTE=1
+  bool survivor_save = true;         // false with AIACC_BENCH_NO_SURVIVOR_SAVE=1
   int step_vote_ab = 0;              // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
   std::string sample_log;            // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
   std::function<void()> epoch_eval;  // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)

@@ -15,7 +15,11 @@
 #   restart: a fixed --nnodes with --checkpoint-every EVERY steps; the job fails fast (the peers
 #            name the lost rank), then every node starts again with --resume auto; seconds from
 #            the kill to the first metrics line of the restarted job (its first step), and the
-#            steps redone (the killed job's last step - the step resumed from).
+#            steps redone (the killed job's last step - the step resumed from). Two kinds:
+#            "aiacc": the first survivor saves the step it reached before the job stops (aiacc's
+#            own fixed-size job), so nothing is redone; "torchrun": no such save
+#            (AIACC_BENCH_NO_SURVIVOR_SAVE=1), the restart resumes from the newest periodic
+#            checkpoint, as users of torchrun have it.
 #   Both:    "back": seconds from the kill until the job completes the step the kill cut (the
 #            step after the last one rank 0 had logged): the restart redoes the steps since its
 #            checkpoint first (kill after step KILL_AT, a checkpoint every EVERY: 5 of them, the
@@ -76,10 +80,13 @@ elastic() {
   echo " $("$here/json_get.py" "$tmp/r.json" membership.0.steps_lost %d)"
   "$here/json_get.py" "$tmp/r.json" membership.0 > "$tmp/record"  # detect_s, regroup_s, restore_s, bytes
 }
-restart() {
+restart() {  # aiacc|torchrun
   local port=$((30000 + RANDOM % 20000)) t0 killed resumed
   rm -rf "$tmp"/log* "$tmp/m.jsonl" "$tmp/ck"
-  R0=(--metrics-file "$tmp/m.jsonl"); nodes $NODES $port --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY
+  R0=(--metrics-file "$tmp/m.jsonl")
+  if [ "$1" = torchrun ]; then export AIACC_BENCH_NO_SURVIVOR_SAVE=1; else unset AIACC_BENCH_NO_SURVIVOR_SAVE; fi
+  nodes $NODES $port --checkpoint-dir "$tmp/ck" --checkpoint-every $EVERY
+  unset AIACC_BENCH_NO_SURVIVOR_SAVE
   until [ "$(stepOf "$tmp/m.jsonl")" -ge $KILL_AT ]; do sleep 0.05; done
   killOne; t0=$(now)
   wait "${L[@]}" 2>/dev/null
@@ -97,12 +104,16 @@ restart() {
 }
 echo "layout: $NODES nodes x $NPROC ranks ($([ $LAB = 1 ] && echo "the lab, 1 Gbit/s links, Gloo between nodes" || echo "this box, shared memory")); one worker of node $VICTIM killed after step $KILL_AT"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1fx", (b > 0 ? a / b : 0) }'; }
-echo "       seconds from the kill to:  the first step after it        back at the step the kill cut"
-echo "round  elastic (steps lost)  restart (steps redone)  speedup   elastic  restart  speedup"
+echo "seconds from the kill to the first step after it (steps lost or redone), then to the step the kill cut;"
+echo "speedup: a restart's seconds / the elastic job's"
+echo "round  elastic: first  cut    | aiacc restart: first  cut    speedup    | torchrun restart: first  cut    speedup"
 for r in $(seq "$ROUNDS"); do
   read -r es eb el <<< "$(elastic)"
-  read -r rs rb rl <<< "$(restart)"
-  printf "%5d  %7s s (%s)         %7s s (%s)            %6s   %5s s  %5s s  %6s\n" "$r" "$es" "$el" "$rs" "$rl" \
-    "$(ratio "$rs" "$es")" "$eb" "$rb" "$(ratio "$rb" "$eb")"
-  echo "       elastic's record: $(cat "$tmp/record" 2> /dev/null)"
+  record=$(cat "$tmp/record" 2> /dev/null)
+  read -r as ab al <<< "$(restart aiacc)"
+  read -r ts tb tl <<< "$(restart torchrun)"
+  printf "%5d  %6s s (%s) %5s s | %6s s (%s)     %5s s  %4s %4s | %6s s (%s)        %5s s  %4s %4s\n" "$r" \
+    "$es" "$el" "$eb" "$as" "$al" "$ab" "$(ratio "$as" "$es")" "$(ratio "$ab" "$eb")" "$ts" "$tl" "$tb" \
+    "$(ratio "$ts" "$es")" "$(ratio "$tb" "$eb")"
+  echo "       elastic's record: $record"
 done

@@ -229,6 +229,11 @@ TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
   EXPECT_TRUE(h.step_vote);
   EXPECT_EQ(h.step_vote_ab, 3);
   EXPECT_EQ(h.notes.size(), 1u);
+  EXPECT_TRUE(h.survivor_save);
+  env = {{"AIACC_BENCH_NO_SURVIVOR_SAVE", "1"}};
+  h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_FALSE(h.survivor_save);
+  EXPECT_EQ(h.notes.size(), 1u);
   env = {{"AIACC_TEST_LATE_TO_REGROUP_MS", "1500"}};
   h = aiacc::app::testHooksFromEnvironment(get);
   EXPECT_EQ(h.late_to_regroup_ms, 1500);
