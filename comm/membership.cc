@@ -153,21 +153,18 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     }
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
     const auto now = Clock::now();
-    // (Checked at MIN and above too: a process started after the end, with MIN 1, would
-    // otherwise close a generation of its own and begin the job again.)
-    if (jobEnded(*store_)) {
+    // (Only below MIN: at MIN and above the generation forms whatever the mark says, since a
+    // rank's own failure marks the job ended too, app/main.cc, and an elastic job outlives it.)
+    if (arrived < o_.min && jobEnded(*store_)) {
       // Survivors below MIN each wait out their own timeout: the first to give up ends the job
       // before the others' run out. They stop as it did (resumable), not as a finished job's
       // stragglers, and whichever of them came first saves what it holds.
       if (survivor && jobEndedHow(*store_) == JobEnd::kStopped) {
         leave();
-        throw CommError(arrived < o_.min ? strCat("elastic: only ", arrived, " of at least ", o_.min,
-                                                  " processes arrived for generation ", number,
-                                                  ", and another surviving process stopped the job meanwhile; the "
-                                                  "job cannot go on with fewer")
-                                         : strCat("elastic: another surviving process stopped the job while this one "
-                                                  "waited to join generation ",
-                                                  number),
+        throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
+                               number,
+                               ", and another surviving process stopped the job meanwhile; the job cannot go "
+                               "on with fewer"),
                         CommError::Remedy::kMembership);
       }
       leave();

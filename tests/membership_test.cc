@@ -269,18 +269,6 @@ TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
   EXPECT_FALSE(waitersRemain(*again));
 }
 
-// A process started after the job's end is told so even where it alone is MIN (1:3): it never
-// closes a generation of its own and begins the job again.
-TEST(Membership, AProcessStartedAfterTheEndNeverBeginsTheJobAgain) {
-  auto store = makeHashStore();
-  formFirst(store, {"a", "b"}, 1);
-  markJobEnded(*store, JobEnd::kFinished);
-  auto late = joinAsync(store, options(1, 3, 0ms), fresh("c"));
-  ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
-  EXPECT_THROW(late.get(), JobEndedError);
-  EXPECT_FALSE(waitersRemain(*store));
-}
-
 // The survivor that writes the state below MIN is the first survivor to arrive, not the first
 // process: a newcomer that came earlier holds nothing.
 TEST(Membership, TheFirstSurvivorIsNotANewcomerThatCameEarlier) {
