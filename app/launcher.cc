@@ -180,27 +180,16 @@ std::string defaultJobId(const LaunchSpec& spec) {
 // said so) and no process still waits to be let in (comm::waitersRemain: a survivor below MIN, a
 // joiner; each must read how the job ended, not meet a closed store; one that died waiting is
 // given up kWaitersGrace after the end), or until `until`, or a stop signal (read from `sfd`).
-// After a process's failure (JobEnd::kFailed) a survivor below MIN waits on, up to its own
-// --rdzv-timeout (`waiting`), then saves its state and stops: served that long, and kWaitersGrace
-// more.
 static void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served,
-                                 std::chrono::steady_clock::time_point until, std::chrono::milliseconds waiting,
-                                 int sfd) {
-  using Clock = std::chrono::steady_clock;
+                                 std::chrono::steady_clock::time_point until, int sfd) {
   constexpr auto kWaitersGrace = std::chrono::seconds(10);
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);  // the workers' keys' prefix
-  std::optional<comm::JobEnd> how;                               // the end as last read, and since when
-  Clock::time_point since;
-  while (Clock::now() < until) {
-    if (comm::jobEnded(store)) {
-      const comm::JobEnd now_how = comm::jobEndedHow(store);
-      if (how != now_how) since = Clock::now();
-      how = now_how;
-      const auto grace = kWaitersGrace + (how == comm::JobEnd::kFailed ? waiting : std::chrono::milliseconds(0));
-      if (!comm::waitersRemain(store) || Clock::now() >= since + grace) return;
-    }
+  std::optional<std::chrono::steady_clock::time_point> ended;
+  while (std::chrono::steady_clock::now() < until) {
+    if (!ended && comm::jobEnded(store)) ended = std::chrono::steady_clock::now();
+    if (ended && (!comm::waitersRemain(store) || std::chrono::steady_clock::now() >= *ended + kWaitersGrace)) return;
     pollfd p{sfd, POLLIN, 0};
-    if (::poll(&p, 1, how ? 10 : 100) > 0) {
+    if (::poll(&p, 1, ended ? 10 : 100) > 0) {
       signalfd_siginfo si{};
       if (::read(sfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si)) && si.ssi_signo != SIGCHLD) {
         std::cerr << "aiacc_train: received " << signalName(static_cast<int>(si.ssi_signo))
@@ -222,12 +211,10 @@ static void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& serv
                  "until the job ends (at most --rdzv-timeout "
               << std::chrono::duration_cast<std::chrono::seconds>(spec.rdzv_timeout).count() << " s)\n";
   }
-  serveUntilTheJobEnds(served, std::chrono::steady_clock::now() + spec.rdzv_timeout + std::chrono::seconds(10),
-                       spec.rdzv_timeout, sfd);
+  serveUntilTheJobEnds(served, std::chrono::steady_clock::now() + spec.rdzv_timeout, sfd);
 }
 
-int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeout,
-                    std::chrono::milliseconds rdzv_timeout) {
+int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeout) {
   const int port = parseHostPort(endpoint).second;
   sigset_t handled;
   sigemptyset(&handled);
@@ -240,7 +227,7 @@ int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeo
   std::cerr << "aiacc_train: serving the rendezvous store on port " << port
             << " until a job it serves ends (or SIGTERM / SIGINT); its launchers name it with --rdzv-endpoint "
             << endpoint << "\n";
-  serveUntilTheJobEnds(served, std::chrono::steady_clock::time_point::max(), rdzv_timeout, sfd);
+  serveUntilTheJobEnds(served, std::chrono::steady_clock::time_point::max(), sfd);
   ::close(sfd);
   std::cerr << "aiacc_train: the rendezvous store on port " << port << " is closed\n";
   return 0;

@@ -92,11 +92,9 @@ int launchWorkers(const LaunchSpec& spec, const std::vector<std::string>& args);
 
 // aiacc_train --rendezvous-server: serves a job's rendezvous store at `endpoint`'s port (every
 // interface) in this process, for launchers that name it with --rdzv-endpoint, until a job it
-// served says it has ended (an elastic job's last rank 0 does) and no process waits to be let in
-// (after a process's failure, at most `rdzv_timeout` and 10 s more), or SIGTERM / SIGINT. Returns
-// the exit code (0); a port in use is a CommError. Call it from the process's only thread.
-int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeout,
-                    std::chrono::milliseconds rdzv_timeout);
+// served says it has ended (an elastic job's last rank 0 does), or SIGTERM / SIGINT. Returns the
+// exit code (0); a port in use is a CommError. Call it from the process's only thread.
+int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeout);
 
 // This process's place in the job, from AIACC_* (or MPI/Slurm) variables; nullopt when the
 // process was not started as a worker.

@@ -157,14 +157,12 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "--keep-freed-memory: not supported by this C library; using its defaults";
   }
   // An elastic job's membership (--nnodes MIN:MAX), once joined. A worker that ends with an error
-  // says in the store that the job failed (JobEnd::kFailed), so that node 0's launcher stops
-  // serving the store instead of waiting --rdzv-timeout when the error is every rank's (settings,
-  // data, build); where it is this rank's own, a survivor waiting below MIN still waits, saves and
-  // stops (comm/membership.h).
+  // says in the store that the job ended (the error is one every rank meets: settings, data,
+  // build), so that node 0's launcher stops serving the store instead of waiting --rdzv-timeout.
   std::shared_ptr<aiacc::app::ElasticJob> elastic;
   // (A survivor that stops below MIN says so: another survivor still waiting then stops as it did,
   // resumable, and saves what it holds if it came first; comm/membership.h.)
-  auto endElastic = [&](aiacc::comm::JobEnd how) {
+  auto endElastic = [&](aiacc::comm::JobEnd how = aiacc::comm::JobEnd::kFinished) {
     try {
       if (elastic) elastic->markEnded(how);
     } catch (const std::exception&) {  // the store is gone already: nothing to tell
@@ -195,8 +193,7 @@ int main(int argc, char** argv) {
                       "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
     if (dist.rendezvous_server) {
       return aiacc::app::serveRendezvous(dist.launch.master,
-                                         std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000)),
-                                         dist.launch.rdzv_timeout);
+                                         std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000)));
     }
     if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
       if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
@@ -267,15 +264,15 @@ int main(int argc, char** argv) {
     std::cerr << "aiacc_train: " << e.what() << "; nothing left to do\n";
     return 0;
   } catch (const aiacc::comm::CommError& e) {  // the library names the setting; this adds our flag for it
-    endElastic(aiacc::comm::JobEnd::kFailed);
+    endElastic();
     std::cerr << "aiacc_train: error: " << e.what() << aiacc::app::flagHint(e.remedy()) << "\n";
     return 1;
   } catch (const aiacc::Error& e) {
-    endElastic(aiacc::comm::JobEnd::kFailed);
+    endElastic();
     std::cerr << "aiacc_train: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    endElastic(aiacc::comm::JobEnd::kFailed);
+    endElastic();
     std::cerr << "aiacc_train: internal error: " << aiacc::firstLine(e.what()) << "\n";
     return 1;
   }

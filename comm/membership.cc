@@ -28,14 +28,10 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 void markJobEnded(c10d::Store& store, JobEnd how) {
-  const std::string k = "elastic/ended";
   if (how == JobEnd::kStopped) {
-    store.set(k, bytes("stopped"));
-  } else if (how == JobEnd::kFailed) {
-    store.compareSet(k, {}, bytes("failed"));
-  } else if (text(store.compareSet(k, {}, bytes("finished"))) == "failed") {
-    // (Never over a stop: a survivor still waiting must still learn that its state is wanted.)
-    store.compareSet(k, bytes("failed"), bytes("finished"));
+    store.set("elastic/ended", bytes("stopped"));
+  } else {  // never over a stop: a survivor still waiting must still learn that its state is wanted
+    store.compareSet("elastic/ended", {}, bytes("finished"));
   }
 }
 bool jobEnded(c10d::Store& store) { return store.check({"elastic/ended"}); }
@@ -54,8 +50,7 @@ bool waitersRemain(c10d::Store& store) {
   return accounted > 0 && open > 0 && store.check({last_size}) && accounted < std::stoll(text(store.get(last_size)));
 }
 JobEnd jobEndedHow(c10d::Store& store) {
-  const std::string how = text(store.get("elastic/ended"));
-  return how == "stopped" ? JobEnd::kStopped : how == "failed" ? JobEnd::kFailed : JobEnd::kFinished;
+  return text(store.get("elastic/ended")) == "stopped" ? JobEnd::kStopped : JobEnd::kFinished;
 }
 
 std::string encodeMember(const Member& m) {
@@ -160,26 +155,19 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     const auto now = Clock::now();
     // (Only below MIN: at MIN and above the generation forms whatever the mark says, since a
     // rank's own failure marks the job ended too, app/main.cc, and an elastic job outlives it.)
-    std::optional<JobEnd> how;
-    if (arrived < o_.min && jobEnded(*store_)) how = jobEndedHow(*store_);
-    if (how && !(survivor && *how == JobEnd::kFailed)) {
+    if (arrived < o_.min && jobEnded(*store_)) {
       // Survivors below MIN each wait out their own timeout: the first to give up ends the job
       // before the others' run out. They stop as it did (resumable), not as a finished job's
-      // stragglers, and whichever of them came first saves what it holds. After another
-      // process's failure a survivor waits on (this loop); one that holds nothing ends.
-      leave();
-      if (survivor && *how == JobEnd::kStopped) {
+      // stragglers, and whichever of them came first saves what it holds.
+      if (survivor && jobEndedHow(*store_) == JobEnd::kStopped) {
+        leave();
         throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
                                number,
                                ", and another surviving process stopped the job meanwhile; the job cannot go "
                                "on with fewer"),
                         CommError::Remedy::kMembership);
       }
-      if (*how == JobEnd::kFailed) {
-        throw CommError(strCat("elastic: another process of the job failed (its log says why) while this one waited "
-                               "to join generation ",
-                               number, "; it holds no training state, so it ends too"));
-      }
+      leave();
       throw JobEndedError(strCat("elastic: the job ended while this process waited to join generation ", number),
                           CommError::Remedy::kMembership);
     }

@@ -127,16 +127,11 @@ class Membership {
 
 // The job's end, said in the store by its last rank 0, so that a launcher serving the store
 // knows it may stop serving. `store` as Membership's. A stop is never overwritten by a later
-// kFinished (a compare-and-set). How it ended decides what a process still waiting below MIN to
-// regroup does (join()): after kStopped (a survivor gave up below MIN, or a stop request, and its
-// state is saved) a survivor stops as that survivor did, resumable; after kFinished it has
-// nothing left to do (JobEndedError), as has any process that holds no state.
-// kFailed: a process ended with an error, which may be every rank's (settings, data) or its own
-// (memory, a disk): a survivor waiting below MIN goes on waiting, since it holds the state (it
-// saves it and stops when its timeout runs out, or when another survivor stopped); a process
-// that holds no state ends with a CommError saying so. Never over kFinished or kStopped; both
-// overwrite it. A launcher serving the store serves on while a process waits after kFailed.
-enum class JobEnd { kFinished, kStopped, kFailed };
+// kFinished (a compare-and-set). How it ended decides what a survivor still
+// waiting to regroup does (join()): after kStopped (a survivor gave up below MIN, or a stop
+// request, and its state is saved) it stops as that survivor did, resumable; after kFinished it
+// has nothing left to do (JobEndedError), as has any process that holds no state.
+enum class JobEnd { kFinished, kStopped };
 void markJobEnded(c10d::Store& store, JobEnd how = JobEnd::kFinished);
 bool jobEnded(c10d::Store& store);
 JobEnd jobEndedHow(c10d::Store& store);  // (once jobEnded)

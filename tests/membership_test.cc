@@ -269,46 +269,6 @@ TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
   EXPECT_FALSE(waitersRemain(*again));
 }
 
-// A process that failed (JobEnd::kFailed: maybe its own error, not every rank's) ends nobody's
-// wait who holds the state: a survivor below MIN waits on (to save and stop at its timeout, or
-// as another survivor stopped), while a process that holds nothing ends with a CommError saying
-// a process failed. A finish or a stop overwrites the failure; a failure neither.
-TEST(Membership, AFailedProcessLeavesASurvivorBelowMinWaiting) {
-  auto store = makeHashStore();
-  const std::vector<Generation> g0 = formFirst(store, {"a", "b", "c"}, 3);
-  auto waiting = joinAsync(store, options(3, 3), survivor(g0[1], 1), {2}, 3);
-  markJobEnded(*store, JobEnd::kFailed);
-  EXPECT_EQ(jobEndedHow(*store), JobEnd::kFailed);
-  auto fresh_one = joinAsync(store, options(3, 3), fresh("d"));
-  ASSERT_EQ(fresh_one.wait_for(kBound), std::future_status::ready);
-  try {
-    fresh_one.get();
-    ADD_FAILURE() << "a process holding nothing joined a failed job";
-  } catch (const JobEndedError& e) {
-    ADD_FAILURE() << "a failed job was taken for a finished one: " << e.what();
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("another process of the job failed"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout) << "the survivor gave up on another's failure";
-  EXPECT_TRUE(waitersRemain(*store));
-  markJobEnded(*store, JobEnd::kStopped);
-  markJobEnded(*store, JobEnd::kFailed);  // (never over a stop)
-  EXPECT_EQ(jobEndedHow(*store), JobEnd::kStopped);
-  ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
-  try {
-    waiting.get();
-    ADD_FAILURE() << "a survivor joined a stopped job";
-  } catch (const CommError& e) {
-    EXPECT_EQ(e.remedy(), CommError::Remedy::kMembership) << e.what();
-  }
-  auto finished = makeHashStore();
-  markJobEnded(*finished, JobEnd::kFailed);
-  markJobEnded(*finished, JobEnd::kFinished);
-  EXPECT_EQ(jobEndedHow(*finished), JobEnd::kFinished);
-  markJobEnded(*finished, JobEnd::kFailed);
-  EXPECT_EQ(jobEndedHow(*finished), JobEnd::kFinished);
-}
-
 // The survivor that writes the state below MIN is the first survivor to arrive, not the first
 // process: a newcomer that came earlier holds nothing.
 TEST(Membership, TheFirstSurvivorIsNotANewcomerThatCameEarlier) {
