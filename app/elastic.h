@@ -50,6 +50,8 @@ class ElasticJob {
   bool arrivedFirst() const { return membership_.firstSurvivor(); }
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
+  // This process ends with an error: the job has ended once every rank of its generation has.
+  void markFailed() { comm::markJobFailed(*store_, generation_.number, generation_.size()); }
 
   // Each generation's keys go when the next has formed (comm/key_log.h). The keys this process
   // writes under the current generation's prefix (its transports' and the agreement's): the

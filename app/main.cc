@@ -157,14 +157,21 @@ int main(int argc, char** argv) {
     LOG(WARNING) << "--keep-freed-memory: not supported by this C library; using its defaults";
   }
   // An elastic job's membership (--nnodes MIN:MAX), once joined. A worker that ends with an error
-  // says in the store that the job ended (the error is one every rank meets: settings, data,
-  // build), so that node 0's launcher stops serving the store instead of waiting --rdzv-timeout.
+  // says so in the store (failElastic): once every rank of its generation has (the error is
+  // everyone's: settings, data, build), the job has ended, and node 0's launcher stops serving the
+  // store instead of waiting --rdzv-timeout; one rank's own error leaves the others going on.
   std::shared_ptr<aiacc::app::ElasticJob> elastic;
   // (A survivor that stops below MIN says so: another survivor still waiting then stops as it did,
   // resumable, and saves what it holds if it came first; comm/membership.h.)
-  auto endElastic = [&](aiacc::comm::JobEnd how = aiacc::comm::JobEnd::kFinished) {
+  auto endElastic = [&](aiacc::comm::JobEnd how) {
     try {
       if (elastic) elastic->markEnded(how);
+    } catch (const std::exception&) {  // the store is gone already: nothing to tell
+    }
+  };
+  auto failElastic = [&] {
+    try {
+      if (elastic) elastic->markFailed();
     } catch (const std::exception&) {  // the store is gone already: nothing to tell
     }
   };
@@ -264,15 +271,15 @@ int main(int argc, char** argv) {
     std::cerr << "aiacc_train: " << e.what() << "; nothing left to do\n";
     return 0;
   } catch (const aiacc::comm::CommError& e) {  // the library names the setting; this adds our flag for it
-    endElastic();
+    failElastic();
     std::cerr << "aiacc_train: error: " << e.what() << aiacc::app::flagHint(e.remedy()) << "\n";
     return 1;
   } catch (const aiacc::Error& e) {
-    endElastic();
+    failElastic();
     std::cerr << "aiacc_train: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    endElastic();
+    failElastic();
     std::cerr << "aiacc_train: internal error: " << aiacc::firstLine(e.what()) << "\n";
     return 1;
   }

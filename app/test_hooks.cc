@@ -83,6 +83,14 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     h.notes.push_back(std::string("AIACC_TEST_LATE_TO_REGROUP_MS=") + late +
                       ": at a regroup, every process but rank 0 arrives that late");
   }
+  if (const char* fail = get("AIACC_TEST_FAIL_AT_STEP")) {
+    const std::string v = fail;
+    const size_t colon = v.find(':');
+    AIACC_CHECK_INPUT(colon != std::string::npos, "AIACC_TEST_FAIL_AT_STEP must be RANK:STEP (got '", v, "')");
+    h.fail_rank = parseBounded("AIACC_TEST_FAIL_AT_STEP's RANK", v.substr(0, colon).c_str(), 0, 1 << 20, "a rank");
+    h.fail_step = parseBounded("AIACC_TEST_FAIL_AT_STEP's STEP", v.substr(colon + 1).c_str(), 1, 1 << 30, "a step");
+    h.notes.push_back("AIACC_TEST_FAIL_AT_STEP=" + v + ": that rank throws an error of its own after that step");
+  }
   if (const char* hold = get("AIACC_TEST_HOLD_EPOCH_EVAL")) {
     const std::string release = hold;
     AIACC_CHECK_INPUT(!release.empty(), "AIACC_TEST_HOLD_EPOCH_EVAL must name a file");

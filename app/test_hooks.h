@@ -28,6 +28,9 @@
 //       generation it leaves waits MS milliseconds before it arrives for the next: survivors whose
 //       --rdzv-timeout then runs out apart; each says "rank R arrives for the next generation
 //       now" on its log as it goes on (tests/elastic_test.cc).
+//   AIACC_TEST_FAIL_AT_STEP=RANK:STEP   the process that is rank RANK when step STEP ends throws
+//       an error of its own (app/main.cc: exit 1, the job told a rank failed), as one rank's out
+//       of memory or full disk would (tests/elastic_test.cc).
 //   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal): before the
 //       final evaluation if one is due, else just before the report's sums over the ranks
 //       (after the end of training's collective), create FILE.held.<pid> and wait until FILE
@@ -62,6 +65,8 @@ struct TestHooks {
   std::function<void()> run_end;     // AIACC_TEST_HOLD_RUN_END (empty: none)
   bool skew_at_regroup = false;      // AIACC_TEST_SKEW_AT_REGROUP=1
   int late_to_regroup_ms = 0;        // AIACC_TEST_LATE_TO_REGROUP_MS
+  int fail_rank = -1;                // AIACC_TEST_FAIL_AT_STEP's RANK (-1: none) ...
+  int64_t fail_step = -1;            // ... and STEP
   std::vector<std::string> notes;    // one line for each variable set, for rank 0's log
 };
 

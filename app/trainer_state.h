@@ -148,6 +148,8 @@ struct Trainer::State {
   std::function<void()> run_end_hook;     // AIACC_TEST_HOLD_RUN_END (app/test_hooks.h); empty: none
   bool skew_at_regroup = false;           // AIACC_TEST_SKEW_AT_REGROUP=1 (app/test_hooks.h)
   int late_to_regroup_ms = 0;             // AIACC_TEST_LATE_TO_REGROUP_MS (app/test_hooks.h)
+  int fail_rank = -1;                     // AIACC_TEST_FAIL_AT_STEP (app/test_hooks.h)
+  int64_t fail_step = -1;
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 

@@ -16,7 +16,7 @@ namespace {
 // record of ticket i), "g<T>/survivors" and "g<T>/lost" (counters for the early close),
 // "g<T>/lost<r>" (rank r of T-1 reported, once), "g<T>/closed" (the count it closed at),
 // "g<T>/roster", "g<T>/gone" (waiters that left without being let in: the job ended, or below MIN
-// for too long). And "current": the newest closed generation.
+// for too long), "g<T>/failed" (its ranks that ended with an error). And "current": the newest closed generation.
 constexpr const char* kCurrentKey = "elastic/current";
 std::string key(int64_t g, const std::string& what) { return strCat("elastic/g", g, "/", what); }
 
@@ -50,7 +50,11 @@ bool waitersRemain(c10d::Store& store) {
   return accounted > 0 && open > 0 && store.check({last_size}) && accounted < std::stoll(text(store.get(last_size)));
 }
 JobEnd jobEndedHow(c10d::Store& store) {
-  return text(store.get("elastic/ended")) == "stopped" ? JobEnd::kStopped : JobEnd::kFinished;
+  const std::string how = text(store.get("elastic/ended"));
+  return how == "stopped" ? JobEnd::kStopped : how == "failed" ? JobEnd::kFailed : JobEnd::kFinished;
+}
+void markJobFailed(c10d::Store& store, int64_t generation, int size) {
+  if (store.add(key(generation, "failed"), 1) >= size) store.compareSet("elastic/ended", {}, bytes("failed"));
 }
 
 std::string encodeMember(const Member& m) {
@@ -168,6 +172,11 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
                         CommError::Remedy::kMembership);
       }
       leave();
+      if (jobEndedHow(*store_) == JobEnd::kFailed) {
+        throw CommError(strCat("elastic: every rank of the job failed (their logs say why) while this process waited "
+                               "to join generation ",
+                               number));
+      }
       throw JobEndedError(strCat("elastic: the job ended while this process waited to join generation ", number),
                           CommError::Remedy::kMembership);
     }
@@ -261,7 +270,9 @@ void Membership::deleteGeneration(int64_t number) {
   for (int64_t i = 0; i < tickets; ++i) store_->deleteKey(key(number, strCat("m", i)));
   // lost<r>: r a rank of the generation before, whose world was at most MAX.
   for (int r = 0; r < o_.max; ++r) store_->deleteKey(key(number, strCat("lost", r)));
-  for (const char* k : {"survivors", "lost", "closed", "roster", "gone"}) store_->deleteKey(key(number, k));
+  for (const char* k : {"survivors", "lost", "closed", "roster", "gone", "failed"}) {
+    store_->deleteKey(key(number, k));
+  }
   store_->deleteKey(arrivals);
 }
 

@@ -131,10 +131,18 @@ class Membership {
 // waiting to regroup does (join()): after kStopped (a survivor gave up below MIN, or a stop
 // request, and its state is saved) it stops as that survivor did, resumable; after kFinished it
 // has nothing left to do (JobEndedError), as has any process that holds no state.
-enum class JobEnd { kFinished, kStopped };
+// kFailed: every rank of a generation ended with an error (markJobFailed).
+enum class JobEnd { kFinished, kStopped, kFailed };
 void markJobEnded(c10d::Store& store, JobEnd how = JobEnd::kFinished);
 bool jobEnded(c10d::Store& store);
 JobEnd jobEndedHow(c10d::Store& store);  // (once jobEnded)
+// A rank of generation `generation` (of `size` ranks) ended with an error. The error may be its
+// own (memory, a disk): the others go on without it, as after a lost rank (a survivor below MIN
+// waits, then saves its state and stops resumable). Once every rank of that generation has
+// failed (the error is everyone's: settings, data), the job has ended (JobEnd::kFailed): a
+// launcher may stop serving the store, and a process still waiting to join ends with a
+// CommError saying so.
+void markJobFailed(c10d::Store& store, int64_t generation, int size);
 // Some process still waits to be let into the open generation (it arrived, and has neither been
 // let in nor left). A launcher serving the store goes on serving after the job's end until
 // none does, so that a survivor still waiting below MIN, or a joiner, reads how the job ended

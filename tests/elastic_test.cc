@@ -338,6 +338,25 @@ TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
   EXPECT_EQ(files, 1);
 }
 
+// One rank's own error (AIACC_TEST_FAIL_AT_STEP: as its out of memory or full disk would) in a
+// 3:3 job: the other two are below MIN, wait --rdzv-timeout, and the first to come back saves
+// its state; both exit 75, resumable. (The failing rank used to mark the job finished, and they
+// exited 0 with the state lost.)
+TEST(Elastic, ARanksOwnErrorBelowMinLeavesTheOthersToSaveAndStop) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.extra = strCat("--rdzv-timeout 8 --checkpoint-dir ", d / "ckpt");
+  spec.nnodes = "3:3";
+  spec.env = "AIACC_TEST_FAIL_AT_STEP=2:3";
+  spec.act = "true";
+  const Job job = runKilledJob(d, spec);
+  EXPECT_NE(job.out.find("rc0=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=1"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("AIACC_TEST_FAIL_AT_STEP: rank 2 fails after step 3"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("; saved " + (d / "ckpt") + "/step-"), std::string::npos) << job.out;
+}
+
 // Below MIN the saved state continues in a smaller world: the job run again on the two nodes left
 // (--nnodes 2:3 --resume auto) resumes the survivor's checkpoint of the three-rank job, shares the
 // rest of the epoch out between two ranks, and ends; no sample of the epoch is trained twice over

@@ -269,6 +269,39 @@ TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
   EXPECT_FALSE(waitersRemain(*again));
 }
 
+// One rank's own error (markJobFailed) ends nothing: a survivor below MIN waits on, as after a
+// lost rank. Once every rank of the generation has failed, the job has ended (kFailed), and a
+// process still waiting to join ends with a CommError saying so, not as a finished job's.
+TEST(Membership, TheJobEndsWhenEveryRankOfItsGenerationFailed) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b", "c"}, 3);
+  markJobFailed(*store, 0, 3);
+  EXPECT_FALSE(jobEnded(*store));
+  auto waiting = joinAsync(store, options(3, 3), survivor(g0[1], 1), {2}, 3);
+  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout) << "a survivor gave up on one rank's error";
+  markJobEnded(*store, JobEnd::kStopped);
+  ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
+  EXPECT_THROW(waiting.get(), CommError);
+
+  auto all = makeHashStore();
+  formFirst(all, {"a", "b"}, 2);
+  markJobFailed(*all, 0, 2);
+  markJobFailed(*all, 0, 2);
+  ASSERT_TRUE(jobEnded(*all));
+  EXPECT_EQ(jobEndedHow(*all), JobEnd::kFailed);
+  auto late = joinAsync(all, options(2, 2), fresh("c"));
+  ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
+  try {
+    late.get();
+    ADD_FAILURE() << "a process joined a job whose every rank failed";
+  } catch (const JobEndedError& e) {
+    ADD_FAILURE() << "a failed job was taken for a finished one: " << e.what();
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("every rank of the job failed"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(waitersRemain(*all));
+}
+
 // The survivor that writes the state below MIN is the first survivor to arrive, not the first
 // process: a newcomer that came earlier holds nothing.
 TEST(Membership, TheFirstSurvivorIsNotANewcomerThatCameEarlier) {
