@@ -140,6 +140,15 @@ Report Trainer::State::finishReport() {
     all[world] = static_cast<double>(skips->count());
     try {
       sync().allreduceSum(all);
+      // The job's last collective: rank 0 says the job ended now, so that an error of its own
+      // after it (--save-weights, the report) cannot leave the end unsaid (a rank's error only
+      // counts as one failure of its generation, comm::markJobFailed).
+      if (elastic && isRank0()) {
+        try {
+          elastic->markEnded(run.preempted ? comm::JobEnd::kStopped : comm::JobEnd::kFinished);
+        } catch (const std::exception&) {  // (the store is gone: nobody is left to tell)
+        }
+      }
       r.max_peak_rss_mb = all.narrow(0, 0, world).max().item<double>();
       r.skipped_files = static_cast<int64_t>(std::llround(all[world].item<double>()));
       r.summed_ranks = world;
