@@ -25,6 +25,10 @@ std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 using Clock = std::chrono::steady_clock;
 
+int64_t newestClosed(c10d::Store& store) {  // Membership::current()
+  return store.check({kCurrentKey}) ? std::stoll(text(store.get(kCurrentKey))) : -1;
+}
+
 }  // namespace
 
 void markJobEnded(c10d::Store& store, JobEnd how) {
@@ -36,7 +40,7 @@ void markJobEnded(c10d::Store& store, JobEnd how) {
 }
 bool jobEnded(c10d::Store& store) { return store.check({"elastic/ended"}); }
 bool waitersRemain(c10d::Store& store) {
-  int64_t open = store.check({kCurrentKey}) ? std::stoll(text(store.get(kCurrentKey))) + 1 : 0;
+  int64_t open = newestClosed(store) + 1;
   while (store.check({key(open, "closed")})) ++open;  // (closed, "current" not yet moved on)
   if (!store.check({key(open, "arrivals")})) return false;
   auto count = [&](const char* what) { return store.check({key(open, what)}) ? store.add(key(open, what), 0) : 0; };
@@ -108,10 +112,7 @@ Membership::Membership(c10::intrusive_ptr<c10d::Store> store, MembershipOptions 
                     " is not MIN:MAX with 1 <= MIN <= MAX");
 }
 
-int64_t Membership::current() {
-  if (!store_->check({kCurrentKey})) return -1;
-  return std::stoll(text(store_->get(kCurrentKey)));
-}
+int64_t Membership::current() { return newestClosed(*store_); }
 
 bool Membership::joinersWaiting(const Generation& current) {
   return store_->check({key(current.number + 1, "arrivals")});
@@ -157,13 +158,15 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     }
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
     const auto now = Clock::now();
-    // (Only below MIN: at MIN and above the generation forms whatever the mark says, since a
-    // rank's own failure marks the job ended too, app/main.cc, and an elastic job outlives it.)
+    // (Only below MIN: at MIN and above the generation forms whatever the mark says. A process
+    // that left on the mark keeps its ticket in the arrivals, and a close at MIN would take it
+    // into the roster.)
     if (arrived < o_.min && jobEnded(*store_)) {
+      const JobEnd how = jobEndedHow(*store_);
       // Survivors below MIN each wait out their own timeout: the first to give up ends the job
       // before the others' run out. They stop as it did (resumable), not as a finished job's
       // stragglers, and whichever of them came first saves what it holds.
-      if (survivor && jobEndedHow(*store_) == JobEnd::kStopped) {
+      if (survivor && how == JobEnd::kStopped) {
         leave();
         throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
                                number,
@@ -172,7 +175,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
                         CommError::Remedy::kMembership);
       }
       leave();
-      if (jobEndedHow(*store_) == JobEnd::kFailed) {
+      if (how == JobEnd::kFailed) {
         throw CommError(strCat("elastic: every rank of the job failed (their logs say why) while this process waited "
                                "to join generation ",
                                number));
