@@ -91,6 +91,13 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     h.fail_step = parseBounded("AIACC_TEST_FAIL_AT_STEP's STEP", v.substr(colon + 1).c_str(), 1, 1 << 30, "a step");
     h.notes.push_back("AIACC_TEST_FAIL_AT_STEP=" + v + ": that rank throws an error of its own after that step");
   }
+  if (const char* die = get("AIACC_TEST_DIE_JOINING")) {
+    const std::string v = die;
+    AIACC_CHECK_INPUT(v == "settings" || v == "restore", "AIACC_TEST_DIE_JOINING must be settings or restore (got '", v,
+                      "')");
+    h.die_joining = v == "settings" ? JoinDeath::kSettings : JoinDeath::kRestore;
+    h.notes.push_back("AIACC_TEST_DIE_JOINING=" + v + ": a process joining the running job kills itself at its " + v);
+  }
   if (const char* hold = get("AIACC_TEST_HOLD_EPOCH_EVAL")) {
     const std::string release = hold;
     AIACC_CHECK_INPUT(!release.empty(), "AIACC_TEST_HOLD_EPOCH_EVAL must name a file");

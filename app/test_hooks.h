@@ -31,6 +31,12 @@
 //   AIACC_TEST_FAIL_AT_STEP=RANK:STEP   the process that is rank RANK when step STEP ends throws
 //       an error of its own (app/main.cc: exit 1, the job told a rank failed), as one rank's out
 //       of memory or full disk would (tests/elastic_test.cc).
+//   AIACC_TEST_DIE_JOINING=settings|restore   a process that joins a running elastic job (started
+//       later, or started again by its launcher) SIGKILLs itself during its set-up in the new
+//       generation: before it gives its settings to the agreement (the others wait for them
+//       until --comm-timeout), or in the state transfer from rank 0, after the ranks compared
+//       their states (the others see it die there), as a spot node taken back while it joins
+//       would (tests/elastic_test.cc).
 //   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal): before the
 //       final evaluation if one is due, else just before the report's sums over the ranks
 //       (after the end of training's collective), create FILE.held.<pid> and wait until FILE
@@ -49,6 +55,9 @@
 
 namespace aiacc::app {
 
+// Where AIACC_TEST_DIE_JOINING kills a joining process.
+enum class JoinDeath { kNone, kSettings, kRestore };
+
 using CheckpointFaultHook = std::function<void(CheckpointPhase, int64_t step)>;
 
 // The hook AIACC_TEST_HOLD_CHECKPOINT's value asks for; InputError when it is not STEP:FILE.
@@ -56,18 +65,19 @@ CheckpointFaultHook checkpointHoldHook(const std::string& value);
 
 // What the variables above ask for; all unset: none of it.
 struct TestHooks {
-  CheckpointFaultHook checkpoint;    // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
-  bool step_vote = true;             // false with AIACC_BENCH_NO_STEP_VOTE=1
-  bool survivor_save = true;         // false with AIACC_BENCH_NO_SURVIVOR_SAVE=1
-  int step_vote_ab = 0;              // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
-  std::string sample_log;            // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
-  std::function<void()> epoch_eval;  // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)
-  std::function<void()> run_end;     // AIACC_TEST_HOLD_RUN_END (empty: none)
-  bool skew_at_regroup = false;      // AIACC_TEST_SKEW_AT_REGROUP=1
-  int late_to_regroup_ms = 0;        // AIACC_TEST_LATE_TO_REGROUP_MS
-  int fail_rank = -1;                // AIACC_TEST_FAIL_AT_STEP's RANK (-1: none) ...
-  int64_t fail_step = -1;            // ... and STEP
-  std::vector<std::string> notes;    // one line for each variable set, for rank 0's log
+  CheckpointFaultHook checkpoint;            // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
+  bool step_vote = true;                     // false with AIACC_BENCH_NO_STEP_VOTE=1
+  bool survivor_save = true;                 // false with AIACC_BENCH_NO_SURVIVOR_SAVE=1
+  int step_vote_ab = 0;                      // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
+  std::string sample_log;                    // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
+  std::function<void()> epoch_eval;          // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)
+  std::function<void()> run_end;             // AIACC_TEST_HOLD_RUN_END (empty: none)
+  bool skew_at_regroup = false;              // AIACC_TEST_SKEW_AT_REGROUP=1
+  int late_to_regroup_ms = 0;                // AIACC_TEST_LATE_TO_REGROUP_MS
+  int fail_rank = -1;                        // AIACC_TEST_FAIL_AT_STEP's RANK (-1: none) ...
+  int64_t fail_step = -1;                    // ... and STEP
+  JoinDeath die_joining = JoinDeath::kNone;  // AIACC_TEST_DIE_JOINING
+  std::vector<std::string> notes;            // one line for each variable set, for rank 0's log
 };
 
 // Reads the variables (through `get`; default: the process's environment); InputError for a

@@ -10,6 +10,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -182,6 +183,7 @@ void Trainer::State::setupModel() {
   if (keep_global && pos.batch_world == 0 && !joining) pos.batch_world = world;
   // Data parallelism wraps the model here: the ranks' settings are compared first, then
   // DataParallel broadcasts rank 0's weights (a joiner's come with the restore below instead).
+  if (joining && die_joining == JoinDeath::kSettings) ::raise(SIGKILL);  // (a test's fault)
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), joining ? TrainingState{} : pos));
   if (elastic) elastic->publishKeys();  // the generation's store keys, for whoever deletes them
   // Under fp16 transfer the loss scale is the transfer's scale too: gradients are scaled once.
@@ -307,6 +309,7 @@ void Trainer::setTestHooks(const TestHooks& hooks) {
   s_->late_to_regroup_ms = hooks.late_to_regroup_ms;
   s_->fail_rank = hooks.fail_rank;
   s_->fail_step = hooks.fail_step;
+  s_->die_joining = hooks.die_joining;
 }
 
 Report Trainer::run() {

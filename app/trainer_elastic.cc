@@ -5,6 +5,7 @@
 #include <torch/optim/sgd.h>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <iomanip>
 #include <thread>
@@ -64,20 +65,27 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
     std::this_thread::sleep_for(std::chrono::milliseconds(late_to_regroup_ms));
     LOG(WARNING) << "AIACC_TEST_LATE_TO_REGROUP_MS: rank " << rank << " arrives for the next generation now";
   }
-  const comm::Generation& g = regroupOrStop(cause);
-  AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
-              " has no process of the one before, so nobody holds the training state; start the job again "
-              "with --resume auto to continue from its newest checkpoint");
-  world_info = g.world();
-  rank = world_info.rank;
-  world = world_info.world;
-  train->reshard(rank, world);
-  val->reshard(rank, world);
-  sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), TrainingState{}));
-  elastic->publishKeys();
-  if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
-  const auto t_grouped = Clock::now();
-  change.bytes = restoreFromRank0(change.world_before);
+  // A generation whose set-up fails (a newcomer lost while it joins, its settings refused, a rank
+  // dying in the state transfer) is left for the next at once, by the ranks that hold the state.
+  std::string why = cause;
+  Clock::time_point t_grouped;
+  for (;;) {
+    const comm::Generation& g = regroupOrStop(why);
+    AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
+                " has no process of the one before, so nobody holds the training state; start the job again "
+                "with --resume auto to continue from its newest checkpoint");
+    try {
+      t_grouped = setUpGeneration(g, change.world_before, &change.bytes);
+      break;
+    } catch (const comm::CommError& e) {
+      if (!leaveFailedSetUp(g, e)) throw;
+      why = firstLine(e.what());
+    } catch (const InputError& e) {  // the agreement: a newcomer started with other settings
+      if (!leaveFailedSetUp(g, e)) throw;
+      why = firstLine(e.what());
+    }
+  }
+  const comm::Generation& g = elastic->generation();
   const std::vector<std::string> unused = sync().restoreCommState(pos.comm);
   const auto t_restored = Clock::now();
   // Everyone has left the generation before (the restore was a collective of this one).
@@ -104,6 +112,37 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   }
   run.change_began = t_failed;
   run.last_step_end = Clock::now();
+}
+
+Clock::time_point Trainer::State::setUpGeneration(const comm::Generation& g, int world_before, int64_t* bytes) {
+  world_info = g.world();
+  rank = world_info.rank;
+  world = world_info.world;
+  train->reshard(rank, world);
+  val->reshard(rank, world);
+  sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), TrainingState{}));
+  elastic->publishKeys();
+  if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
+  const auto grouped = Clock::now();
+  *bytes = restoreFromRank0(world_before);
+  return grouped;
+}
+
+bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const Error& e) {
+  // Only a process that held the state before this generation goes on to the next (a newcomer
+  // received none: it ends, and its launcher may start it again as a newcomer). And only when the
+  // failure can have come from a member that will not be there again: a newcomer that was in it
+  // (its death, or its settings refused: the running job's are the ones that count), or a rank
+  // the message names as lost. A failure among
+  // the survivors alone would meet the next generation again: it ends the job as before.
+  const bool held_state = g.number > 0 && g.members[static_cast<size_t>(g.rank)].generation == g.number - 1;
+  const auto* comm_error = dynamic_cast<const comm::CommError*>(&e);
+  if (!held_state || (comm_error && comm_error->remedy() == comm::CommError::Remedy::kMembership)) return false;
+  if (g.survivors() == g.size() && lostRanksIn(e.what()).empty()) return false;
+  sync_ptr.reset();  // the generation's transports close: every member still waiting in them is released
+  LOG(WARNING) << "elastic: rank " << rank << " leaves generation " << g.number
+               << " before its first step, its set-up failed: " << firstLine(e.what());
+  return true;
 }
 
 void Trainer::State::finishChange() {
@@ -190,6 +229,7 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
   held[rank][0] = survivor ? static_cast<double>(pos.step + 1) : 0.0;
   held[rank][1] = static_cast<double>(stateCrc(true));
   sync().allreduceSum(held);
+  if (!survivor && die_joining == JoinDeath::kRestore) ::raise(SIGKILL);  // (a test's fault)
   bool all_hold = true;
   for (int r = 1; r < world; ++r) {
     all_hold = all_hold && held[r][0].item<double>() == held[0][0].item<double>() &&

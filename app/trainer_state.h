@@ -150,6 +150,7 @@ struct Trainer::State {
   int late_to_regroup_ms = 0;             // AIACC_TEST_LATE_TO_REGROUP_MS (app/test_hooks.h)
   int fail_rank = -1;                     // AIACC_TEST_FAIL_AT_STEP (app/test_hooks.h)
   int64_t fail_step = -1;
+  JoinDeath die_joining = JoinDeath::kNone;  // AIACC_TEST_DIE_JOINING (app/test_hooks.h)
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 
@@ -199,6 +200,16 @@ struct Trainer::State {
   // training state from its rank 0 (restoreFromRank0); records the change. `step_cut`: the
   // failure came within a step, which is lost (false: at an epoch's end, between steps).
   void regroup(const std::string& cause, bool step_cut = true);
+  // The set-up of the generation this rank just joined: its rank and shards, the gradient sync
+  // for its world, the training state from its rank 0 (restoreFromRank0; `world_before`: the
+  // world of the generation that last trained, the state's bytes in *bytes). Returns when the
+  // transports stood.
+  Clock::time_point setUpGeneration(const comm::Generation& g, int world_before, int64_t* bytes);
+  // After `e` (a CommError, or the agreement's InputError) failed the set-up of generation `g`:
+  // true when this rank leaves it for the next (its transports closed): it held the state before
+  // `g`, and `g` had a newcomer or `e` names a rank lost. False: `e` ends this process as any
+  // other error.
+  bool leaveFailedSetUp(const comm::Generation& g, const Error& e);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
   // state (with --checkpoint-dir) and SurvivorStop is thrown.
   const comm::Generation& regroupOrStop(const std::string& cause);

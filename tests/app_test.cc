@@ -238,7 +238,15 @@ TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
   h = aiacc::app::testHooksFromEnvironment(get);
   EXPECT_EQ(h.late_to_regroup_ms, 1500);
   EXPECT_EQ(h.notes.size(), 1u);
+  EXPECT_EQ(h.die_joining, aiacc::app::JoinDeath::kNone);
+  env = {{"AIACC_TEST_DIE_JOINING", "restore"}};
+  h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_EQ(h.die_joining, aiacc::app::JoinDeath::kRestore);
+  EXPECT_EQ(h.notes.size(), 1u);
+  env = {{"AIACC_TEST_DIE_JOINING", "settings"}};
+  EXPECT_EQ(aiacc::app::testHooksFromEnvironment(get).die_joining, aiacc::app::JoinDeath::kSettings);
   for (const auto& bad : std::vector<std::map<std::string, std::string>>{
+           {{"AIACC_TEST_DIE_JOINING", "later"}},
            {{"AIACC_TEST_LATE_TO_REGROUP_MS", "0"}},
            {{"AIACC_TEST_LATE_TO_REGROUP_MS", "1s"}},
            {{"AIACC_BENCH_STEP_VOTE_AB", "0"}},

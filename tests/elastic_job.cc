@@ -95,10 +95,12 @@ Job runKilledJob(const test::TempDir& d, const JobSpec& spec) {
   // output below says how.)
   script += "for i in $(seq 600); do " + spec.when +
             " && break; kill -0 $L0 $L1 $L2 2> /dev/null || break; sleep 0.1; done; " + "W=$(pgrep -P $L2); " +
-            spec.act +
-            "; "
-            "wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; " +
-            (server ? "wait $S; echo rcS=$?; cat logS; " : "") + "cat log0 log1 log2; ";
+            spec.act + "; ";
+  const bool again2 = !spec.restart_node2_with.empty();
+  if (again2) script += "wait $L2; " + node(2, spec.nnodes, " " + spec.restart_node2_with, "log2b");
+  script += strCat("wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; ",
+                   server ? "wait $S; echo rcS=$?; cat logS; " : "", "cat log0 log1 log2; ",
+                   again2 ? "cat log2b; " : "");
   if (!spec.again.empty()) {
     // (Both nodes are MIN: no last call to wait for a third.)
     for (int n = 0; n < 2; ++n) script += node(n, spec.again, " --resume auto --rdzv-last-call 0", strCat("again", n));

@@ -40,6 +40,9 @@ struct JobSpec {
   // --nnodes `again` --resume auto (exit codes again0=, again1=; Job::report: theirs).
   std::string again;
   std::string env;  // variables every node's processes get (VAR=value ..., in the job's folder)
+  // Set: once the act is done and node 2's launcher has ended, node 2 starts again (a new
+  // launcher, its log log2b, its exit code rc2) with these flags added.
+  std::string restart_node2_with;
   // Runs node N's aiacc_train under this command, each "%N" in it replaced by the node (the
   // lab: "netlab.sh run %N --"), with the store at master_host.
   std::string node_prefix;
