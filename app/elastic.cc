@@ -84,7 +84,7 @@ const comm::Generation& ElasticJob::start() {
   return generation_;
 }
 
-const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cause) {
+const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone) {
   AIACC_CHECK(joined(), "regroup before start");
   comm::Member self = generation_.members[static_cast<size_t>(generation_.rank)];
   self.generation = generation_.number;
@@ -100,7 +100,11 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
     previous_rank_ = generation_.rank;
     previous_world_ = before;
     keys_ = std::make_shared<comm::KeyLog>();
-    generation_ = membership_.join(self, lostRanksIn(cause), before);
+    std::vector<int> gone = lostRanksIn(cause);
+    for (const int r : also_gone) {
+      if (std::find(gone.begin(), gone.end(), r) == gone.end()) gone.push_back(r);
+    }
+    generation_ = membership_.join(self, gone, before);
   } catch (const c10::Error& e) {  // the store's own failures: a closed connection, a timeout
     throw storeFailed(e);
   } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors: "Broken pipe")

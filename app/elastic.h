@@ -37,9 +37,9 @@ class ElasticJob {
   // Joins the first generation (or, for a process started later, the next one) and returns it.
   const comm::Generation& start();
   // After `cause` (a failure's message; "" for a newcomer's regroup) at `step`: the next
-  // generation. Ranks the message names as gone (dead, or silent past the heartbeat) are
-  // reported, so that the generation closes as soon as everyone else is there.
-  const comm::Generation& regroup(int64_t step, const std::string& cause);
+  // generation. Ranks the message names as gone (dead, or silent past the heartbeat) and those in
+  // `also_gone` are reported, so that the generation closes as soon as everyone else is there.
+  const comm::Generation& regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone = {});
   const comm::Generation& generation() const { return generation_; }
   bool joined() const { return generation_.number >= 0; }
   // A process waits for the next generation (one store request, no waiting).

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <fstream>
 #include <iomanip>
+#include <system_error>
 #include <thread>
 
 #include "app/checkpoint.h"
@@ -65,12 +66,15 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
     std::this_thread::sleep_for(std::chrono::milliseconds(late_to_regroup_ms));
     LOG(WARNING) << "AIACC_TEST_LATE_TO_REGROUP_MS: rank " << rank << " arrives for the next generation now";
   }
-  // A generation whose set-up fails (a newcomer lost while it joins, its settings refused, a rank
-  // dying in the state transfer) is left for the next at once, by the ranks that hold the state.
-  std::string why = cause;
+  // A generation whose set-up fails (a newcomer lost while it joins or refused, a rank lost in
+  // the state transfer) is left for the next at once by the ranks that hold the state; the
+  // newcomers it had are reported gone, so that the next closes without waiting for them.
+  const comm::WorldInfo trained_in = world_info;  // the world that trained the state held
+  SetUpRetry retry;
+  retry.why = cause;
   Clock::time_point t_grouped;
   for (;;) {
-    const comm::Generation& g = regroupOrStop(why);
+    const comm::Generation& g = regroupOrStop(retry.why, retry.gone);
     AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
                 " has no process of the one before, so nobody holds the training state; start the job again "
                 "with --resume auto to continue from its newest checkpoint");
@@ -78,11 +82,13 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
       t_grouped = setUpGeneration(g, change.world_before, &change.bytes);
       break;
     } catch (const comm::CommError& e) {
-      if (!leaveFailedSetUp(g, e)) throw;
-      why = firstLine(e.what());
+      if (!leaveFailedSetUp(g, e, true, trained_in, retry)) throw;
     } catch (const InputError& e) {  // the agreement: a newcomer started with other settings
-      if (!leaveFailedSetUp(g, e)) throw;
-      why = firstLine(e.what());
+      if (!leaveFailedSetUp(g, e, false, trained_in, retry)) throw;
+    } catch (const c10::Error& e) {  // a store request of a transport's set-up (a peer gone meanwhile)
+      if (!leaveFailedSetUp(g, e, true, trained_in, retry)) throw;
+    } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors)
+      if (!leaveFailedSetUp(g, e, true, trained_in, retry)) throw;
     }
   }
   const comm::Generation& g = elastic->generation();
@@ -114,6 +120,19 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   run.last_step_end = Clock::now();
 }
 
+void Trainer::State::sayNoSurvivor() const {
+  const comm::Generation& g = elastic->generation();
+  if (g.number == 0 || g.survivors() > 0) return;
+  if (pos.step > 0) {
+    LOG(WARNING) << "elastic: generation " << g.number << " has no process of the one before (every rank that held "
+                 << "the training state is gone): the job goes on from the checkpoint resumed, at step " << pos.step;
+  } else {
+    LOG(WARNING) << "elastic: generation " << g.number << " has no process of the one before (every rank that held "
+                 << "the training state is gone) and resumed no checkpoint: the training starts again from step 0 "
+                 << "(to go on from the newest checkpoint instead: --checkpoint-dir DIR --resume auto)";
+  }
+}
+
 Clock::time_point Trainer::State::setUpGeneration(const comm::Generation& g, int world_before, int64_t* bytes) {
   world_info = g.world();
   rank = world_info.rank;
@@ -128,20 +147,34 @@ Clock::time_point Trainer::State::setUpGeneration(const comm::Generation& g, int
   return grouped;
 }
 
-bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const Error& e) {
+bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
+                                      const comm::WorldInfo& trained_in, SetUpRetry& retry) {
   // Only a process that held the state before this generation goes on to the next (a newcomer
-  // received none: it ends, and its launcher may start it again as a newcomer). And only when the
-  // failure can have come from a member that will not be there again: a newcomer that was in it
-  // (its death, or its settings refused: the running job's are the ones that count), or a rank
-  // the message names as lost. A failure among
-  // the survivors alone would meet the next generation again: it ends the job as before.
+  // received none: it ends, and its launcher may start it again as a newcomer). Every such rank
+  // decides alike, from the generation alone: it leaves after any failure of the communication,
+  // as a failed step does, and after the agreement refused the settings of a newcomer (the running
+  // job's are the ones that count). A set-up that failed with no newcomer in it is tried again
+  // once (a rank lost during it); after the second such failure the error ends the process.
+  constexpr int kRetriesAlone = 1;
   const bool held_state = g.number > 0 && g.members[static_cast<size_t>(g.rank)].generation == g.number - 1;
-  const auto* comm_error = dynamic_cast<const comm::CommError*>(&e);
-  if (!held_state || (comm_error && comm_error->remedy() == comm::CommError::Remedy::kMembership)) return false;
-  if (g.survivors() == g.size() && lostRanksIn(e.what()).empty()) return false;
+  if (!held_state) return false;
+  std::vector<int> newcomers;
+  for (int r = 0; r < g.size(); ++r) {
+    if (g.members[static_cast<size_t>(r)].generation != g.number - 1) newcomers.push_back(r);
+  }
+  if (newcomers.empty() && (!communication || ++retry.alone > kRetriesAlone)) return false;
   sync_ptr.reset();  // the generation's transports close: every member still waiting in them is released
-  LOG(WARNING) << "elastic: rank " << rank << " leaves generation " << g.number
-               << " before its first step, its set-up failed: " << firstLine(e.what());
+  // Until the next generation is set up, the state is the one `trained_in` trained (a survivor
+  // that stops below MIN saves it with that world's settings and shards).
+  world_info = trained_in;
+  rank = world_info.rank;
+  world = world_info.world;
+  train->reshard(rank, world);
+  val->reshard(rank, world);
+  retry.why = firstLine(e.what());
+  retry.gone = std::move(newcomers);
+  LOG(WARNING) << "elastic: leaving generation " << g.number
+               << " before its first step, its set-up failed: " << retry.why;
   return true;
 }
 
@@ -156,9 +189,9 @@ void Trainer::State::finishChange() {
   writeMetric(membershipJson(c));
 }
 
-const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause) {
+const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause, const std::vector<int>& gone) {
   try {
-    return elastic->regroup(pos.step, cause);
+    return elastic->regroup(pos.step, cause, gone);
   } catch (const comm::JobEndedError&) {
     throw;
   } catch (const comm::CommError& e) {

@@ -200,19 +200,31 @@ struct Trainer::State {
   // training state from its rank 0 (restoreFromRank0); records the change. `step_cut`: the
   // failure came within a step, which is lost (false: at an epoch's end, between steps).
   void regroup(const std::string& cause, bool step_cut = true);
+  // Rank 0 of an elastic job's generation that no process of the one before is in (all of them
+  // gone, the workers started again): says on its log where the training goes on from, the
+  // checkpoint resumed or step 0, so that a restart from the beginning is never silent.
+  void sayNoSurvivor() const;
   // The set-up of the generation this rank just joined: its rank and shards, the gradient sync
   // for its world, the training state from its rank 0 (restoreFromRank0; `world_before`: the
   // world of the generation that last trained, the state's bytes in *bytes). Returns when the
   // transports stood.
   Clock::time_point setUpGeneration(const comm::Generation& g, int world_before, int64_t* bytes);
-  // After `e` (a CommError, or the agreement's InputError) failed the set-up of generation `g`:
-  // true when this rank leaves it for the next (its transports closed): it held the state before
-  // `g`, and `g` had a newcomer or `e` names a rank lost. False: `e` ends this process as any
-  // other error.
-  bool leaveFailedSetUp(const comm::Generation& g, const Error& e);
+  // What a regroup carries from a generation whose set-up failed to the next one it tries.
+  struct SetUpRetry {
+    std::string why;        // the failure (the first: the regroup's cause)
+    std::vector<int> gone;  // the failed generation's newcomers, reported gone to the next
+    int alone = 0;          // set-ups failed with no newcomer in them
+  };
+  // After `e` failed the set-up of generation `g` (`communication`: a transport's or the store's
+  // failure, else the agreement's InputError): true when this rank leaves `g` for the next, its
+  // transports closed, its world and shards those of `trained_in` again, `retry` updated. False:
+  // `e` ends this process as any other error.
+  bool leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
+                        const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
-  // state (with --checkpoint-dir) and SurvivorStop is thrown.
-  const comm::Generation& regroupOrStop(const std::string& cause);
+  // state (with --checkpoint-dir) and SurvivorStop is thrown. `gone`: ranks of the generation
+  // left that are known not to come (ElasticJob::regroup).
+  const comm::Generation& regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
   // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first
   // (survivor_claim: one store request, no collective) saves its own state, and every survivor

@@ -105,20 +105,25 @@ INSTANTIATE_TEST_SUITE_P(Elastic, ElasticTransports, ::testing::Values(true, fal
 // after the ranks compared their states (the others see it die there: over shared memory, and over
 // Gloo with --noshm). The two ranks that hold the state leave that generation before its first
 // step and regroup without it; before, the set-up's failure ended them with an error.
-class ElasticJoinDeath : public ::testing::TestWithParam<const char*> {};
+struct JoinDeath {
+  const char* name;
+  const char* stage;   // AIACC_TEST_DIE_JOINING
+  const char* flags;   // added to the job's
+  const char* failed;  // how the survivors' set-up failed (their log)
+};
+class ElasticJoinDeath : public ::testing::TestWithParam<JoinDeath> {};
 
 TEST_P(ElasticJoinDeath, ANewcomerThatDiesWhileJoiningLeavesTheOthersTraining) {
   test::TempDir d;
   JobSpec spec;
-  const std::string stage = GetParam();
-  const bool gloo = stage.find("/noshm") != std::string::npos;
-  spec.extra = strCat("--max-restarts 1 --epochs 6 --comm-timeout 5", gloo ? " --noshm" : "");
-  spec.env = strCat("AIACC_TEST_DIE_JOINING=", stage.substr(0, stage.find('/')));
+  spec.extra = strCat("--max-restarts 1 --epochs 6 ", GetParam().flags);
+  spec.env = strCat("AIACC_TEST_DIE_JOINING=", GetParam().stage);
   const Job job = runKilledJob(d, spec);
   expectTwoOfThreeWentOn(job);
   EXPECT_NE(job.out.find("starting it again to join the running job (restart 1 of 1)"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("go on without it (elastic, no restart left)"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("before its first step, its set-up failed"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find(strCat("before its first step, its set-up failed: ", GetParam().failed)), std::string::npos)
+      << job.out;
   EXPECT_EQ(job.out.find("elastic: joined generation"), std::string::npos) << job.out;
   ASSERT_TRUE(job.report.contains("membership")) << job.out;
   // Node 2 lost, then the newcomer's generation left: one change when the newcomer came back
@@ -129,15 +134,15 @@ TEST_P(ElasticJoinDeath, ANewcomerThatDiesWhileJoiningLeavesTheOthersTraining) {
   EXPECT_EQ(changes.back().at("world_after"), 2) << changes;
   EXPECT_EQ(job.report.value("world_size", 0), 2);
   EXPECT_EQ(job.report.value("epochs", 0.0), 6.0);
+  EXPECT_EQ(job.report.at("images_seen").get<int64_t>(), job.trained) << job.restores;
   expectEachSampleOnce(job, 3 * (kBatch - 1) + 2);
 }
-INSTANTIATE_TEST_SUITE_P(Elastic, ElasticJoinDeath, ::testing::Values("settings", "restore", "restore/noshm"),
-                         [](const auto& info) {
-  std::string name = info.param;
-  return name == "settings"  ? "BeforeItsSettings"
-         : name == "restore" ? "InTheStateTransfer"
-                             : "InTheStateTransferOverGloo";
-});
+INSTANTIATE_TEST_SUITE_P(
+    Elastic, ElasticJoinDeath,
+    ::testing::Values(JoinDeath{"BeforeItsSettings", "settings", "--comm-timeout 5", "timed out after 5 s waiting for"},
+                      JoinDeath{"InTheStateTransfer", "restore", "", "shm: rank 2 died"},
+                      JoinDeath{"InTheStateTransferOverGloo", "restore", "--noshm", "collective failed on rank"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // Node 2 started again with another --lr: the agreement of the generation it joins fails on
 // every rank of it. The running job's ranks refuse it (they leave that generation before its first
@@ -363,6 +368,28 @@ TEST(Elastic, WithNoSurvivorTheNewestCheckpointContinuesTheJob) {
   EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("resumed from " + d / "ck/step-"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("has no process of the one before (every rank that held the training state is gone): the "
+                         "job goes on from the checkpoint resumed, at step "),
+            std::string::npos)
+      << job.out;
+  ASSERT_TRUE(job.report.contains("epochs")) << job.out;
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
+}
+
+// The same without checkpoints: the restarted workers have nothing to go on from, and start the
+// training again from step 0, as a restart under torchrun would; rank 0 says so on its log (it
+// was silent: the job trained from the beginning again and ended 0 as if nothing had happened).
+TEST(Elastic, WithNoSurvivorAndNoCheckpointTheRestartSaysItBeginsAgain) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.extra = "--max-restarts 1 --rdzv-last-call 5";
+  spec.act = "kill -KILL $(pgrep -P $L0) $(pgrep -P $L1) $(pgrep -P $L2)";
+  const Job job = runKilledJob(d, spec);
+  for (const char* rc : {"rc0=0", "rc1=0", "rc2=0"}) EXPECT_NE(job.out.find(rc), std::string::npos) << rc << job.out;
+  EXPECT_NE(job.out.find("resumed no checkpoint: the training starts again from step 0 (to go on from the newest "
+                         "checkpoint instead: --checkpoint-dir DIR --resume auto)"),
+            std::string::npos)
+      << job.out;
   ASSERT_TRUE(job.report.contains("epochs")) << job.out;
   EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
 }
