@@ -37,8 +37,35 @@ std::vector<int> lostRanksIn(const std::string& message) {
   return out;
 }
 
-ElasticJob::ElasticJob(c10::intrusive_ptr<c10d::Store> store, ElasticOptions options)
-    : o_(std::move(options)), store_(store), membership_(std::move(store), o_.membership) {}
+ElasticJob::ElasticJob(c10::intrusive_ptr<c10d::Store> store, ElasticOptions options,
+                       c10::intrusive_ptr<c10d::Store> beat_store)
+    : o_(std::move(options)), store_(store), membership_(std::move(store), o_.membership),
+      beat_store_(std::move(beat_store)) {
+  if (!beat_store_) return;
+  beater_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(beat_mutex_);
+    while (!beat_stop_cv_.wait_for(lock, comm::kBeatInterval, [this] { return beat_stop_; })) {
+      const int64_t g = beating_.load();
+      if (g < 0) continue;
+      lock.unlock();  // (a store request may take long: the destructor does not wait on the lock meanwhile)
+      try {
+        comm::beat(*beat_store_, g);
+      } catch (const std::exception&) {  // the store gone: the training thread meets it too, and says so
+      }
+      lock.lock();
+    }
+  });
+}
+
+ElasticJob::~ElasticJob() {
+  if (!beater_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(beat_mutex_);
+    beat_stop_ = true;
+  }
+  beat_stop_cv_.notify_all();
+  beater_.join();
+}
 
 std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPlan& plan) {
   AIACC_CHECK_INPUT(plan.source == LaunchSource::kAiacc && plan.store.agent_hosted,
@@ -71,7 +98,8 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
     if (c == ' ' || c == '\t' || c == '\n') c = '_';
   }
   o.launch_rank = w.rank;
-  auto job = std::make_shared<ElasticJob>(comm::makeTcpStore(so), o);
+  // (The beats over a connection of their own: a store client serves one thread.)
+  auto job = std::make_shared<ElasticJob>(comm::makeTcpStore(so), o, comm::makeTcpStore(so));
   job->start();
   return job;
 }
@@ -81,6 +109,7 @@ const comm::Generation& ElasticJob::start() {
   self.rank = o_.launch_rank;
   self.node = o_.node;
   generation_ = membership_.join(self);
+  beating_ = generation_.number;
   return generation_;
 }
 
@@ -105,6 +134,7 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
       if (std::find(gone.begin(), gone.end(), r) == gone.end()) gone.push_back(r);
     }
     generation_ = membership_.join(self, gone, before);
+    beating_ = generation_.number;
   } catch (const c10::Error& e) {  // the store's own failures: a closed connection, a timeout
     throw storeFailed(e);
   } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors: "Broken pipe")

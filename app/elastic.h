@@ -12,9 +12,13 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aiacc/comm/key_log.h"
@@ -32,7 +36,14 @@ struct ElasticOptions {
 class ElasticJob {
  public:
   // `store`: the job's store, served outside the workers (the launcher's or the agent's).
-  ElasticJob(c10::intrusive_ptr<c10d::Store> store, ElasticOptions options);
+  // `beat_store` (none: no beats): a second connection to it, for a thread that beats the
+  // generation this process is in (comm::beat, every comm::kBeatInterval) from start() until
+  // the destructor, so that newcomers wait for it rather than begin the job again without it.
+  ElasticJob(c10::intrusive_ptr<c10d::Store> store, ElasticOptions options,
+             c10::intrusive_ptr<c10d::Store> beat_store = {});
+  ~ElasticJob();
+  ElasticJob(const ElasticJob&) = delete;
+  ElasticJob& operator=(const ElasticJob&) = delete;
 
   // Joins the first generation (or, for a process started later, the next one) and returns it.
   const comm::Generation& start();
@@ -82,6 +93,13 @@ class ElasticJob {
   std::shared_ptr<comm::KeyLog> previous_keys_;
   int64_t previous_number_ = -1;
   int previous_rank_ = -1, previous_world_ = 0;
+  // The beats (see the constructor): the generation beaten, and the thread's stop.
+  c10::intrusive_ptr<c10d::Store> beat_store_;
+  std::atomic<int64_t> beating_{-1};
+  std::mutex beat_mutex_;
+  std::condition_variable beat_stop_cv_;
+  bool beat_stop_ = false;
+  std::thread beater_;
 };
 
 // Training stops with ranks lost: in an elastic job fewer than MIN processes regrouped within

@@ -16,7 +16,8 @@ namespace {
 // record of ticket i), "g<T>/survivors" and "g<T>/lost" (counters for the early close),
 // "g<T>/lost<r>" (rank r of T-1 reported, once), "g<T>/closed" (the count it closed at),
 // "g<T>/roster", "g<T>/gone" (waiters that left without being let in: the job ended, or below MIN
-// for too long), "g<T>/failed" (its ranks that ended with an error). And "current": the newest closed generation.
+// for too long), "g<T>/failed" (its ranks that ended with an error), "g<T>/beat" (its live
+// members' beats). And "current": the newest closed generation.
 constexpr const char* kCurrentKey = "elastic/current";
 std::string key(int64_t g, const std::string& what) { return strCat("elastic/g", g, "/", what); }
 
@@ -57,6 +58,8 @@ JobEnd jobEndedHow(c10d::Store& store) {
   const std::string how = text(store.get("elastic/ended"));
   return how == "stopped" ? JobEnd::kStopped : how == "failed" ? JobEnd::kFailed : JobEnd::kFinished;
 }
+void beat(c10d::Store& store, int64_t generation) { store.add(key(generation, "beat"), 1); }
+
 void markJobFailed(c10d::Store& store, int64_t generation, int size) {
   if (store.add(key(generation, "failed"), 1) >= size) store.compareSet("elastic/ended", {}, bytes("failed"));
 }
@@ -143,6 +146,11 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   const auto start = Clock::now();
   std::optional<Clock::time_point> min_seen;
   int closed_at = -1;
+  // A process that holds no state of generation number - 1 (a newcomer, or one late by more)
+  // watches that generation's beat: while it moves, its members are alive and will come.
+  const bool watch_beat = !survivor && number > 0;
+  int64_t beats = -1;
+  auto beat_moved = start;
   // A waiter that leaves without being let in says so, so that a launcher serving the store
   // after the job's end knows when nobody is left to read it (waitersRemain).
   auto leave = [&] {
@@ -192,7 +200,16 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
       const bool all_accounted = survivor && previous_world > 0 &&
                                  store_->add(key(number, "survivors"), 0) + store_->add(key(number, "lost"), 0) >=
                                      previous_world;
-      if (all_accounted || now - *min_seen >= o_.last_call) {
+      bool may_close = true;  // by the last call
+      if (watch_beat && store_->add(key(number, "survivors"), 0) == 0) {
+        const int64_t b = store_->add(key(number - 1, "beat"), 0);
+        if (b != beats) beats = b, beat_moved = now;
+        may_close = now - beat_moved >= o_.beat_stale;
+        // (The last call runs from when a survivor came, or the beat stopped: not from this
+        // newcomer's own arrival, or the first survivor would close it without the others.)
+        if (!may_close) min_seen = now;
+      }
+      if (all_accounted || (may_close && now - *min_seen >= o_.last_call)) {
         closed_at = close(number, arrived);
         break;
       }
@@ -273,7 +290,7 @@ void Membership::deleteGeneration(int64_t number) {
   for (int64_t i = 0; i < tickets; ++i) store_->deleteKey(key(number, strCat("m", i)));
   // lost<r>: r a rank of the generation before, whose world was at most MAX.
   for (int r = 0; r < o_.max; ++r) store_->deleteKey(key(number, strCat("lost", r)));
-  for (const char* k : {"survivors", "lost", "closed", "roster", "gone", "failed"}) {
+  for (const char* k : {"survivors", "lost", "closed", "roster", "gone", "failed", "beat"}) {
     store_->deleteKey(key(number, k));
   }
   store_->deleteKey(arrivals);

@@ -8,7 +8,13 @@
 //   - MAX processes have arrived, or
 //   - MIN have arrived and every rank of the previous generation is accounted for (arrived, or
 //     reported lost by an arrival: the usual case, a node gone, closes at once), or
-//   - MIN have arrived and the last call (MembershipOptions::last_call) has passed since then.
+//   - MIN have arrived and the last call (MembershipOptions::last_call) has passed since then;
+//     but a generation after the first that no survivor has reached (newcomers only) closes
+//     this way only once the previous generation's beat (beat(), every live member of it, in the
+//     background) has stood still for MembershipOptions::beat_stale: while it beats, its
+//     members are alive (in a long step, an evaluation, a failed set-up) and will come (the last
+//     call then runs from the first survivor's arrival); a generation of newcomers alone would
+//     begin the job again beside them.
 // Below MIN, members wait up to MembershipOptions::timeout, then fail with a CommError saying
 // how many came. The closer writes the roster (one key) and deletes the generation before the
 // previous one's keys. A process that arrives after the close is not in the generation: it
@@ -21,8 +27,9 @@
 // most advanced state, and the training state is restored from it.
 //
 // Store requests per generation: 3 to 5 per member and one per poll while it waits (a poll
-// reads two counters), plus the closer's one per member to read the records: O(world), never
-// O(world^2).
+// reads two counters; a newcomer's, with no survivor there yet, two more), plus the closer's one
+// per member to read the records: O(world), never O(world^2). And the beats: one request per
+// live member every kBeatInterval (2 per second each: 8k per second at 4096 ranks).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -52,7 +59,15 @@ struct MembershipOptions {
   // How long a member waits below MIN before giving up (CommError, Remedy::kMembership).
   std::chrono::milliseconds timeout{std::chrono::seconds(600)};
   std::chrono::milliseconds poll{10};  // between two looks at the arrivals while waiting
+  // How long the previous generation's beat must stand still before newcomers alone may close
+  // the next (its members all gone: killed at once, their workers started again).
+  std::chrono::milliseconds beat_stale{std::chrono::seconds(3)};
 };
+
+// How often a member of a generation says it is alive (beat()); well under beat_stale.
+constexpr std::chrono::milliseconds kBeatInterval{500};
+// One beat of a live member of `generation`: one store request (`store` as Membership's).
+void beat(c10d::Store& store, int64_t generation);
 
 // One process as it arrives for a generation.
 struct Member {

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <atomic>
 #include <future>
 #include <algorithm>
 #include <thread>
@@ -152,6 +153,46 @@ TEST(Membership, ANewcomerIsSeenAndJoinsAfterTheSurvivors) {
     EXPECT_LT(g1.rank, 2);
     EXPECT_EQ(g1.members[static_cast<size_t>(g1.rank)].rank, g1.rank);  // the order of old ranks kept
   }
+}
+
+// A newcomer alone at MIN (1) does not close the next generation while the one before beats (its
+// members alive, in a long step, an evaluation or a failed set-up): it waits for them, well past
+// its last call and past beat_stale, and the generation forms with both of them, survivors first
+// (its last call runs from the first survivor's arrival, not from its own). Once
+// nobody beats for the newest generation (its members gone at once), a newcomer closes the next
+// alone after beat_stale. (Before, the newcomer closed generation 1 alone at its last call: a job
+// begun again beside the live one, whose members then found generation 1 closed without them.)
+TEST(Membership, ANewcomerAtMinWaitsForALiveGenerationAndClosesAloneOnlyOnceItsBeatStops) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
+  MembershipOptions o = options(1, 3, 500ms);
+  o.beat_stale = 500ms;
+  std::atomic<bool> beating{true};
+  std::thread beater([&] {
+    while (beating) {
+      beat(*store, 0);
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  auto newcomer = joinAsync(store, o, fresh("c"));
+  EXPECT_EQ(newcomer.wait_for(2500ms), std::future_status::timeout) << "a newcomer closed a generation alone";
+  std::vector<std::future<Generation>> old;
+  for (const Generation& x : g0) old.push_back(joinAsync(store, o, survivor(x, 5), {}, 2));
+  const Generation joined = get(newcomer);
+  beating = false;
+  beater.join();
+  EXPECT_EQ(joined.number, 1);
+  EXPECT_EQ(joined.size(), 3);
+  EXPECT_EQ(joined.rank, 2);
+  for (auto& f : old) EXPECT_EQ(get(f).survivors(), 2);
+  // Nobody beats for generation 1: its members are gone. A newcomer forms generation 2 alone.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto alone = joinAsync(store, o, fresh("d"));
+  const Generation g2 = get(alone);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, o.beat_stale);
+  EXPECT_EQ(g2.number, 2);
+  EXPECT_EQ(g2.size(), 1);
+  EXPECT_EQ(g2.survivors(), 0);
 }
 
 // Once MIN have come and nobody accounts for the rest, the last call closes the generation; a
