@@ -98,8 +98,12 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
     if (c == ' ' || c == '\t' || c == '\n') c = '_';
   }
   o.launch_rank = w.rank;
-  // (The beats over a connection of their own: a store client serves one thread.)
-  auto job = std::make_shared<ElasticJob>(comm::makeTcpStore(so), o, comm::makeTcpStore(so));
+  // (The beats over a connection of their own: a store client serves one thread. A beat later
+  // than beat_stale is worth nothing: its requests time out sooner, so that an unreachable store
+  // cannot hold the process's end for --comm-timeout.)
+  comm::StoreOptions beats = so;
+  beats.timeout = std::min(so.timeout, std::chrono::milliseconds(o.membership.beat_stale));
+  auto job = std::make_shared<ElasticJob>(comm::makeTcpStore(so), o, comm::makeTcpStore(beats));
   job->start();
   return job;
 }

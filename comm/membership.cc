@@ -166,10 +166,12 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     }
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
     const auto now = Clock::now();
-    // (Only below MIN: at MIN and above the generation forms whatever the mark says. A process
-    // that left on the mark keeps its ticket in the arrivals, and a close at MIN would take it
-    // into the roster.)
-    if (arrived < o_.min && jobEnded(*store_)) {
+    // Newcomers with no survivor among them yet (they close only once the beat stops, below).
+    const bool newcomers_only = watch_beat && store_->add(key(number, "survivors"), 0) == 0;
+    // (Only below MIN, or among newcomers only: else the generation forms whatever the mark
+    // says. A process that left on the mark keeps its ticket in the arrivals, and a close at MIN
+    // would take it into the roster. Newcomers alone after the end would begin the job again.)
+    if ((arrived < o_.min || newcomers_only) && jobEnded(*store_)) {
       const JobEnd how = jobEndedHow(*store_);
       // Survivors below MIN each wait out their own timeout: the first to give up ends the job
       // before the others' run out. They stop as it did (resumable), not as a finished job's
@@ -201,13 +203,21 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
                                  store_->add(key(number, "survivors"), 0) + store_->add(key(number, "lost"), 0) >=
                                      previous_world;
       bool may_close = true;  // by the last call
-      if (watch_beat && store_->add(key(number, "survivors"), 0) == 0) {
+      if (newcomers_only) {
         const int64_t b = store_->add(key(number - 1, "beat"), 0);
         if (b != beats) beats = b, beat_moved = now;
         may_close = now - beat_moved >= o_.beat_stale;
         // (The last call runs from when a survivor came, or the beat stopped: not from this
         // newcomer's own arrival, or the first survivor would close it without the others.)
         if (!may_close) min_seen = now;
+        if (!may_close && now - start >= o_.timeout) {
+          leave();
+          throw CommError(strCat("elastic: generation ", number - 1,
+                                 " is alive but did not let this process in within ",
+                                 std::chrono::duration<double>(o_.timeout).count(),
+                                 " s (its rank 0 looks for newcomers at each step boundary: is the job stuck?)"),
+                          CommError::Remedy::kMembership);
+        }
       }
       if (all_accounted || (may_close && now - *min_seen >= o_.last_call)) {
         closed_at = close(number, arrived);

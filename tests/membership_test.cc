@@ -195,6 +195,33 @@ TEST(Membership, ANewcomerAtMinWaitsForALiveGenerationAndClosesAloneOnlyOnceItsB
   EXPECT_EQ(g2.survivors(), 0);
 }
 
+// Newcomers alone at MIN do not begin a job that has ended (a worker restarted after the end):
+// they are told so, as below MIN; and while the running generation beats but never lets them in,
+// they give up after MembershipOptions::timeout instead of waiting for ever.
+TEST(Membership, NewcomersAloneAtMinNeitherBeginAnEndedJobNorWaitForEver) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
+  MembershipOptions o = options(1, 3, 20ms);
+  o.beat_stale = 1h;  // (the beat never stands still for that long here)
+  o.timeout = 300ms;
+  beat(*store, 0);
+  auto stuck = joinAsync(store, o, fresh("c"));
+  try {
+    get(stuck);
+    ADD_FAILURE() << "a newcomer formed a generation of its own beside a live one";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("generation 0 is alive but did not let this process in within 0.3 s"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.remedy(), CommError::Remedy::kMembership);
+  }
+  markJobEnded(*store);
+  o.timeout = 5s;
+  auto late = joinAsync(store, o, fresh("d"));
+  EXPECT_THROW(get(late), JobEndedError);
+  EXPECT_FALSE(waitersRemain(*store));  // each said it left
+}
+
 // Once MIN have come and nobody accounts for the rest, the last call closes the generation; a
 // process arriving after that is not in it and is let in by the next one.
 TEST(Membership, TheLastCallClosesAtMinAndALateArrivalWaitsForTheNext) {
