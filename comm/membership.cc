@@ -166,8 +166,9 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     }
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
     const auto now = Clock::now();
-    // Newcomers with no survivor among them yet (they close only once the beat stops, below).
-    const bool newcomers_only = watch_beat && store_->add(key(number, "survivors"), 0) == 0;
+    // At MIN or above, newcomers with no survivor among them yet (they close only once the beat
+    // stops, below). (Read at MIN only: below it nobody closes, and the read makes the key.)
+    const bool newcomers_only = watch_beat && arrived >= o_.min && store_->add(key(number, "survivors"), 0) == 0;
     // (Only below MIN, or among newcomers only: else the generation forms whatever the mark
     // says. A process that left on the mark keeps its ticket in the arrivals, and a close at MIN
     // would take it into the roster. Newcomers alone after the end would begin the job again.)
