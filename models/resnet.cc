@@ -1,6 +1,7 @@
 #include "models/resnet.h"
 
 #include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/conv.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
 
@@ -32,18 +33,20 @@ Depths depthsFor(const std::string& arch) {
   AIACC_THROW(InputError, "unknown --arch '", arch, "' (choose resnet18, resnet34, resnet50 or resnet101)");
 }
 
-// A block's strided 3x3 convolution (padding 1). On a 1x1 input (layer4's first block at 16 px or
-// less, layer3's at 8) only the kernel's centre tap meets the input, and under CPU autocast it is
-// computed as that tap alone, a 1x1 convolution: LibTorch's oneDNN bf16 convolution backward gets
-// this case wrong. Its weight gradient is garbage read from past the input, for the centre tap
-// too, and often inf or NaN, which the next forward turns into a NaN loss (0 x NaN at the
+// A block's strided 3x3 convolution (padding 1, no bias, built by conv() above). On an input one
+// pixel wide (square inputs: 1x1, layer4's first block at 16 px, the smallest --image-size) only
+// the kernel's centre column meets the input, and under CPU autocast it is computed as that column
+// alone: LibTorch's oneDNN bf16 convolution backward gets this case wrong. The weight gradient of
+// the taps that meet only padding, exactly 0 in fp32, comes back as garbage that depends on what
+// the heap held, often inf or NaN, which the next forward turns into a NaN loss (0 x NaN at the
 // padding). Seen with LibTorch 1.13 (oneDNN 2.6.3) and 2.11 (oneDNN 3.10.2), AMX and AVX512-BF16
-// kernels alike; fp32 is right; scripts/repro_onednn_bf16_conv.py shows it outside aiacc
-// (issue 26). The 1x1 convolution gives the same output and, as it should, a zero gradient to the
-// other 8 taps.
-torch::Tensor strided3x3(torch::nn::Conv2d& conv, const torch::Tensor& x, int64_t stride) {
-  if (stride > 1 && x.size(2) == 1 && x.size(3) == 1 && x.is_cpu() && compat::autocastEnabled(at::kCPU)) {
-    return F::conv2d(x, conv->weight.narrow(2, 1, 1).narrow(3, 1, 1));
+// kernels alike; scripts/repro_onednn_bf16_conv.py shows it outside aiacc (issue 26). The column
+// gives the same output, and the other taps' gradient is then exactly 0, as it should be.
+torch::Tensor strided3x3(torch::nn::Conv2d& conv, const torch::Tensor& x) {
+  const int64_t stride = conv->options.stride()->at(0);
+  if (stride > 1 && x.size(3) == 1 && x.is_cpu() && compat::autocastEnabled(at::kCPU)) {
+    return F::conv2d(x, conv->weight.narrow(3, 1, 1),
+                     F::Conv2dFuncOptions().stride(stride).padding(torch::ExpandingArray<2>({1, 0})));
   }
   return conv(x);
 }
@@ -52,7 +55,7 @@ torch::Tensor strided3x3(torch::nn::Conv2d& conv, const torch::Tensor& x, int64_
 
 std::vector<std::string> resnetArchs() { return {"resnet18", "resnet34", "resnet50", "resnet101"}; }
 
-BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, bool ds) : stride_(stride) {
+BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, bool ds) {
   conv1 = register_module("conv1", conv(inplanes, planes, 3, stride, 1));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
   conv2 = register_module("conv2", conv(planes, planes, 3, 1, 1));
@@ -61,13 +64,13 @@ BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride,
 }
 
 torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor out = F::relu(bn1(strided3x3(conv1, x, stride_)), F::ReLUFuncOptions().inplace(true));
+  torch::Tensor out = F::relu(bn1(strided3x3(conv1, x)), F::ReLUFuncOptions().inplace(true));
   out = bn2(conv2(out));
   out += downsample ? downsample->forward(x) : x;
   return F::relu(out, F::ReLUFuncOptions().inplace(true));
 }
 
-BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride, bool ds) : stride_(stride) {
+BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride, bool ds) {
   conv1 = register_module("conv1", conv(inplanes, planes, 1, 1, 0));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
   conv2 = register_module("conv2", conv(planes, planes, 3, stride, 1));  // v1.5: stride here
@@ -80,7 +83,7 @@ BottleneckImpl::BottleneckImpl(int64_t inplanes, int64_t planes, int64_t stride,
 torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
   const auto relu = F::ReLUFuncOptions().inplace(true);
   torch::Tensor out = F::relu(bn1(conv1(x)), relu);
-  out = F::relu(bn2(strided3x3(conv2, out, stride_)), relu);
+  out = F::relu(bn2(strided3x3(conv2, out)), relu);
   out = bn3(conv3(out));
   out += downsample ? downsample->forward(x) : x;
   return F::relu(out, relu);

@@ -34,9 +34,6 @@ class BasicBlockImpl : public torch::nn::Module {
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
   torch::nn::Sequential downsample{nullptr};
-
- private:
-  int64_t stride_;  // conv1's
 };
 TORCH_MODULE(BasicBlock);
 
@@ -50,9 +47,6 @@ class BottleneckImpl : public torch::nn::Module {
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
   torch::nn::Sequential downsample{nullptr};
-
- private:
-  int64_t stride_;  // conv2's (v1.5)
 };
 TORCH_MODULE(Bottleneck);
 

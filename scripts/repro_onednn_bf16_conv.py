@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """The LibTorch defect behind issue 26, outside aiacc: a bf16 convolution's weight gradient on the CPU
-(autocast -> oneDNN) is garbage when a 3x3, stride-2, padding-1 convolution meets a 1x1 input.
+(autocast -> oneDNN) is wrong when a 3x3, stride-2, padding-1 convolution meets an input one pixel
+wide (1x1, 2x1, ...).
 
-Only the kernel's centre tap meets that input (the other 8 see padding), so the right gradient is
-fp32's at the centre, within bf16's precision, and exactly 0 elsewhere. oneDNN's backward returns
-values read from past its input instead, often inf or NaN, and what it returns depends on what the
-heap held: here the heap is filled with NaN and freed before each backward. ResNet has this
-convolution in layer4's first block at image sizes of 16 px or less (layer3's at 8 px), where a NaN
-gradient turns the next forward into a NaN loss (0 x NaN at the padding). aiacc computes that case as
-the centre tap alone (models/resnet.cc, strided3x3).
+The kernel's taps that meet only padding have a gradient of exactly 0 in fp32. oneDNN's bf16 backward
+returns garbage for them instead, which depends on what the heap held (here it is filled with NaN and
+freed before each backward), often inf or NaN. ResNet has this convolution in layer4's first block at
+16 px, where a NaN gradient turns the next forward into a NaN loss (0 x NaN at the padding). aiacc
+computes that case with the kernel's centre column alone (models/resnet.cc, strided3x3).
 
 Seen with Debian's torch 1.13 (oneDNN 2.6.3) and pip's torch 2.11 (oneDNN 3.10.2), on AMX and, with
-ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, on AVX512-BF16 kernels alike; the other shapes checked are right.
+ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, on AVX512-BF16 kernels alike. Inputs one pixel high (1x2) and the
+other shapes below are right.
 
   /usr/bin/python3 scripts/repro_onednn_bf16_conv.py            # Debian's torch 1.13
   .venv-torch2/bin/python scripts/repro_onednn_bf16_conv.py     # torch 2.11 (scripts/setup.sh)
@@ -24,9 +24,9 @@ import sys
 import torch
 
 
-def worst_error(kernel, stride, padding, side, bf16, reps=10):
+def worst_error(kernel, stride, padding, height, width, bf16, reps=10):
     conv = torch.nn.Conv2d(256, 512, kernel, stride=stride, padding=padding, bias=False)
-    x = torch.randn(8, 256, side, side)
+    x = torch.randn(8, 256, height, width)
     conv(x).square().sum().backward()
     ref = conv.weight.grad.double().clone()
     worst = 0.0
@@ -46,12 +46,14 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     wrong = 0
-    for kernel, stride, padding, side in [(3, 2, 1, 1), (3, 1, 1, 1), (1, 2, 0, 1), (3, 2, 1, 2), (3, 2, 1, 4)]:
-        err = worst_error(kernel, stride, padding, side, bf16=True)
+    cases = [(3, 2, 1, 1, 1), (3, 2, 1, 2, 1), (3, 2, 1, 1, 2), (3, 1, 1, 1, 1), (1, 2, 0, 1, 1), (3, 2, 1, 2, 2),
+             (3, 2, 1, 4, 4)]
+    for kernel, stride, padding, height, width in cases:
+        err = worst_error(kernel, stride, padding, height, width, bf16=True)
         bad = not err < 0.02  # bf16 keeps about 3 significant digits
         wrong += bad
         print(f"torch {torch.__version__}, ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '(unset)')}: "
-              f"bf16 conv {kernel}x{kernel} stride {stride} padding {padding} on {side}x{side}: weight gradient "
+              f"bf16 conv {kernel}x{kernel} stride {stride} padding {padding} on {height}x{width}: weight gradient "
               f"off fp32's by {err:.3g} (relative, worst of 10){'  <-- WRONG' if bad else ''}", flush=True)
     return 1 if wrong else 0
 
