@@ -1,7 +1,6 @@
 #include "models/resnet.h"
 
 #include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/conv.h>
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
 
@@ -33,20 +32,25 @@ Depths depthsFor(const std::string& arch) {
   AIACC_THROW(InputError, "unknown --arch '", arch, "' (choose resnet18, resnet34, resnet50 or resnet101)");
 }
 
-// A block's strided 3x3 convolution (padding 1, no bias, built by conv() above). On an input one
-// pixel wide (square inputs: 1x1, layer4's first block at 16 px, the smallest --image-size) only
-// the kernel's centre column meets the input, and under CPU autocast it is computed as that column
-// alone: LibTorch's oneDNN bf16 convolution backward gets this case wrong. The weight gradient of
-// the taps that meet only padding, exactly 0 in fp32, comes back as garbage that depends on what
-// the heap held, often inf or NaN, which the next forward turns into a NaN loss (0 x NaN at the
-// padding). Seen with LibTorch 1.13 (oneDNN 2.6.3) and 2.11 (oneDNN 3.10.2), AMX and AVX512-BF16
-// kernels alike; scripts/repro_onednn_bf16_conv.py shows it outside aiacc (issue 26). The column
-// gives the same output, and the other taps' gradient is then exactly 0, as it should be.
+// A block's strided 3x3 convolution. On a 1x1 input (layer4's first block at 16 px, the smallest
+// --image-size) it runs in fp32 under CPU autocast: LibTorch's oneDNN bf16 convolution backward
+// gets this case wrong (and 2x1, which aiacc's square images never give). The weight gradient of the taps that meet
+// only padding, exactly 0 in fp32, comes back as garbage that depends on what the heap held, often inf or NaN, which
+// the next forward turns into a NaN loss (0 x NaN at the padding). Seen with LibTorch 1.13 (oneDNN 2.6.3) and 2.11
+// (oneDNN 3.10.2), AMX and AVX512-BF16 kernels alike; scripts/repro_onednn_bf16_conv.py shows it outside aiacc (issue
+// 26). fp32 is right there in both, and costs nothing: the input is a few hundred values per image.
+struct CpuAutocastOff {
+  CpuAutocastOff() { compat::setAutocastEnabled(at::kCPU, false); }
+  ~CpuAutocastOff() { compat::setAutocastEnabled(at::kCPU, true); }
+  CpuAutocastOff(const CpuAutocastOff&) = delete;
+  CpuAutocastOff& operator=(const CpuAutocastOff&) = delete;
+};
+
 torch::Tensor strided3x3(torch::nn::Conv2d& conv, const torch::Tensor& x) {
-  const int64_t stride = conv->options.stride()->at(0);
-  if (stride > 1 && x.size(3) == 1 && x.is_cpu() && compat::autocastEnabled(at::kCPU)) {
-    return F::conv2d(x, conv->weight.narrow(3, 1, 1),
-                     F::Conv2dFuncOptions().stride(stride).padding(torch::ExpandingArray<2>({1, 0})));
+  if (conv->options.stride()->at(0) > 1 && x.size(2) == 1 && x.size(3) == 1 && x.is_cpu() &&
+      compat::autocastEnabled(at::kCPU)) {
+    CpuAutocastOff fp32;
+    return conv(x.to(at::kFloat));
   }
   return conv(x);
 }

@@ -7,7 +7,7 @@ The kernel's taps that meet only padding have a gradient of exactly 0 in fp32. o
 returns garbage for them instead, which depends on what the heap held (here it is filled with NaN and
 freed before each backward), often inf or NaN. ResNet has this convolution in layer4's first block at
 16 px, where a NaN gradient turns the next forward into a NaN loss (0 x NaN at the padding). aiacc
-computes that case with the kernel's centre column alone (models/resnet.cc, strided3x3).
+runs that convolution in fp32, which is right for these shapes (models/resnet.cc, strided3x3).
 
 Seen with Debian's torch 1.13 (oneDNN 2.6.3) and pip's torch 2.11 (oneDNN 3.10.2), on AMX and, with
 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, on AVX512-BF16 kernels alike. Inputs one pixel high (1x2) and the
