@@ -58,18 +58,17 @@ TEST(ResNet, ZeroInitResidualZeroesLastBnGamma) {
 }
 
 // A strided 3x3 convolution whose input is 1x1 (layer4's first block at 16 px; layer3's too at
-// 8 px): the kernel's taps that meet only padding have an
-// exactly zero weight gradient (as fp32's), and the whole gradient is fp32's within bf16's
-// precision. Under CPU autocast, LibTorch's oneDNN bf16 backward returned garbage for those taps,
-// depending on what the heap held, often inf or NaN, which the next forward turns into a NaN loss
-// (issue 26). So the heap keeps freed memory, as aiacc_train's does, and is filled with NaN and
-// freed before every backward.
+// 8 px): the kernel's taps that meet only padding have an exactly zero weight gradient (as fp32's),
+// and the whole gradient is fp32's within bf16's precision. Under CPU autocast, LibTorch's oneDNN bf16 backward
+// returned garbage for those taps, depending on what the heap held, often inf or NaN, which the next forward turns into
+// a NaN loss (issue 26). So the heap keeps freed memory, as aiacc_train's does, and is filled with NaN and freed before
+// every backward.
 struct OneByOneCase {
   std::string arch;
-  int64_t height, width;
+  int64_t image_size;
   std::vector<std::string> weights;  // every strided 3x3 convolution whose input is 1x1
 };
-void PrintTo(const OneByOneCase& c, std::ostream* os) { *os << c.arch << " at " << c.height << "x" << c.width; }
+void PrintTo(const OneByOneCase& c, std::ostream* os) { *os << c.arch << " at " << c.image_size << " px"; }
 class StridedConvOnOneByOne : public ::testing::TestWithParam<OneByOneCase> {};
 
 TEST_P(StridedConvOnOneByOne, Bf16WeightGradientIsFp32sAndZeroWhereOnlyPaddingIsMet) {
@@ -78,7 +77,7 @@ TEST_P(StridedConvOnOneByOne, Bf16WeightGradientIsFp32sAndZeroWhereOnlyPaddingIs
   torch::manual_seed(3);
   ResNet m = make(c.arch, 8);  // not zero_init_residual: the residual branch must have a gradient
   m->eval();  // BatchNorm from running statistics: bf16's rounding is not amplified by 1x1 batch statistics
-  const torch::Tensor x = torch::randn({8, 3, c.height, c.width});
+  const torch::Tensor x = torch::randn({8, 3, c.image_size, c.image_size});
   auto params = m->named_parameters();
   auto gradients = [&](bool amp) {
     m->zero_grad();
@@ -112,14 +111,12 @@ TEST_P(StridedConvOnOneByOne, Bf16WeightGradientIsFp32sAndZeroWhereOnlyPaddingIs
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layers, StridedConvOnOneByOne,
-                         ::testing::Values(OneByOneCase{"resnet18", 16, 16, {"layer4.0.conv1.weight"}},
-                                           OneByOneCase{
-                                               "resnet18", 8, 8, {"layer3.0.conv1.weight", "layer4.0.conv1.weight"}},
-                                           OneByOneCase{"resnet50", 16, 16, {"layer4.0.conv2.weight"}}),
-                         [](const auto& info) {
-  return info.param.arch + "At" + std::to_string(info.param.height) + "x" + std::to_string(info.param.width);
-});
+INSTANTIATE_TEST_SUITE_P(
+    Layers, StridedConvOnOneByOne,
+    ::testing::Values(OneByOneCase{"resnet18", 16, {"layer4.0.conv1.weight"}},
+                      OneByOneCase{"resnet18", 8, {"layer3.0.conv1.weight", "layer4.0.conv1.weight"}},
+                      OneByOneCase{"resnet50", 16, {"layer4.0.conv2.weight"}}),
+    [](const auto& info) { return info.param.arch + "At" + std::to_string(info.param.image_size); });
 
 TEST(Weights, RoundTripThroughFile) {
   test::TempDir d;
