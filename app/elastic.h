@@ -59,6 +59,9 @@ class ElasticJob {
   // This process came first, of the survivors, to the generation it last tried (the one that
   // writes the checkpoint when too few came; a newcomer that came earlier holds nothing).
   bool arrivedFirst() const { return membership_.firstSurvivor(); }
+  // One store request: this process is the first of its generation's members to claim the save
+  // of the state they hold (when they stop without another generation).
+  bool claimSave() { return membership_.claimSave(generation_); }
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
   // This process ends with an error: the job has ended once every rank of its generation has.

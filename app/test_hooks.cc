@@ -83,6 +83,11 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     h.notes.push_back(std::string("AIACC_TEST_LATE_TO_REGROUP_MS=") + late +
                       ": at a regroup, every process but rank 0 arrives that late");
   }
+  if (const char* setups = get("AIACC_TEST_FAIL_SETUP")) {
+    h.fail_setups = parseBounded("AIACC_TEST_FAIL_SETUP", setups, 1, 100, "a number of set-ups, 1 to 100");
+    h.notes.push_back(std::string("AIACC_TEST_FAIL_SETUP=") + setups +
+                      ": the set-up of a generation with no newcomer fails that many times");
+  }
   if (const char* fail = get("AIACC_TEST_FAIL_AT_STEP")) {
     const std::string v = fail;
     const size_t colon = v.find(':');

@@ -37,6 +37,10 @@
 //       until --comm-timeout), or in the state transfer from rank 0, after the ranks compared
 //       their states (the others see it die there), as a spot node taken back while it joins
 //       would (tests/elastic_test.cc).
+//   AIACC_TEST_FAIL_SETUP=N   a process that held the training state fails its set-up of an
+//       elastic generation with no newcomer in it, N times in all, with a communication error
+//       (every such process: none of them waits for another), as a rank lost in the state
+//       transfer would make it fail (tests/elastic_test.cc).
 //   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal): before the
 //       final evaluation if one is due, else just before the report's sums over the ranks
 //       (after the end of training's collective), create FILE.held.<pid> and wait until FILE
@@ -77,6 +81,7 @@ struct TestHooks {
   int fail_rank = -1;                        // AIACC_TEST_FAIL_AT_STEP's RANK (-1: none) ...
   int64_t fail_step = -1;                    // ... and STEP
   JoinDeath die_joining = JoinDeath::kNone;  // AIACC_TEST_DIE_JOINING
+  int fail_setups = 0;                       // AIACC_TEST_FAIL_SETUP
   std::vector<std::string> notes;            // one line for each variable set, for rank 0's log
 };
 

@@ -311,6 +311,7 @@ void Trainer::setTestHooks(const TestHooks& hooks) {
   s_->fail_rank = hooks.fail_rank;
   s_->fail_step = hooks.fail_step;
   s_->die_joining = hooks.die_joining;
+  s_->fail_setups = hooks.fail_setups;
 }
 
 Report Trainer::run() {

@@ -133,12 +133,20 @@ void Trainer::State::sayNoSurvivor() const {
   }
 }
 
-Clock::time_point Trainer::State::setUpGeneration(const comm::Generation& g, int world_before, int64_t* bytes) {
-  world_info = g.world();
-  rank = world_info.rank;
-  world = world_info.world;
+void Trainer::State::enterWorld(const comm::WorldInfo& w) {
+  world_info = w;
+  rank = w.rank;
+  world = w.world;
   train->reshard(rank, world);
   val->reshard(rank, world);
+}
+
+Clock::time_point Trainer::State::setUpGeneration(const comm::Generation& g, int world_before, int64_t* bytes) {
+  enterWorld(g.world());
+  if (fail_setups > 0 && g.survivors() == g.size()) {  // (a test's fault)
+    --fail_setups;
+    throw comm::CommError(strCat("AIACC_TEST_FAIL_SETUP: rank ", rank, "'s set-up of generation ", g.number, " fails"));
+  }
   sync_ptr = make_sync(model.ptr(), trainSettings(cfg, dataset, train->shardSize(), TrainingState{}));
   elastic->publishKeys();
   if (scaler->enabled()) sync_unscales = sync().shareLossScale(scaler->shared());
@@ -154,23 +162,35 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
   // decides alike, from the generation alone: it leaves after any failure of the communication,
   // as a failed step does, and after the agreement refused the settings of a newcomer (the running
   // job's are the ones that count). A set-up that failed with no newcomer in it is tried again
-  // once (a rank lost during it); after the second such failure the error ends the process.
+  // once (a rank lost during it); after the second such failure the ranks stop resumable.
   constexpr int kRetriesAlone = 1;
-  const bool held_state = g.number > 0 && g.members[static_cast<size_t>(g.rank)].generation == g.number - 1;
-  if (!held_state) return false;
+  if (!g.isSurvivor(g.rank)) return false;
   std::vector<int> newcomers;
   for (int r = 0; r < g.size(); ++r) {
-    if (g.members[static_cast<size_t>(r)].generation != g.number - 1) newcomers.push_back(r);
+    if (!g.isSurvivor(r)) newcomers.push_back(r);
   }
-  if (newcomers.empty() && (!communication || ++retry.alone > kRetriesAlone)) return false;
+  if (newcomers.empty() && !communication) return false;
+  const bool stop = newcomers.empty() && ++retry.alone > kRetriesAlone;
+  bool writer = false;
+  if (stop) {
+    try {
+      writer = elastic->claimSave();
+    } catch (const std::exception&) {  // the store is gone too: nobody can be told apart, `e` ends it
+      return false;
+    }
+  }
   sync_ptr.reset();  // the generation's transports close: every member still waiting in them is released
   // Until the next generation is set up, the state is the one `trained_in` trained (a survivor
-  // that stops below MIN saves it with that world's settings and shards).
-  world_info = trained_in;
-  rank = world_info.rank;
-  world = world_info.world;
-  train->reshard(rank, world);
-  val->reshard(rank, world);
+  // that stops saves it with that world's settings and shards).
+  enterWorld(trained_in);
+  if (stop) {
+    const std::string why = strCat("elastic: the set-up of generation ", g.number,
+                                   ", with only ranks that hold the state in it, failed the second time in a row (",
+                                   firstLine(e.what()), "; before: ", retry.why, ")");
+    LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why
+                 << (writer ? "; it saves its own state" : "; another rank saves its state");
+    throw SurvivorStop(why, writer ? saveOwnState() : std::string());
+  }
   retry.why = firstLine(e.what());
   retry.gone = std::move(newcomers);
   LOG(WARNING) << "elastic: leaving generation " << g.number
@@ -253,7 +273,7 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
   // CRC-32C: a rank whose weights differed at the same step, which only a defect can cause, would
   // go unseen with a chance of 2^-32.)
   const comm::Generation& g = elastic->generation();
-  const bool survivor = g.members[rank].generation == g.number - 1 && g.number > 0;
+  const bool survivor = g.isSurvivor(rank);
   if (skew_at_regroup && survivor && !isRank0()) {  // tests: a survivor whose state differs
     torch::NoGradGuard no_grad;
     params.front().add_(1.0);

@@ -151,6 +151,7 @@ struct Trainer::State {
   int fail_rank = -1;                     // AIACC_TEST_FAIL_AT_STEP (app/test_hooks.h)
   int64_t fail_step = -1;
   JoinDeath die_joining = JoinDeath::kNone;  // AIACC_TEST_DIE_JOINING (app/test_hooks.h)
+  int fail_setups = 0;                       // AIACC_TEST_FAIL_SETUP (app/test_hooks.h): set-ups left to fail
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 
@@ -209,6 +210,8 @@ struct Trainer::State {
   // world of the generation that last trained, the state's bytes in *bytes). Returns when the
   // transports stood.
   Clock::time_point setUpGeneration(const comm::Generation& g, int world_before, int64_t* bytes);
+  // This rank's place and shards in world `w` (the generation's, or the one that trained the state).
+  void enterWorld(const comm::WorldInfo& w);
   // What a regroup carries from a generation whose set-up failed to the next one it tries.
   struct SetUpRetry {
     std::string why;        // the failure (the first: the regroup's cause)
@@ -218,7 +221,10 @@ struct Trainer::State {
   // After `e` failed the set-up of generation `g` (`communication`: a transport's or the store's
   // failure, else the agreement's InputError): true when this rank leaves `g` for the next, its
   // transports closed, its world and shards those of `trained_in` again, `retry` updated. False:
-  // `e` ends this process as any other error.
+  // `e` ends this process as any other error. A communication failure of a generation with no
+  // newcomer, after one such already (two ranks lost in a row, or a failure that repeats), stops
+  // this rank resumable instead: the first of `g`'s members to claim it (comm::Membership::
+  // claimSave) saves its state, and SurvivorStop is thrown.
   bool leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                         const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its

@@ -17,7 +17,7 @@ namespace {
 // "g<T>/lost<r>" (rank r of T-1 reported, once), "g<T>/closed" (the count it closed at),
 // "g<T>/roster", "g<T>/gone" (waiters that left without being let in: the job ended, or below MIN
 // for too long), "g<T>/failed" (its ranks that ended with an error), "g<T>/beat" (its live
-// members' beats). And "current": the newest closed generation.
+// members' beats), "g<T>/saver" (claimSave). And "current": the newest closed generation.
 constexpr const char* kCurrentKey = "elastic/current";
 std::string key(int64_t g, const std::string& what) { return strCat("elastic/g", g, "/", what); }
 
@@ -92,10 +92,15 @@ WorldInfo Generation::world() const {
   return w;
 }
 
+bool Generation::isSurvivor(int r) const {
+  const int64_t from = members.at(static_cast<size_t>(r)).generation;
+  return number > 0 && from == number - 1;
+}
+
 int Generation::survivors() const {
-  return static_cast<int>(std::count_if(members.begin(), members.end(), [&](const Member& m) {
-    return m.generation >= 0 && m.generation == number - 1;
-  }));
+  int n = 0;
+  for (int r = 0; r < size(); ++r) n += isSurvivor(r);
+  return n;
 }
 
 std::vector<int> Generation::lostFrom(int previous_world) const {
@@ -151,6 +156,9 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   const bool watch_beat = !survivor && number > 0;
   int64_t beats = -1;
   auto beat_moved = start;
+  // (Read twice per beat, and four times per beat_stale, not at every poll.)
+  const Clock::duration beat_read_every = std::min<Clock::duration>(kBeatInterval / 2, o_.beat_stale / 4);
+  std::optional<Clock::time_point> beat_read;
   // A waiter that leaves without being let in says so, so that a launcher serving the store
   // after the job's end knows when nobody is left to read it (waitersRemain).
   auto leave = [&] {
@@ -205,8 +213,11 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
                                      previous_world;
       bool may_close = true;  // by the last call
       if (newcomers_only) {
-        const int64_t b = store_->add(key(number - 1, "beat"), 0);
-        if (b != beats) beats = b, beat_moved = now;
+        if (!beat_read || now - *beat_read >= beat_read_every) {
+          beat_read = now;
+          const int64_t b = store_->add(key(number - 1, "beat"), 0);
+          if (b != beats) beats = b, beat_moved = now;
+        }
         may_close = now - beat_moved >= o_.beat_stale;
         // (The last call runs from when a survivor came, or the beat stopped: not from this
         // newcomer's own arrival, or the first survivor would close it without the others.)
@@ -260,6 +271,8 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   return true;
 }
 
+bool Membership::claimSave(const Generation& g) { return store_->add(key(g.number, "saver"), 1) == 1; }
+
 int Membership::close(int64_t number, int count) {
   const std::string mine = std::to_string(count);
   const std::string agreed = text(store_->compareSet(key(number, "closed"), {}, bytes(mine)));
@@ -301,7 +314,7 @@ void Membership::deleteGeneration(int64_t number) {
   for (int64_t i = 0; i < tickets; ++i) store_->deleteKey(key(number, strCat("m", i)));
   // lost<r>: r a rank of the generation before, whose world was at most MAX.
   for (int r = 0; r < o_.max; ++r) store_->deleteKey(key(number, strCat("lost", r)));
-  for (const char* k : {"survivors", "lost", "closed", "roster", "gone", "failed", "beat"}) {
+  for (const char* k : {"survivors", "lost", "closed", "roster", "gone", "failed", "beat", "saver"}) {
     store_->deleteKey(key(number, k));
   }
   store_->deleteKey(arrivals);

@@ -89,6 +89,8 @@ struct Generation {
   // The key prefix of this generation's transports and agreement.
   std::string prefix() const { return prefixOf(number); }
   static std::string prefixOf(int64_t generation) { return "g" + std::to_string(generation); }
+  // Rank r was in generation `number - 1` (a survivor: it holds the training state).
+  bool isSurvivor(int r) const;
   // Ranks that were in generation `number - 1` (survivors).
   int survivors() const;
   // Ranks of the previous generation absent from this one.
@@ -124,6 +126,9 @@ class Membership {
   // This process was the first survivor of the generation before to arrive at the last
   // generation it tried (a newcomer that came earlier holds no state).
   bool firstSurvivor() const { return first_survivor_; }
+  // One store request: true for the first member of `g` to claim it (the one that saves the
+  // state when the generation's members stop without another one); the key goes with `g`'s.
+  bool claimSave(const Generation& g);
 
  private:
   // Tries generation `number` once; false when it closed without this process.

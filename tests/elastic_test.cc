@@ -370,46 +370,48 @@ TEST(Elastic, WithAStandaloneStoreTheJobOutlivesNodeZero) {
 
 // Every worker SIGKILLed at once (all of a job's spot nodes reclaimed; the launchers stay): no
 // survivor holds the training state. The launchers start their workers again (--max-restarts),
-// they form a generation with no survivor, and each starts from the newest valid checkpoint
-// (--resume auto); the job ends at its last step.
-TEST(Elastic, WithNoSurvivorTheNewestCheckpointContinuesTheJob) {
-  test::TempDir d;
-  // (A last call of 5 s: the three restarted workers form one generation however slowly they start.)
-  JobSpec spec;
-  spec.extra = strCat("--max-restarts 1 --rdzv-last-call 5 --resume auto --checkpoint-every 2 --checkpoint-dir ",
-                      d / "ck");
-  spec.act = "for i in $(seq 600); do ls ck/step-*.manifest > /dev/null 2>&1 && break; sleep 0.05; "
-             "done; kill -KILL $(pgrep -P $L0) $(pgrep -P $L1) $(pgrep -P $L2)";
-  const Job job = runKilledJob(d, spec);
-  EXPECT_NE(job.out.find("rc0=0"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("rc1=0"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("rc2=0"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("resumed from " + d / "ck/step-"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("has no process of the one before (every rank that held the training state is gone): the "
-                         "job goes on from the checkpoint resumed, at step "),
-            std::string::npos)
-      << job.out;
-  ASSERT_TRUE(job.report.contains("epochs")) << job.out;
-  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
-}
+// and they form a generation with no survivor (a last call of 5 s: the three restarted workers
+// form one generation however slowly they start). With checkpoints (--resume auto), each starts
+// from the newest valid one; without, they start the training again from step 0, as a restart
+// under torchrun would, and rank 0 says so on its log (it was silent: the job trained from the
+// beginning again and ended 0 as if nothing had happened). Either way the job ends at its last step.
+struct NoSurvivorCase {
+  const char* name;
+  bool checkpoints;
+  const char* said;  // on rank 0's log
+};
 
-// The same without checkpoints: the restarted workers have nothing to go on from, and start the
-// training again from step 0, as a restart under torchrun would; rank 0 says so on its log (it
-// was silent: the job trained from the beginning again and ended 0 as if nothing had happened).
-TEST(Elastic, WithNoSurvivorAndNoCheckpointTheRestartSaysItBeginsAgain) {
+class ElasticNoSurvivor : public ::testing::TestWithParam<NoSurvivorCase> {};
+
+TEST_P(ElasticNoSurvivor, TheRestartedWorkersGoOnFromWhatIsLeftAndSaySo) {
+  const NoSurvivorCase& c = GetParam();
   test::TempDir d;
   JobSpec spec;
   spec.extra = "--max-restarts 1 --rdzv-last-call 5";
   spec.act = "kill -KILL $(pgrep -P $L0) $(pgrep -P $L1) $(pgrep -P $L2)";
+  if (c.checkpoints) {
+    spec.extra += strCat(" --resume auto --checkpoint-every 2 --checkpoint-dir ", d / "ck");
+    spec.act = "for i in $(seq 600); do ls ck/step-*.manifest > /dev/null 2>&1 && break; sleep 0.05; done; " + spec.act;
+  }
   const Job job = runKilledJob(d, spec);
   for (const char* rc : {"rc0=0", "rc1=0", "rc2=0"}) EXPECT_NE(job.out.find(rc), std::string::npos) << rc << job.out;
-  EXPECT_NE(job.out.find("resumed no checkpoint: the training starts again from step 0 (to go on from the newest "
-                         "checkpoint instead: --checkpoint-dir DIR --resume auto)"),
-            std::string::npos)
-      << job.out;
+  if (c.checkpoints) {
+    EXPECT_NE(job.out.find("resumed from " + d / "ck/step-"), std::string::npos) << job.out;
+  }
+  EXPECT_NE(job.out.find(c.said), std::string::npos) << job.out;
   ASSERT_TRUE(job.report.contains("epochs")) << job.out;
   EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Elastic, ElasticNoSurvivor,
+    ::testing::Values(NoSurvivorCase{"TheNewestCheckpointContinuesTheJob", true,
+                                     "has no process of the one before (every rank that held the training state is "
+                                     "gone): the job goes on from the checkpoint resumed, at step "},
+                      NoSurvivorCase{"AndNoCheckpointTheRestartSaysItBeginsAgain", false,
+                                     "resumed no checkpoint: the training starts again from step 0 (to go on from "
+                                     "the newest checkpoint instead: --checkpoint-dir DIR --resume auto)"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // --nnodes 3:3: with one node lost the others are below MIN. They wait --rdzv-timeout, then the
 // first to come back saves its state, and both exit 75 (preempted, resumable) saying so. Rank 1

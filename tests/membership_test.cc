@@ -148,6 +148,9 @@ TEST(Membership, ANewcomerIsSeenAndJoinsAfterTheSurvivors) {
   EXPECT_EQ(joined.number, 1);
   EXPECT_EQ(joined.rank, 2);
   EXPECT_EQ(joined.members[2].generation, -1);
+  EXPECT_TRUE(joined.isSurvivor(0) && joined.isSurvivor(1));
+  EXPECT_FALSE(joined.isSurvivor(2));
+  EXPECT_FALSE(g0[0].isSurvivor(0));  // (nobody survives into the first generation)
   for (auto& f : old) {
     const Generation g1 = get(f);
     EXPECT_LT(g1.rank, 2);
@@ -403,17 +406,23 @@ TEST(Membership, OldGenerationsKeysAreDeleted) {
   auto store = makeHashStore();
   std::vector<Generation> g = formFirst(store, {"a", "b"}, 2);
   for (int64_t n = 1; n <= 3; ++n) {
+    // One member of each generation claims the save (claimSave); the other is told it is taken.
+    Membership m(store, options(2, 2));
+    EXPECT_TRUE(m.claimSave(g[1]));
+    EXPECT_FALSE(m.claimSave(g[0]));
+    EXPECT_FALSE(m.claimSave(g[1]));
     std::vector<std::future<Generation>> next;
     for (const Generation& x : g) next.push_back(joinAsync(store, options(2, 2), survivor(x, n), {}, 2));
     for (size_t i = 0; i < next.size(); ++i) g[i] = get(next[i]);
     EXPECT_EQ(g[0].number, n);
   }
-  for (const char* k : {"arrivals", "roster", "closed", "m0", "m1", "survivors"}) {
+  for (const char* k : {"arrivals", "roster", "closed", "m0", "m1", "survivors", "saver"}) {
     EXPECT_FALSE(store->check({std::string("elastic/g0/") + k})) << k;
     EXPECT_FALSE(store->check({std::string("elastic/g1/") + k})) << k;
   }
   EXPECT_TRUE(store->check({"elastic/g3/roster"}));
   EXPECT_TRUE(store->check({"elastic/g2/roster"}));
+  EXPECT_TRUE(store->check({"elastic/g2/saver"}));
 }
 
 // Over the real engine, served by a process that is none of the members (as aiacc's launcher
