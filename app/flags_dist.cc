@@ -46,7 +46,8 @@ DEFINE_string(elastic_batch, "keep-per-rank",
               "size");
 DEFINE_int32(max_restarts, 0,
              "elastic jobs (--nnodes MIN:MAX): how many times each node's launcher starts a worker that "
-             "died again, to join the running job");
+             "died again, to join the running job (not once the job failed on every rank: a worker that "
+             "finds so exits 76)");
 DEFINE_double(rdzv_timeout, 600,
               "elastic jobs: seconds the ranks wait for at least MIN of them to regroup before they save a "
               "checkpoint and exit 75; also how long node 0's launcher keeps the rendezvous store up for "

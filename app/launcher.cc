@@ -391,7 +391,11 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
         // An elastic job: the job's other ranks regroup without it; it is started again to
         // join them while --max-restarts allows.
         if (!clean && spec.min_nodes > 0 && forwarded.empty()) {
-          if (w.starts <= spec.max_restarts) {
+          if (exitedWith(status, kExitJobFailed)) {  // nothing left to join: no restart
+            failed = true;
+            std::cerr << "aiacc_train: rank " << w.rank << " found the job failed on every rank (exit "
+                      << kExitJobFailed << "); not starting it again\n";
+          } else if (w.starts <= spec.max_restarts) {
             std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status)
                       << "; starting it again to join the running job (restart " << w.starts << " of "
                       << spec.max_restarts << ")\n";

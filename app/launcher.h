@@ -41,6 +41,9 @@ namespace aiacc::app {
 // A worker's exit code for "preempted: checkpoint saved, resumable" (EX_TEMPFAIL), and the
 // launcher's when every worker stopped so.
 constexpr int kExitPreempted = 75;
+// A worker's exit code for "the elastic job failed on every rank while I waited to join it"
+// (comm::JobFailedError): its launcher does not start it again, whatever --max-restarts allows.
+constexpr int kExitJobFailed = 76;
 
 // --grace-seconds: below the 30 s that Kubernetes (terminationGracePeriodSeconds) and Slurm
 // (KillWait) wait between SIGTERM and SIGKILL by default, so that the launcher's SIGKILL comes first.

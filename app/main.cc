@@ -270,6 +270,9 @@ int main(int argc, char** argv) {
   } catch (const aiacc::comm::JobEndedError& e) {  // a process started again after the elastic job's end
     std::cerr << "aiacc_train: " << e.what() << "; nothing left to do\n";
     return 0;
+  } catch (const aiacc::comm::JobFailedError& e) {  // started again into a job that failed on every rank
+    std::cerr << "aiacc_train: error: " << e.what() << "; nothing left to join\n";
+    return aiacc::app::kExitJobFailed;
   } catch (const aiacc::comm::CommError& e) {  // the library names the setting; this adds our flag for it
     failElastic();
     std::cerr << "aiacc_train: error: " << e.what() << aiacc::app::flagHint(e.remedy()) << "\n";

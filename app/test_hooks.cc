@@ -92,9 +92,12 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     const std::string v = fail;
     const size_t colon = v.find(':');
     AIACC_CHECK_INPUT(colon != std::string::npos, "AIACC_TEST_FAIL_AT_STEP must be RANK:STEP (got '", v, "')");
-    h.fail_rank = parseBounded("AIACC_TEST_FAIL_AT_STEP's RANK", v.substr(0, colon).c_str(), 0, 1 << 20, "a rank");
+    h.fail_rank = v.substr(0, colon) == "*" ? kEveryRank
+                                            : parseBounded("AIACC_TEST_FAIL_AT_STEP's RANK", v.substr(0, colon).c_str(),
+                                                           0, 1 << 20, "a rank or *");
     h.fail_step = parseBounded("AIACC_TEST_FAIL_AT_STEP's STEP", v.substr(colon + 1).c_str(), 1, 1 << 30, "a step");
-    h.notes.push_back("AIACC_TEST_FAIL_AT_STEP=" + v + ": that rank throws an error of its own after that step");
+    h.notes.push_back("AIACC_TEST_FAIL_AT_STEP=" + v +
+                      ": that rank (*: every rank) throws an error of its own after that step");
   }
   if (const char* die = get("AIACC_TEST_DIE_JOINING")) {
     const std::string v = die;

@@ -30,7 +30,8 @@
 //       now" on its log as it goes on (tests/elastic_test.cc).
 //   AIACC_TEST_FAIL_AT_STEP=RANK:STEP   the process that is rank RANK when step STEP ends throws
 //       an error of its own (app/main.cc: exit 1, the job told a rank failed), as one rank's out
-//       of memory or full disk would (tests/elastic_test.cc).
+//       of memory or full disk would (tests/elastic_test.cc); RANK `*`: every rank, as an error
+//       that is everyone's would (settings, data).
 //   AIACC_TEST_DIE_JOINING=settings|restore   a process that joins a running elastic job (started
 //       later, or started again by its launcher) SIGKILLs itself during its set-up in the new
 //       generation: before it gives its settings to the agreement (the others wait for them
@@ -59,6 +60,9 @@
 
 namespace aiacc::app {
 
+// AIACC_TEST_FAIL_AT_STEP's RANK `*`.
+constexpr int kEveryRank = -2;
+
 // Where AIACC_TEST_DIE_JOINING kills a joining process.
 enum class JoinDeath { kNone, kSettings, kRestore };
 
@@ -78,7 +82,7 @@ struct TestHooks {
   std::function<void()> run_end;             // AIACC_TEST_HOLD_RUN_END (empty: none)
   bool skew_at_regroup = false;              // AIACC_TEST_SKEW_AT_REGROUP=1
   int late_to_regroup_ms = 0;                // AIACC_TEST_LATE_TO_REGROUP_MS
-  int fail_rank = -1;                        // AIACC_TEST_FAIL_AT_STEP's RANK (-1: none) ...
+  int fail_rank = -1;                        // AIACC_TEST_FAIL_AT_STEP's RANK (-1: none, kEveryRank: `*`) ...
   int64_t fail_step = -1;                    // ... and STEP
   JoinDeath die_joining = JoinDeath::kNone;  // AIACC_TEST_DIE_JOINING
   int fail_setups = 0;                       // AIACC_TEST_FAIL_SETUP

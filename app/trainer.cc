@@ -450,7 +450,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     ++step_in_epoch;
     run.last_step_end = t1;
     if (run.change_began) finishChange();
-    if (rank == fail_rank && pos.step == fail_step) {
+    if ((rank == fail_rank || fail_rank == kEveryRank) && pos.step == fail_step) {
       AIACC_THROW(Error, "AIACC_TEST_FAIL_AT_STEP: rank ", rank, " fails after step ", pos.step,
                   " (a test's own error)");
     }

@@ -195,9 +195,10 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
       }
       leave();
       if (how == JobEnd::kFailed) {
-        throw CommError(strCat("elastic: every rank of the job failed (their logs say why) while this process waited "
-                               "to join generation ",
-                               number));
+        throw JobFailedError(
+            strCat("elastic: every rank of the job failed (their logs say why) while this process waited "
+                   "to join generation ",
+                   number));
       }
       throw JobEndedError(strCat("elastic: the job ended while this process waited to join generation ", number),
                           CommError::Remedy::kMembership);

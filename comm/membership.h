@@ -50,6 +50,13 @@ class JobEndedError : public CommError {
   using CommError::CommError;
 };
 
+// join() found that every rank of the job's last generation failed (markJobFailed) while this
+// process waited: there is nothing to join, and starting this process again is no use.
+class JobFailedError : public CommError {
+ public:
+  using CommError::CommError;
+};
+
 struct MembershipOptions {
   int min = 1;  // a generation needs at least MIN processes ...
   int max = 1;  // ... and takes at most MAX

@@ -245,8 +245,21 @@ TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
   EXPECT_EQ(h.notes.size(), 1u);
   env = {{"AIACC_TEST_DIE_JOINING", "settings"}};
   EXPECT_EQ(aiacc::app::testHooksFromEnvironment(get).die_joining, aiacc::app::JoinDeath::kSettings);
+  env = {{"AIACC_TEST_FAIL_AT_STEP", "*:3"}, {"AIACC_TEST_FAIL_SETUP", "2"}};
+  h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_EQ(h.fail_rank, aiacc::app::kEveryRank);
+  EXPECT_EQ(h.fail_step, 3);
+  EXPECT_EQ(h.fail_setups, 2);
+  EXPECT_EQ(h.notes.size(), 2u);
+  env = {{"AIACC_TEST_FAIL_AT_STEP", "1:4"}};
+  h = aiacc::app::testHooksFromEnvironment(get);
+  EXPECT_EQ(h.fail_rank, 1);
+  EXPECT_EQ(h.fail_setups, 0);
   for (const auto& bad : std::vector<std::map<std::string, std::string>>{
            {{"AIACC_TEST_DIE_JOINING", "later"}},
+           {{"AIACC_TEST_FAIL_SETUP", "0"}},
+           {{"AIACC_TEST_FAIL_AT_STEP", "**:3"}},
+           {{"AIACC_TEST_FAIL_AT_STEP", "*"}},
            {{"AIACC_TEST_LATE_TO_REGROUP_MS", "0"}},
            {{"AIACC_TEST_LATE_TO_REGROUP_MS", "1s"}},
            {{"AIACC_BENCH_STEP_VOTE_AB", "0"}},

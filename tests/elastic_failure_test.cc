@@ -1,5 +1,8 @@
-// An elastic generation whose set-up fails with only ranks that held the state in it (a rank lost
-// in the state transfer; here AIACC_TEST_FAIL_SETUP=N, every such rank's set-up failing with a
+// Elastic jobs whose ranks fail (tests/elastic_job.h's three nodes, each one launcher and one
+// worker; the faults from app/test_hooks.h).
+//
+// A generation whose set-up fails with only ranks that held the state in it (a rank lost in the
+// state transfer; here AIACC_TEST_FAIL_SETUP=N, every such rank's set-up failing with a
 // communication error, N times in all): after node 2's worker is SIGKILLed, nodes 0 and 1 regroup
 // into generation 1 and its set-up fails. Once: they leave it for generation 2 and train on.
 // Twice in a row: they stop resumable (exit 75), one of them saving its state (it used to exit 1
@@ -75,6 +78,34 @@ TEST_P(ElasticSetUpFails, WithNoNewcomerOnceIsTriedAgainAndTwiceStopsResumable) 
 
 INSTANTIATE_TEST_SUITE_P(Elastic, ElasticSetUpFails, ::testing::Values(1, 2),
                          [](const auto& info) { return std::string(info.param == 1 ? "Once" : "Twice"); });
+
+// An error every rank meets (AIACC_TEST_FAIL_AT_STEP=*:3: each throws its own after step 3, as a
+// setting or the data would make them) ends the job. With --max-restarts 2, each launcher starts
+// its worker again once; that worker finds the job failed on every rank, exits 76, and is not
+// started again. (Each was started again as many times as --max-restarts allowed, each start
+// failing the same way.)
+TEST(Elastic, AnErrorOfEveryRankEndsTheJobWithOneRestartAtMost) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.extra = "--max-restarts 2";
+  spec.env = "AIACC_TEST_FAIL_AT_STEP=*:3";
+  spec.act = "true";
+  const Job job = runKilledJob(d, spec);
+  for (const char* rc : {"rc0=1", "rc1=1", "rc2=1"}) EXPECT_NE(job.out.find(rc), std::string::npos) << rc << job.out;
+  EXPECT_NE(job.out.find("AIACC_TEST_FAIL_AT_STEP: rank 0 fails after step 3"), std::string::npos) << job.out;
+  const auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = job.out.find(what); at != std::string::npos; at = job.out.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("; starting it again to join the running job (restart 1 of 2)"), 3) << job.out;
+  EXPECT_EQ(count("(restart 2 of 2)"), 0) << job.out;
+  EXPECT_EQ(count("elastic: every rank of the job failed (their logs say why) while this process waited to join "
+                  "generation 1; nothing left to join"),
+            3)
+      << job.out;
+  EXPECT_EQ(count("found the job failed on every rank (exit 76); not starting it again"), 3) << job.out;
+}
 
 }  // namespace
 }  // namespace aiacc::app
