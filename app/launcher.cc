@@ -180,14 +180,23 @@ std::string defaultJobId(const LaunchSpec& spec) {
 // said so) and no process still waits to be let in (comm::waitersRemain: a survivor below MIN, a
 // joiner; each must read how the job ended, not meet a closed store; one that died waiting is
 // given up kWaitersGrace after the end), or until `until`, or a stop signal (read from `sfd`).
+// `restarts`: the job's launchers start failed workers again (--max-restarts), so after an end
+// by failure on every rank the store stays kWaitersGrace for the workers they start to read it
+// (and exit 76, not started again) instead of meeting a closed store.
+constexpr auto kWaitersGrace = std::chrono::seconds(10);
 static void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served,
-                                 std::chrono::steady_clock::time_point until, int sfd) {
-  constexpr auto kWaitersGrace = std::chrono::seconds(10);
+                                 std::chrono::steady_clock::time_point until, int sfd, bool restarts) {
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);  // the workers' keys' prefix
   std::optional<std::chrono::steady_clock::time_point> ended;
+  bool failed = false;  // the job ended failed on every rank
   while (std::chrono::steady_clock::now() < until) {
-    if (!ended && comm::jobEnded(store)) ended = std::chrono::steady_clock::now();
-    if (ended && (!comm::waitersRemain(store) || std::chrono::steady_clock::now() >= *ended + kWaitersGrace)) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!ended && comm::jobEnded(store)) {
+      ended = now;
+      failed = comm::jobEndedHow(store) == comm::JobEnd::kFailed;
+    }
+    const bool linger = restarts && failed && ended && now < *ended + kWaitersGrace;
+    if (ended && !linger && (!comm::waitersRemain(store) || now >= *ended + kWaitersGrace)) return;
     pollfd p{sfd, POLLIN, 0};
     if (::poll(&p, 1, ended ? 10 : 100) > 0) {
       signalfd_siginfo si{};
@@ -202,16 +211,24 @@ static void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served,
 
 static void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, const LaunchSpec& spec, int sfd) {
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);
+  const bool restarts = spec.max_restarts > 0;
   if (comm::jobEnded(store)) {
-    if (!comm::waitersRemain(store)) return;
-    std::cerr << "aiacc_train: the job has ended; serving the rendezvous store until the processes still waiting to "
-                 "regroup have read it\n";
+    if (restarts && comm::jobEndedHow(store) == comm::JobEnd::kFailed) {
+      std::cerr << "aiacc_train: the job failed on every rank; serving the rendezvous store "
+                << std::chrono::duration_cast<std::chrono::seconds>(kWaitersGrace).count()
+                << " s more for the workers the other nodes start again to read it\n";
+    } else if (!comm::waitersRemain(store)) {
+      return;
+    } else {
+      std::cerr << "aiacc_train: the job has ended; serving the rendezvous store until the processes still waiting "
+                   "to regroup have read it\n";
+    }
   } else {
     std::cerr << "aiacc_train: this node's workers have ended; serving the rendezvous store for the other nodes "
                  "until the job ends (at most --rdzv-timeout "
               << std::chrono::duration_cast<std::chrono::seconds>(spec.rdzv_timeout).count() << " s)\n";
   }
-  serveUntilTheJobEnds(served, std::chrono::steady_clock::now() + spec.rdzv_timeout, sfd);
+  serveUntilTheJobEnds(served, std::chrono::steady_clock::now() + spec.rdzv_timeout, sfd, restarts);
 }
 
 int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeout) {
@@ -227,7 +244,7 @@ int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeo
   std::cerr << "aiacc_train: serving the rendezvous store on port " << port
             << " until a job it serves ends (or SIGTERM / SIGINT); its launchers name it with --rdzv-endpoint "
             << endpoint << "\n";
-  serveUntilTheJobEnds(served, std::chrono::steady_clock::time_point::max(), sfd);
+  serveUntilTheJobEnds(served, std::chrono::steady_clock::time_point::max(), sfd, false);
   ::close(sfd);
   std::cerr << "aiacc_train: the rendezvous store on port " << port << " is closed\n";
   return 0;

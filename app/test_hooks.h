@@ -31,7 +31,7 @@
 //   AIACC_TEST_FAIL_AT_STEP=RANK:STEP   the process that is rank RANK when step STEP ends throws
 //       an error of its own (app/main.cc: exit 1, the job told a rank failed), as one rank's out
 //       of memory or full disk would (tests/elastic_test.cc); RANK `*`: every rank, as an error
-//       that is everyone's would (settings, data).
+//       that is everyone's would (settings, data; tests/elastic_failure_test.cc).
 //   AIACC_TEST_DIE_JOINING=settings|restore   a process that joins a running elastic job (started
 //       later, or started again by its launcher) SIGKILLs itself during its set-up in the new
 //       generation: before it gives its settings to the agreement (the others wait for them
@@ -41,7 +41,7 @@
 //   AIACC_TEST_FAIL_SETUP=N   a process that held the training state fails its set-up of an
 //       elastic generation with no newcomer in it, N times in all, with a communication error
 //       (every such process: none of them waits for another), as a rank lost in the state
-//       transfer would make it fail (tests/elastic_test.cc).
+//       transfer would make it fail (tests/elastic_failure_test.cc).
 //   AIACC_TEST_HOLD_RUN_END=FILE   once training has ended (not stopped by a signal): before the
 //       final evaluation if one is due, else just before the report's sums over the ranks
 //       (after the end of training's collective), create FILE.held.<pid> and wait until FILE

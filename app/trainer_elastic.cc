@@ -162,7 +162,9 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
   // decides alike, from the generation alone: it leaves after any failure of the communication,
   // as a failed step does, and after the agreement refused the settings of a newcomer (the running
   // job's are the ones that count). A set-up that failed with no newcomer in it is tried again
-  // once (a rank lost during it); after the second such failure the ranks stop resumable.
+  // once (a rank lost during it); after the second such failure in this regroup the ranks stop
+  // resumable. (Counted by each rank for the regroup it is in: a rank whose set-up completed
+  // while another's failed counts from zero at its next regroup, a rare double failure.)
   constexpr int kRetriesAlone = 1;
   if (!g.isSurvivor(g.rank)) return false;
   std::vector<int> newcomers;
@@ -173,8 +175,12 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
   const bool stop = newcomers.empty() && ++retry.alone > kRetriesAlone;
   bool writer = false;
   if (stop) {
+    // The save is claimed among the ranks at the most advanced step (the roster's first; one
+    // lost in the set-up may have been it), so that the state saved is the newest held.
+    int64_t newest = 0;
+    for (const comm::Member& m : g.members) newest = std::max(newest, m.step);
     try {
-      writer = elastic->claimSave();
+      writer = g.members[static_cast<size_t>(g.rank)].step == newest && elastic->claimSave();
     } catch (const std::exception&) {  // the store is gone too: nobody can be told apart, `e` ends it
       return false;
     }

@@ -222,9 +222,9 @@ struct Trainer::State {
   // failure, else the agreement's InputError): true when this rank leaves `g` for the next, its
   // transports closed, its world and shards those of `trained_in` again, `retry` updated. False:
   // `e` ends this process as any other error. A communication failure of a generation with no
-  // newcomer, after one such already (two ranks lost in a row, or a failure that repeats), stops
-  // this rank resumable instead: the first of `g`'s members to claim it (comm::Membership::
-  // claimSave) saves its state, and SurvivorStop is thrown.
+  // newcomer, after one such already in this regroup (two ranks lost in a row, or a failure that
+  // repeats), stops this rank resumable instead: the first of `g`'s members at its newest step to
+  // claim it (comm::Membership::claimSave) saves its state, and SurvivorStop is thrown.
   bool leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                         const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its

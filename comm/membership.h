@@ -27,7 +27,8 @@
 // most advanced state, and the training state is restored from it.
 //
 // Store requests per generation: 3 to 5 per member and one per poll while it waits (a poll
-// reads two counters; a newcomer's, with no survivor there yet, two more), plus the closer's one
+// reads two counters; a newcomer's, with no survivor there yet, one more, and the beat at most
+// twice per kBeatInterval), plus the closer's one
 // per member to read the records: O(world), never O(world^2). And the beats: one request per
 // live member every kBeatInterval (2 per second each: 8k per second at 4096 ranks).
 #pragma once

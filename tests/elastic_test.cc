@@ -381,6 +381,8 @@ struct NoSurvivorCase {
   const char* said;  // on rank 0's log
 };
 
+void PrintTo(const NoSurvivorCase& c, std::ostream* os) { *os << c.name; }  // (stable test names)
+
 class ElasticNoSurvivor : public ::testing::TestWithParam<NoSurvivorCase> {};
 
 TEST_P(ElasticNoSurvivor, TheRestartedWorkersGoOnFromWhatIsLeftAndSaySo) {
