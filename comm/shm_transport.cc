@@ -10,6 +10,9 @@
 
 #include <climits>
 #include <ctime>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <algorithm>
 #include <atomic>
@@ -30,7 +33,7 @@ namespace aiacc::comm {
 // The segment header; in a named namespace because Channel (of an exported class) uses it.
 namespace shm_segment {
 
-constexpr size_t kHeader = 64;  // one cache line: the barrier and the rank's liveness
+constexpr size_t kHeader = 128;  // two cache lines: the barrier and the rank's liveness
 
 // What a rank's channel says of itself to its peers.
 enum State : uint32_t { kOpen = 0, kAborted = 1, kClosed = 2 };
@@ -41,7 +44,9 @@ enum State : uint32_t { kOpen = 0, kAborted = 1, kClosed = 2 };
 // called, kClosed once its worker ran its last operation (the transport is going). beat: bumped by the rank's heartbeat
 // thread. life: a process-shared robust mutex the channel's worker thread holds for as long as
 // it runs; the kernel releases it, marked "owner died", the moment that thread's process dies
-// (in any PID namespace), so a peer's try-lock that succeeds means the rank is gone.
+// (in any PID namespace), so a peer's try-lock that succeeds means the rank is gone. pid and
+// start: the process's id and start time (/proc/self/stat's 22nd field; 0: unknown), so that a
+// peer in the same PID namespace can tell a stopped process from a slow one.
 struct Header {
   std::atomic<uint64_t> seq;
   std::atomic<uint32_t> word;
@@ -49,6 +54,8 @@ struct Header {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> beat;
   pthread_mutex_t life;
+  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> start;
 };
 static_assert(sizeof(Header) <= kHeader);
 
@@ -67,6 +74,20 @@ void futexWait(std::atomic<uint32_t>* word, uint32_t expected, long timeout_ns) 
 }
 void futexWakeAll(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Process `pid`'s state letter and start time from /proc/PID/stat; false when unreadable.
+bool procStat(pid_t pid, char* state, uint64_t* start) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t name_end = s.rfind(')');  // (the command name may hold spaces and parentheses)
+  if (name_end == std::string::npos) return false;
+  std::istringstream fields(s.substr(name_end + 1));
+  std::string skip;
+  fields >> *state;                             // field 3
+  for (int i = 4; i < 22; ++i) fields >> skip;  // ppid ... itrealvalue
+  fields >> *start;                             // field 22: start time, clock ticks after boot
+  return !fields.fail();
 }
 
 std::string sanitize(const std::string& s) {
@@ -123,6 +144,12 @@ class ShmTransport::Channel {
   void connect(c10d::Store& store, const ShmOptions& o, int fd, const std::string& mine, int index, NameFn name) {
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
     Header* h = new (header(rank_)) Header{};  // value-initialized: seq, word, waiters, state, beat 0
+    char own_state = 0;
+    uint64_t own_start = 0;
+    if (procStat(::getpid(), &own_state, &own_start)) {
+      h->pid.store(static_cast<int32_t>(::getpid()));
+      h->start.store(own_start);
+    }
     pthread_mutexattr_t attr;
     ::pthread_mutexattr_init(&attr);
     ::pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
@@ -348,12 +375,24 @@ class ShmTransport::Channel {
     const uint32_t beat = h->beat.load(std::memory_order_relaxed);
     if (beat != silence.beat) {
       silence = {beat, now};
-    } else if (heartbeat_timeout_.count() > 0 && now - silence.since > heartbeat_timeout_) {
+    } else if (heartbeat_timeout_.count() > 0 && now - silence.since > heartbeat_timeout_ && !merelySlow(h)) {
       return strCat("shm: rank ", q, " stopped responding: no heartbeat for ",
                     std::chrono::duration<double>(now - silence.since).count(),
                     " s (its process is stopped, e.g. by SIGSTOP or a debugger, or hangs)");
     }
     return "";
+  }
+
+  // A silent peer's process, seen in /proc (same PID namespace: the pid and start time match), is
+  // not stopped: it is slow (its heartbeat thread waited for a core, or this rank itself was not
+  // running), not hung. False when stopped (T, t) or when it cannot be seen.
+  static bool merelySlow(Header* h) {
+    const int32_t pid = h->pid.load(std::memory_order_relaxed);
+    const uint64_t start = h->start.load(std::memory_order_relaxed);
+    char state = 0;
+    uint64_t now_start = 0;
+    if (pid <= 0 || !procStat(pid, &state, &now_start) || now_start != start) return false;
+    return state != 'T' && state != 't';
   }
 
   // Whether the thread holding h's liveness lock is gone. A try-lock that fails with EBUSY: it

@@ -20,7 +20,11 @@
 // releases it when the process dies, whatever the PID namespace), or silent (a heartbeat thread
 // per rank bumps a counter every heartbeat_timeout / 6; none seen for heartbeat_timeout: the
 // process is stopped or hangs). Each ends the operation with a CommError naming the rank within
-// a sleep (20 ms) of the cause, or heartbeat_timeout for a silent one. abort() ends this rank's
+// a sleep (20 ms) of the cause, or heartbeat_timeout for a silent one. A silent peer whose
+// process this rank can see (same PID namespace: its pid and start time, recorded in its header,
+// match /proc) is named only once it is stopped (SIGSTOP, a debugger: state T or t); one that is
+// merely slow (a loaded host, where its heartbeat thread waited seconds for a core, or this rank
+// itself was not running) is waited for, up to the timeout. abort() ends this rank's
 // operation in flight the same way, and its peers', which read it.
 //
 // Segments are created under a random job id agreed through the store, mapped by everyone, then
@@ -47,7 +51,7 @@ struct ShmOptions {
   int channels = 1;
   std::chrono::milliseconds timeout = kDefaultTimeout;
   // A peer with no heartbeat for this long is lost (0: never; then only the timeout ends a wait
-  // for a stopped peer). Above a scheduler's worst delay for a sleeping thread on a loaded host.
+  // for a stopped peer), if its process is stopped or cannot be seen (another PID namespace).
   std::chrono::milliseconds heartbeat_timeout{3000};
   std::string name = "shm";            // key prefix in the store
   int64_t chunk_bytes = 4 << 20;       // per slot; each rank maps 2 slots per channel of every rank

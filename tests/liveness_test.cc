@@ -144,7 +144,7 @@ TEST(Liveness, APeerThatLeftIsNamedAtOnceAndALiveOneAtTheTimeout) {
 // on loopback.
 class PeerProcess {
  public:
-  explicit PeerProcess(const std::string& transport) {
+  explicit PeerProcess(const std::string& transport, bool silent = false) {
     c10d::TCPStoreOptions so;
     so.port = 0;  // the kernel picks a free one
     so.isServer = true;
@@ -154,6 +154,7 @@ class PeerProcess {
     store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
     const std::string port = std::to_string(store_->getPort());
     std::vector<std::string> args = {AIACC_PEER_RANK_BIN, transport, "127.0.0.1", port, "1", "2"};
+    if (silent) args.push_back("silent");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -201,6 +202,25 @@ TEST(Liveness, AStoppedPeerProcessIsNamedAfterTheHeartbeatTimeout) {
   EXPECT_NE(error.find("shm: rank 1 stopped responding: no heartbeat for "), std::string::npos) << error;
   EXPECT_NE(error.find(" s (its process is stopped, e.g. by SIGSTOP or a debugger, or hangs)"), std::string::npos)
       << error;
+}
+
+// A peer process whose heartbeat stops but that is not stopped (here it sends none at all, as one
+// whose heartbeat thread waits seconds for a core on a loaded host would) is slow, not hung: it
+// is not named after heartbeat_timeout (it was, and a loaded CI box once had an elastic job's
+// newcomer left out as "stopped responding" while it set up). Once SIGSTOPped it is.
+TEST(Liveness, ASilentPeerThatIsNotStoppedIsWaitedForAndNamedOnceStopped) {
+  PeerProcess peer("shm", /*silent=*/true);
+  ASSERT_TRUE(peer.started());
+  ShmOptions o = shmOptions(0, 2);
+  o.heartbeat_timeout = std::chrono::milliseconds(200);
+  ShmTransport shm(peer.store(), o);
+  at::Tensor t = at::ones({100});
+  auto error = std::async(std::launch::async, [&] { return errorOf(shm.allreduce(t, ReduceOp::kSum, 0)); });
+  // Seven heartbeat timeouts of silence: still waiting.
+  EXPECT_EQ(error.wait_for(std::chrono::milliseconds(1400)), std::future_status::timeout);
+  peer.signal(SIGSTOP);
+  ASSERT_EQ(error.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_NE(error.get().find("shm: rank 1 stopped responding: no heartbeat for "), std::string::npos);
 }
 
 // Gloo: a SIGKILLed peer's sockets close, a SIGSTOPped one's heartbeats stop (heartbeat_timeout
