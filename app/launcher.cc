@@ -244,7 +244,8 @@ int serveRendezvous(const std::string& endpoint, std::chrono::milliseconds timeo
   std::cerr << "aiacc_train: serving the rendezvous store on port " << port
             << " until a job it serves ends (or SIGTERM / SIGINT); its launchers name it with --rdzv-endpoint "
             << endpoint << "\n";
-  serveUntilTheJobEnds(served, std::chrono::steady_clock::time_point::max(), sfd, false);
+  // (The launchers' --max-restarts is theirs: after a failed end the store stays kWaitersGrace.)
+  serveUntilTheJobEnds(served, std::chrono::steady_clock::time_point::max(), sfd, true);
   ::close(sfd);
   std::cerr << "aiacc_train: the rendezvous store on port " << port << " is closed\n";
   return 0;

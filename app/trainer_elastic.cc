@@ -173,25 +173,26 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
   }
   if (newcomers.empty() && !communication) return false;
   const bool stop = newcomers.empty() && ++retry.alone > kRetriesAlone;
-  bool writer = false;
-  if (stop) {
-    // The save is claimed among the ranks at the most advanced step (the roster's first; one
-    // lost in the set-up may have been it), so that the state saved is the newest held.
-    int64_t newest = 0;
-    for (const comm::Member& m : g.members) newest = std::max(newest, m.step);
-    try {
-      writer = g.members[static_cast<size_t>(g.rank)].step == newest && elastic->claimSave();
-    } catch (const std::exception&) {  // the store is gone too: nobody can be told apart, `e` ends it
-      return false;
-    }
-  }
   sync_ptr.reset();  // the generation's transports close: every member still waiting in them is released
   // Until the next generation is set up, the state is the one `trained_in` trained (a survivor
   // that stops saves it with that world's settings and shards).
   enterWorld(trained_in);
   if (stop) {
+    // The first to claim it saves. A rank behind the generation's newest step (over Gloo a
+    // survivor can miss the last step) claims only after kBehindWaits, so that one at the newest
+    // step, if it is alive (the lost rank may have been it), saves the newest state.
+    constexpr auto kBehindWaits = std::chrono::seconds(1);
+    int64_t newest = 0;
+    for (const comm::Member& m : g.members) newest = std::max(newest, m.step);
+    if (g.members[static_cast<size_t>(g.rank)].step < newest) std::this_thread::sleep_for(kBehindWaits);
+    bool writer = false;
+    try {
+      writer = elastic->claimSave();
+    } catch (const std::exception&) {  // the store is gone too: nobody can be told apart, `e` ends it
+      return false;
+    }
     const std::string why = strCat("elastic: the set-up of generation ", g.number,
-                                   ", with only ranks that hold the state in it, failed the second time in a row (",
+                                   ", with only ranks that hold the state in it, failed again in this regroup (",
                                    firstLine(e.what()), "; before: ", retry.why, ")");
     LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why
                  << (writer ? "; it saves its own state" : "; another rank saves its state");

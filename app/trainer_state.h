@@ -223,8 +223,9 @@ struct Trainer::State {
   // transports closed, its world and shards those of `trained_in` again, `retry` updated. False:
   // `e` ends this process as any other error. A communication failure of a generation with no
   // newcomer, after one such already in this regroup (two ranks lost in a row, or a failure that
-  // repeats), stops this rank resumable instead: the first of `g`'s members at its newest step to
-  // claim it (comm::Membership::claimSave) saves its state, and SurvivorStop is thrown.
+  // repeats), stops this rank resumable instead: the first of `g`'s members to claim it
+  // (comm::Membership::claimSave; one behind the newest step waits a second first) saves its
+  // state, and SurvivorStop is thrown.
   bool leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                         const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its

@@ -378,21 +378,22 @@ class ShmTransport::Channel {
     } else if (heartbeat_timeout_.count() > 0 && now - silence.since > heartbeat_timeout_ && !merelySlow(h)) {
       return strCat("shm: rank ", q, " stopped responding: no heartbeat for ",
                     std::chrono::duration<double>(now - silence.since).count(),
-                    " s (its process is stopped, e.g. by SIGSTOP or a debugger, or hangs)");
+                    " s (its process is stopped, e.g. by SIGSTOP or a debugger, or cannot be seen in /proc)");
     }
     return "";
   }
 
   // A silent peer's process, seen in /proc (same PID namespace: the pid and start time match), is
   // not stopped: it is slow (its heartbeat thread waited for a core, or this rank itself was not
-  // running), not hung. False when stopped (T, t) or when it cannot be seen.
+  // running), not hung: running, sleeping or in the kernel (R, S, D). False otherwise (stopped: T,
+  // t) or when it cannot be seen. (A process frozen by a cgroup freezer shows S or D: waited for.)
   static bool merelySlow(Header* h) {
     const int32_t pid = h->pid.load(std::memory_order_relaxed);
     const uint64_t start = h->start.load(std::memory_order_relaxed);
     char state = 0;
     uint64_t now_start = 0;
     if (pid <= 0 || !procStat(pid, &state, &now_start) || now_start != start) return false;
-    return state != 'T' && state != 't';
+    return state == 'R' || state == 'S' || state == 'D';  // (not T or t: stopped; nor Z, X: gone)
   }
 
   // Whether the thread holding h's liveness lock is gone. A try-lock that fails with EBUSY: it

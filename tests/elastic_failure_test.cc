@@ -53,7 +53,7 @@ TEST_P(ElasticSetUpFails, WithNoNewcomerOnceIsTriedAgainAndTwiceStopsResumable) 
   EXPECT_NE(job.out.find("rc0=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find(strCat("elastic: the set-up of generation 2, with only ranks that hold the state in it, "
-                                "failed the second time in a row (AIACC_TEST_FAIL_SETUP: rank 0's set-up of "
+                                "failed again in this regroup (AIACC_TEST_FAIL_SETUP: rank 0's set-up of "
                                 "generation 2 fails; before: ",
                                 first, ")")),
             std::string::npos)
