@@ -62,7 +62,7 @@ TEST_P(ElasticSetUpFails, WithNoNewcomerOnceIsTriedAgainAndTwiceStopsResumable) 
   const std::string saved = "; saved " + (d / "ckpt") + "/step-";
   const size_t at = job.out.find(saved);
   ASSERT_NE(at, std::string::npos) << job.out;
-  EXPECT_EQ(job.out.find(saved, at + 1), std::string::npos) << job.out;
+  EXPECT_EQ(test::occurrences(job.out, saved), 1) << job.out;
   EXPECT_NE(job.out.find("; it saves its own state"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("; another rank saves its state"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("run the job again with --resume auto to continue"), std::string::npos) << job.out;
@@ -93,11 +93,7 @@ TEST(Elastic, AnErrorOfEveryRankEndsTheJobWithOneRestartAtMost) {
   const Job job = runKilledJob(d, spec);
   for (const char* rc : {"rc0=1", "rc1=1", "rc2=1"}) EXPECT_NE(job.out.find(rc), std::string::npos) << rc << job.out;
   EXPECT_NE(job.out.find("AIACC_TEST_FAIL_AT_STEP: rank 0 fails after step 3"), std::string::npos) << job.out;
-  const auto count = [&](const std::string& what) {
-    int n = 0;
-    for (size_t at = job.out.find(what); at != std::string::npos; at = job.out.find(what, at + 1)) ++n;
-    return n;
-  };
+  const auto count = [&](const std::string& what) { return test::occurrences(job.out, what); };
   EXPECT_EQ(count("; starting it again to join the running job (restart 1 of 2)"), 3) << job.out;
   EXPECT_EQ(count("(restart 2 of 2)"), 0) << job.out;
   EXPECT_EQ(count("elastic: every rank of the job failed (their logs say why) while this process waited to join "

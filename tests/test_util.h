@@ -75,6 +75,12 @@ inline std::string sourceDir() { return AIACC_SOURCE_DIR; }
 
 // Whether `part` occurs in `s` (error messages, logs).
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// How many times `part` (not empty) starts in `s`.
+inline int occurrences(const std::string& s, const std::string& part) {
+  int n = 0;
+  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
+  return n;
+}
 
 // Runs a shell command; returns its exit code and stdout.
 inline std::pair<int, std::string> runShell(const std::string& cmd) {
