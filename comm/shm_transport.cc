@@ -46,7 +46,8 @@ enum State : uint32_t { kOpen = 0, kAborted = 1, kClosed = 2 };
 // it runs; the kernel releases it, marked "owner died", the moment that thread's process dies
 // (in any PID namespace), so a peer's try-lock that succeeds means the rank is gone. pid and
 // start: the process's id and start time (/proc/self/stat's 22nd field; 0: unknown), so that a
-// peer in the same PID namespace can tell a stopped process from a slow one.
+// peer in the same PID namespace can tell a stopped process from a slow one. mapped: how many
+// peers have mapped this segment; the one that completes the count unlinks its name.
 struct Header {
   std::atomic<uint64_t> seq;
   std::atomic<uint32_t> word;
@@ -56,6 +57,7 @@ struct Header {
   pthread_mutex_t life;
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> start;
+  std::atomic<uint32_t> mapped;
 };
 static_assert(sizeof(Header) <= kHeader);
 
@@ -143,7 +145,7 @@ class ShmTransport::Channel {
   template <typename NameFn>
   void connect(c10d::Store& store, const ShmOptions& o, int fd, const std::string& mine, int index, NameFn name) {
     base_[static_cast<size_t>(rank_)] = map(fd, mine);
-    Header* h = new (header(rank_)) Header{};  // value-initialized: seq, word, waiters, state, beat 0
+    Header* h = new (header(rank_)) Header{};  // value-initialized: seq, word, waiters, state, beat, mapped 0
     char own_state = 0;
     uint64_t own_start = 0;
     if (procStat(::getpid(), &own_state, &own_start)) {
@@ -180,10 +182,16 @@ class ShmTransport::Channel {
       if (qfd < 0)
         AIACC_THROW(CommError, "shm: cannot open rank ", q, "'s segment ", theirs, ": ", std::strerror(errno));
       base_[static_cast<size_t>(q)] = map(qfd, theirs);
+      // The last peer to map q's segment unlinks its name, before it says it mapped: whoever dies
+      // after the set-up (its owner among them, killed before it would see every "mapped" below)
+      // leaves nothing in /dev/shm.
+      if (header(q)->mapped.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(world_ - 1)) {
+        ::shm_unlink(theirs.c_str());
+      }
     }
     store.set(strCat(key, "/mapped/", rank_), std::vector<uint8_t>{1});
     waitForRanks(store, key + "/mapped", world_, timeout_);
-    ::shm_unlink(mine.c_str());  // everyone holds a mapping: nothing outlives the job
+    ::shm_unlink(mine.c_str());  // world 1 (no peer unlinks it); else gone already (ENOENT)
   }
 
   ~Channel() {

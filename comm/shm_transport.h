@@ -28,9 +28,12 @@
 // operation in flight the same way, and its peers', which read it.
 //
 // Segments are created under a random job id agreed through the store, mapped by everyone, then
-// unlinked at once: nothing is left in /dev/shm even if the job is killed later; a start that
-// fails (a peer missing, a segment refused) unlinks and unmaps what it made. Each channel has
-// its own segments and worker thread, so channels run concurrently.
+// unlinked at once (by the last peer to map each one, so that no rank's death after the set-up,
+// the owner's included, can leave one): nothing is left in /dev/shm once the constructor has
+// returned on any rank, even if the job is killed later; a start that fails (a peer missing, a
+// segment refused) unlinks and unmaps what it made. Left behind only by a rank killed during its
+// own set-up, before its peers mapped its segment. Each channel has its own segments and worker
+// thread, so channels run concurrently.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>

@@ -1,9 +1,10 @@
-// aiacc_peer_rank TRANSPORT HOST PORT RANK WORLD [silent]: one rank of a CPU transport (shm or
-// gloo) in a process of its own, for the liveness tests (tests/liveness_test.cc), which kill or
-// stop it. It meets the test's TCPStore at HOST:PORT, joins the transport, then takes part in
-// nothing: it waits to be killed, stopped, or orphaned (it dies with its parent, and after 5
-// minutes in any case). `silent` (shm): it sends no heartbeat, as a process whose heartbeat
-// thread gets no core would.
+// aiacc_peer_rank TRANSPORT HOST PORT RANK WORLD [silent] [name=NAME]: one rank of a CPU
+// transport (shm or gloo) in a process of its own, for the liveness tests
+// (tests/liveness_test.cc), which kill or stop it. It meets the test's TCPStore at HOST:PORT,
+// joins the transport, then takes part in nothing: it waits to be killed, stopped, or orphaned
+// (it dies with its parent, and after 5 minutes in any case). `silent` (shm): it sends no
+// heartbeat, as a process whose heartbeat thread gets no core would. `name=NAME` (shm): the
+// transport's name (ShmOptions::name: its store keys and segment names), default "shm".
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -21,8 +22,21 @@
 #endif
 
 int main(int argc, char** argv) {
-  if (argc != 6 && !(argc == 7 && std::string(argv[6]) == "silent")) {
-    std::fprintf(stderr, "usage: aiacc_peer_rank shm|gloo HOST PORT RANK WORLD [silent]\n");
+  bool silent = false;
+  std::string name = "shm";
+  bool usage = argc < 6;
+  for (int i = 6; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "silent") {
+      silent = true;
+    } else if (a.rfind("name=", 0) == 0) {
+      name = a.substr(5);
+    } else {
+      usage = true;
+    }
+  }
+  if (usage) {
+    std::fprintf(stderr, "usage: aiacc_peer_rank shm|gloo HOST PORT RANK WORLD [silent] [name=NAME]\n");
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -42,7 +56,8 @@ int main(int argc, char** argv) {
       o.rank = rank;
       o.world = world;
       o.timeout = std::chrono::seconds(60);
-      if (argc == 7) o.heartbeat_timeout = std::chrono::milliseconds(0);  // no heartbeat thread
+      o.name = name;
+      if (silent) o.heartbeat_timeout = std::chrono::milliseconds(0);  // no heartbeat thread
       t = std::make_unique<aiacc::comm::ShmTransport>(store, o);
 #if AIACC_WITH_GLOO
     } else if (transport == "gloo") {
