@@ -106,16 +106,19 @@ class ElasticJob {
 };
 
 // Training stops with ranks lost: in an elastic job fewer than MIN processes regrouped within
-// --rdzv-timeout; in a job of fixed size a rank was lost during the steps. One survivor saved its
-// own training state (`checkpoint`; "" on the others, without --checkpoint-dir, or when the write
-// failed); every survivor exits with the preempted status.
+// --rdzv-timeout, or a regroup's set-up failed twice; in a job of fixed size a rank was lost
+// during the steps. Every survivor exits with the preempted status. At most one of them saved its
+// own training state: there `checkpoint` is the file; everywhere else it is "" and `unsaved` says
+// why this rank holds no file (another survivor saves, no --checkpoint-dir, the write failed).
 class SurvivorStop : public Error {
  public:
-  SurvivorStop(const std::string& what, std::string checkpoint) : Error(what), checkpoint_(std::move(checkpoint)) {}
+  SurvivorStop(const std::string& what, std::string checkpoint, std::string unsaved)
+      : Error(what), checkpoint_(std::move(checkpoint)), unsaved_(std::move(unsaved)) {}
   const std::string& checkpoint() const { return checkpoint_; }
+  const std::string& unsaved() const { return unsaved_; }
 
  private:
-  std::string checkpoint_;
+  std::string checkpoint_, unsaved_;
 };
 
 struct DistSpec;

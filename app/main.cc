@@ -261,10 +261,10 @@ int main(int argc, char** argv) {
     return wanted_target && !report.target_reached ? 3 : 0;
   } catch (const aiacc::app::SurvivorStop& e) {  // ranks lost (an elastic job: below MIN after --rdzv-timeout)
     endElastic(aiacc::comm::JobEnd::kStopped);
-    std::cerr << "aiacc_train: " << e.what() << "; stopped"
+    std::cerr << "aiacc_train: " << e.what() << "; stopped; "
               << (e.checkpoint().empty()
-                      ? std::string(" (one surviving rank saves its state, with --checkpoint-dir)")
-                      : "; saved " + e.checkpoint() + "; run the job again with --resume auto to continue")
+                      ? e.unsaved()
+                      : "saved " + e.checkpoint() + "; run the job again with --resume auto to continue")
               << "\n";
     return aiacc::app::kExitPreempted;
   } catch (const aiacc::comm::JobEndedError& e) {  // a process started again after the elastic job's end

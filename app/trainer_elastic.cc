@@ -195,8 +195,10 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
                                    ", with only ranks that hold the state in it, failed again in this regroup (",
                                    firstLine(e.what()), "; before: ", retry.why, ")");
     LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why
-                 << (writer ? "; it saves its own state" : "; another rank saves its state");
-    throw SurvivorStop(why, writer ? saveOwnState() : std::string());
+                 << (cfg.checkpoint_dir.empty() ? "; nothing is saved (no --checkpoint-dir)"
+                     : writer                   ? "; it saves its own state"
+                                                : "; another rank saves its state");
+    throw survivorStop(why, writer);
   }
   retry.why = firstLine(e.what());
   retry.gone = std::move(newcomers);
@@ -225,8 +227,7 @@ const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause, 
     if (e.remedy() != comm::CommError::Remedy::kMembership) throw;
     // Too few came back: the one that came first saves what it holds (its own BatchNorm
     // statistics: nobody is left to average them with), and every one stops, resumable.
-    const std::string saved = elastic->arrivedFirst() ? saveOwnState() : std::string();
-    throw SurvivorStop(firstLine(e.what()), saved);
+    throw survivorStop(firstLine(e.what()), elastic->arrivedFirst());
   }
 }
 
@@ -252,7 +253,23 @@ void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
   sync_ptr.reset();  // the transports close: a survivor still waiting in them is released
   LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << firstLine(e.what())
                << (writer ? "; it saves its own state" : "; another surviving rank saves its state");
-  throw SurvivorStop(firstLine(e.what()), writer ? saveOwnState() : std::string());
+  throw survivorStop(firstLine(e.what()), writer);
+}
+
+SurvivorStop Trainer::State::survivorStop(const std::string& why, bool saver) {
+  if (cfg.checkpoint_dir.empty()) {
+    return SurvivorStop(why, "",
+                        "nothing saved (no --checkpoint-dir): the steps done are lost, and the job run again "
+                        "begins at step 0");
+  }
+  if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
+  std::string saved = saveOwnState();
+  if (saved.empty()) {
+    return SurvivorStop(why, "",
+                        "this rank's checkpoint write failed (the error above): the job run again with --resume "
+                        "auto goes on from the newest checkpoint before it");
+  }
+  return SurvivorStop(why, std::move(saved), "");
 }
 
 uint32_t Trainer::State::stateCrc(bool with_momentum) const {

@@ -240,6 +240,9 @@ struct Trainer::State {
   // This rank's own state as the newest checkpoint (its BatchNorm statistics are its own:
   // rank_local_buffers); the file's path, or "" when it could not be written.
   std::string saveOwnState();
+  // The stop of a survivor, `why`: `saver` (the one survivor that claimed the save) saves its own
+  // state (saveOwnState); the SurvivorStop names the file, or says why there is none.
+  SurvivorStop survivorStop(const std::string& why, bool saver);
   // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.
