@@ -19,11 +19,11 @@ namespace {
 // Where a rank's list of its keys is published, under its generation's prefix.
 std::string keyListName(int rank) { return "keys/" + std::to_string(rank); }
 
-comm::CommError storeFailed(const std::exception& e) {
-  return comm::CommError(strCat("elastic: the rendezvous store failed while this process regrouped (",
-                                firstLine(e.what()),
-                                "): the job has ended, or the process that served the store (node 0's launcher, or "
-                                "the --rdzv-endpoint server) is gone"));
+StoreLostError storeFailed(const std::exception& e) {
+  return StoreLostError(strCat("elastic: the rendezvous store failed while this process regrouped (",
+                               firstLine(e.what()),
+                               "): the job has ended, or the process that served the store (node 0's launcher, or "
+                               "the --rdzv-endpoint server) is gone"));
 }
 }  // namespace
 

@@ -50,6 +50,7 @@ class ElasticJob {
   // After `cause` (a failure's message; "" for a newcomer's regroup) at `step`: the next
   // generation. Ranks the message names as gone (dead, or silent past the heartbeat) and those in
   // `also_gone` are reported, so that the generation closes as soon as everyone else is there.
+  // Throws comm::Membership::join's errors, and StoreLostError when a store request fails.
   const comm::Generation& regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone = {});
   const comm::Generation& generation() const { return generation_; }
   bool joined() const { return generation_.number >= 0; }
@@ -103,6 +104,14 @@ class ElasticJob {
   std::condition_variable beat_stop_cv_;
   bool beat_stop_ = false;
   std::thread beater_;
+};
+
+// ElasticJob::regroup met a store that failed (a closed connection, a timeout): the process that
+// served it is gone (node 0's launcher with its node, or the --rdzv-endpoint server), or the job
+// ended. Nobody can regroup through it.
+class StoreLostError : public comm::CommError {
+ public:
+  using CommError::CommError;
 };
 
 // Training stops with ranks lost: in an elastic job fewer than MIN processes regrouped within

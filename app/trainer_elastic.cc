@@ -15,6 +15,7 @@
 #include "app/optim_state.h"
 #include "app/job_settings.h"
 #include "aiacc/common/checkpoint_dir.h"
+#include "aiacc/common/file_lock.h"
 #include "aiacc/common/crc32c.h"
 #include "app/trainer_state.h"
 #include "aiacc/common/error.h"
@@ -223,6 +224,8 @@ const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause, 
     return elastic->regroup(pos.step, cause, gone);
   } catch (const comm::JobEndedError&) {
     throw;
+  } catch (const StoreLostError& e) {
+    throw survivorStopWithoutStore(firstLine(e.what()));
   } catch (const comm::CommError& e) {
     if (e.remedy() != comm::CommError::Remedy::kMembership) throw;
     // Too few came back: the one that came first saves what it holds (its own BatchNorm
@@ -270,6 +273,27 @@ SurvivorStop Trainer::State::survivorStop(const std::string& why, bool saver) {
                         "auto goes on from the newest checkpoint before it");
   }
   return SurvivorStop(why, std::move(saved), "");
+}
+
+SurvivorStop Trainer::State::survivorStopWithoutStore(const std::string& why) {
+  if (cfg.checkpoint_dir.empty()) return survivorStop(why, false);
+  // (A turn lasts one save: seconds. A holder stopped that long is waited for no more.)
+  constexpr auto kTurnWait = std::chrono::seconds(60);
+  try {
+    FileLock turn(cfg.checkpoint_dir + "/survivors.lock", kTurnWait);
+    const std::optional<CheckpointFile> there = findNewestValid(cfg.checkpoint_dir, {});
+    if (there && there->step >= pos.step) {
+      LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; " << there->path
+                   << " (step " << there->step << ") is saved already";
+      return SurvivorStop(why, "",
+                          strCat("step ", there->step, " is saved already (", there->path,
+                                 "); run the job again with --resume auto to continue"));
+    }
+    LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; it saves its own state";
+    return survivorStop(why, true);
+  } catch (const IoError& e) {  // the lock: nothing saved by this rank
+    return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())));
+  }
 }
 
 uint32_t Trainer::State::stateCrc(bool with_momentum) const {

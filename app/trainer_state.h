@@ -243,6 +243,10 @@ struct Trainer::State {
   // The stop of a survivor, `why`: `saver` (the one survivor that claimed the save) saves its own
   // state (saveOwnState); the SurvivorStop names the file, or says why there is none.
   SurvivorStop survivorStop(const std::string& why, bool saver);
+  // The stop of a survivor when the store is gone (`why`), with no store to pick one saver: the
+  // survivors take turns under a lock on the checkpoint folder, and each saves its own state only
+  // if no checkpoint as new as it is there yet (so the first saves, and the others find it).
+  SurvivorStop survivorStopWithoutStore(const std::string& why);
   // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.

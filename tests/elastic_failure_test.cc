@@ -19,6 +19,7 @@ namespace aiacc::app {
 namespace {
 
 using test_elastic::expectEachSampleOnce;
+using test_elastic::expectTheRunAgainEndedOnTwoNodes;
 using test_elastic::expectTwoOfThreeWentOn;
 using test_elastic::Job;
 using test_elastic::JobSpec;
@@ -68,12 +69,7 @@ TEST_P(ElasticSetUpFails, WithNoNewcomerOnceIsTriedAgainAndTwiceStopsResumable) 
   EXPECT_NE(job.out.find("run the job again with --resume auto to continue"), std::string::npos) << job.out;
   const std::string step = job.out.substr(at + saved.size(), job.out.find('.', at + saved.size()) - at - saved.size());
   EXPECT_NE(job.out.find("resumed from " + (d / "ckpt") + "/step-" + step), std::string::npos) << step << job.out;
-  EXPECT_NE(job.out.find("again0=0"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("again1=0"), std::string::npos) << job.out;
-  ASSERT_TRUE(job.report.contains("epochs")) << job.out;
-  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
-  EXPECT_EQ(job.report.at("world_size"), 2);
-  expectEachSampleOnce(job, 3 * (kBatch - 1) + 2 + 2 * (kBatch - 1) + 1);
+  expectTheRunAgainEndedOnTwoNodes(job);
 }
 
 INSTANTIATE_TEST_SUITE_P(Elastic, ElasticSetUpFails, ::testing::Values(1, 2),
@@ -105,6 +101,35 @@ TEST(Elastic, AnErrorOfEveryRankEndsTheJobWithOneRestartAtMost) {
   // (however late they start), instead of closing it once its own worker has read the end.
   EXPECT_NE(job.out.find("the job failed on every rank; serving the rendezvous store 10 s more"), std::string::npos)
       << job.out;
+}
+
+// Node 0 gone whole, its launcher (which served the store: no --rendezvous-server) with its
+// worker, as when a spot node is reclaimed: the others cannot regroup. They stop resumable (exit
+// 75) with the state saved: they take turns under a lock on the checkpoint folder, the first
+// saves, and the other finds that step saved (they exited 1, and the steps since the last
+// checkpoint were lost). The job run again on two nodes goes on from that save to the end, no
+// sample of the epoch trained twice.
+TEST(Elastic, WithTheStoreGoneWithNodeZeroTheOthersSaveTheStateAndStopResumable) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.extra = strCat("--checkpoint-dir ", d / "ckpt");
+  spec.act = "kill -KILL $(pgrep -P $L0) $L0";
+  spec.again = "2:3";
+  const Job job = runKilledJob(d, spec);
+  EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=75"), std::string::npos) << job.out;
+  EXPECT_EQ(test::occurrences(job.out,
+                              "aiacc_train: elastic: the rendezvous store failed while this process regrouped ("),
+            2)
+      << job.out;
+  // One saves; the other finds that step saved (or, a step ahead of it over a failed last step,
+  // saves its newer one).
+  const std::string saved = "; stopped; saved " + (d / "ckpt") + "/step-";
+  const int saves = test::occurrences(job.out, saved);
+  EXPECT_GE(saves, 1) << job.out;
+  EXPECT_EQ(saves + test::occurrences(job.out, " is saved already (" + (d / "ckpt") + "/step-"), 2) << job.out;
+  EXPECT_NE(job.out.find("resumed from " + (d / "ckpt") + "/step-"), std::string::npos) << job.out;
+  expectTheRunAgainEndedOnTwoNodes(job);
 }
 
 }  // namespace

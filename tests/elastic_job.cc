@@ -174,4 +174,13 @@ void expectTheWorkerRejoined(const Job& job) {
   EXPECT_EQ(job.report.value("world_size", 0), 3);
 }
 
+void expectTheRunAgainEndedOnTwoNodes(const Job& job) {
+  EXPECT_NE(job.out.find("again0=0"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("again1=0"), std::string::npos) << job.out;
+  ASSERT_TRUE(job.report.contains("epochs")) << job.out;
+  EXPECT_EQ(job.report.at("epochs").get<double>(), 2.0);
+  EXPECT_EQ(job.report.at("world_size"), 2);
+  expectEachSampleOnce(job, 3 * (kBatch - 1) + 2 + 2 * (kBatch - 1) + 1);
+}
+
 }  // namespace aiacc::app::test_elastic

@@ -84,6 +84,11 @@ Json expectTwoOfThreeWentOn(const Job& job);
 // ended with 3 ranks (the report's last membership change and its world size).
 void expectTheWorkerRejoined(const Job& job);
 
+// The job, stopped in a world of 3 with its state saved, was run again on nodes 0 and 1
+// (JobSpec::again): both exited 0 after the last epoch, in a world of 2, and no sample of the
+// epoch the stop cut was trained twice over both runs.
+void expectTheRunAgainEndedOnTwoNodes(const Job& job);
+
 // The sample logs' lines of generation `g` (kept or redone): each line's sample count, by step.
 std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int64_t g);
 
