@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
+#include <sstream>
 #include <regex>
 #include <system_error>
 
@@ -109,6 +111,12 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
 }
 
 const comm::Generation& ElasticJob::start() {
+  std::random_device random;
+  std::ostringstream id;
+  id << std::hex << random() << random();
+  const std::string mine = id.str();
+  const std::vector<uint8_t> agreed = store_->compareSet("run_id", {}, std::vector<uint8_t>(mine.begin(), mine.end()));
+  run_id_.assign(agreed.begin(), agreed.end());
   comm::Member self;
   self.rank = o_.launch_rank;
   self.node = o_.node;

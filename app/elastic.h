@@ -63,6 +63,9 @@ class ElasticJob {
   // One store request: this process is the first of its generation's members to claim the save
   // of the state they hold (when they stop without another generation).
   bool claimSave() { return membership_.claimSave(generation_); }
+  // This run of the job: a random id the first process to start() set in the store (a run again,
+  // with a store of its own, has another), the same on every process, newcomers included.
+  const std::string& runId() const { return run_id_; }
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
   // This process ends with an error: the job has ended once every rank of its generation has.
@@ -92,6 +95,7 @@ class ElasticJob {
   c10::intrusive_ptr<c10d::Store> store_;
   comm::Membership membership_;
   comm::Generation generation_;
+  std::string run_id_;
   std::shared_ptr<comm::KeyLog> keys_ = std::make_shared<comm::KeyLog>();
   // The generation left at the last regroup, until its keys are deleted.
   std::shared_ptr<comm::KeyLog> previous_keys_;
@@ -116,9 +120,11 @@ class StoreLostError : public comm::CommError {
 
 // Training stops with ranks lost: in an elastic job fewer than MIN processes regrouped within
 // --rdzv-timeout, or a regroup's set-up failed twice; in a job of fixed size a rank was lost
-// during the steps. Every survivor exits with the preempted status. At most one of them saved its
-// own training state: there `checkpoint` is the file; everywhere else it is "" and `unsaved` says
-// why this rank holds no file (another survivor saves, no --checkpoint-dir, the write failed).
+// during the steps; or the store was lost. Every survivor exits with the preempted status. One of
+// them saved its own training state (two, when the store was lost and one was a step ahead of
+// the first: the newer is the newest checkpoint): there `checkpoint` is the file; everywhere
+// else it is "" and `unsaved` says why this rank holds no file (another survivor saves or saved,
+// no --checkpoint-dir, the write failed).
 class SurvivorStop : public Error {
  public:
   SurvivorStop(const std::string& what, std::string checkpoint, std::string unsaved)

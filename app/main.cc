@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
     }
     const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
     return wanted_target && !report.target_reached ? 3 : 0;
-  } catch (const aiacc::app::SurvivorStop& e) {  // ranks lost (an elastic job: below MIN after --rdzv-timeout)
+  } catch (const aiacc::app::SurvivorStop& e) {  // ranks lost (elastic: below MIN, or the store gone)
     endElastic(aiacc::comm::JobEnd::kStopped);
     std::cerr << "aiacc_train: " << e.what() << "; stopped; "
               << (e.checkpoint().empty()

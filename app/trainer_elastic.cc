@@ -8,12 +8,14 @@
 #include <csignal>
 #include <fstream>
 #include <iomanip>
+#include <optional>
 #include <system_error>
 #include <thread>
 
 #include "app/checkpoint.h"
 #include "app/optim_state.h"
 #include "app/job_settings.h"
+#include "aiacc/common/atomic_file.h"
 #include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/common/file_lock.h"
 #include "aiacc/common/crc32c.h"
@@ -186,15 +188,15 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
     int64_t newest = 0;
     for (const comm::Member& m : g.members) newest = std::max(newest, m.step);
     if (g.members[static_cast<size_t>(g.rank)].step < newest) std::this_thread::sleep_for(kBehindWaits);
-    bool writer = false;
-    try {
-      writer = elastic->claimSave();
-    } catch (const std::exception&) {  // the store is gone too: nobody can be told apart, `e` ends it
-      return false;
-    }
     const std::string why = strCat("elastic: the set-up of generation ", g.number,
                                    ", with only ranks that hold the state in it, failed again in this regroup (",
                                    firstLine(e.what()), "; before: ", retry.why, ")");
+    bool writer = false;
+    try {
+      writer = elastic->claimSave();
+    } catch (const std::exception&) {  // the store is gone too: the survivors take turns at the folder
+      throw survivorStopWithoutStore(why);
+    }
     LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why
                  << (cfg.checkpoint_dir.empty() ? "; nothing is saved (no --checkpoint-dir)"
                      : writer                   ? "; it saves its own state"
@@ -261,37 +263,66 @@ void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
 
 SurvivorStop Trainer::State::survivorStop(const std::string& why, bool saver) {
   if (cfg.checkpoint_dir.empty()) {
-    return SurvivorStop(why, "",
-                        "nothing saved (no --checkpoint-dir): the steps done are lost, and the job run again "
-                        "begins at step 0");
+    return SurvivorStop(why, "", "nothing saved (no --checkpoint-dir): the steps this run did are lost");
   }
   if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
-  std::string saved = saveOwnState();
-  if (saved.empty()) {
-    return SurvivorStop(why, "",
-                        "this rank's checkpoint write failed (the error above): the job run again with --resume "
-                        "auto goes on from the newest checkpoint before it");
+  try {
+    // (In turn with any survivor saving without the store: two writers of one step could leave
+    // neither whole.)
+    const std::optional<FileLock> turn = saveTurn();
+    std::string saved = saveOwnState();
+    if (!saved.empty()) return SurvivorStop(why, std::move(saved), "");
+  } catch (const IoError& e) {  // the lock
+    return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())));
   }
-  return SurvivorStop(why, std::move(saved), "");
+  return SurvivorStop(why, "",
+                      "this rank's checkpoint write failed (the error above): the job run again with --resume "
+                      "auto goes on from the newest checkpoint before it");
+}
+
+std::optional<FileLock> Trainer::State::saveTurn() {
+  // (A turn lasts one save, seconds; the queue, one per survivor. A holder this long is stuck.)
+  constexpr auto kTurnWait = std::chrono::minutes(10);
+  checkpointWriter().flush();  // creates the folder if it is missing; this rank's write in flight ends
+  takeCheckpointErrors();
+  try {
+    return std::optional<FileLock>(std::in_place, cfg.checkpoint_dir + "/survivors.lock", kTurnWait);
+  } catch (const FileLockUnsupported& e) {
+    LOG(WARNING) << firstLine(e.what()) << ": saving without waiting for a turn";
+    return std::nullopt;
+  }
 }
 
 SurvivorStop Trainer::State::survivorStopWithoutStore(const std::string& why) {
   if (cfg.checkpoint_dir.empty()) return survivorStop(why, false);
-  // (A turn lasts one save: seconds. A holder stopped that long is waited for no more.)
-  constexpr auto kTurnWait = std::chrono::seconds(60);
   try {
-    FileLock turn(cfg.checkpoint_dir + "/survivors.lock", kTurnWait);
-    const std::optional<CheckpointFile> there = findNewestValid(cfg.checkpoint_dir, {});
-    if (there && there->step >= pos.step) {
-      LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; " << there->path
-                   << " (step " << there->step << ") is saved already";
+    const std::optional<FileLock> turn = saveTurn();
+    // What a survivor of this run of the job saved (its step, then its file): an earlier run's
+    // checkpoints, or a `latest` the run resumed before, say nothing of this run's state.
+    const std::string marker = strCat(cfg.checkpoint_dir, "/survivors-", elastic->runId(), ".saved");
+    int64_t step = -1;
+    std::string path;
+    {
+      std::ifstream in(marker);
+      if (!(in >> step) || !std::getline(in >> std::ws, path)) step = -1;
+    }
+    if (step >= pos.step) {
+      LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; " << path << " (step "
+                   << step << ") is saved already";
       return SurvivorStop(why, "",
-                          strCat("step ", there->step, " is saved already (", there->path,
+                          strCat("step ", step, " is saved already (", path,
                                  "); run the job again with --resume auto to continue"));
     }
     LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; it saves its own state";
-    return survivorStop(why, true);
-  } catch (const IoError& e) {  // the lock: nothing saved by this rank
+    std::string saved = saveOwnState();
+    if (saved.empty()) {
+      return SurvivorStop(why, "",
+                          "this rank's checkpoint write failed (the error above); a surviving rank after it in "
+                          "turn, if any, saves its own");
+    }
+    writeFileAtomic(marker, strCat(pos.step, "\n", saved, "\n"));
+    return SurvivorStop(why, std::move(saved), "");
+  } catch (const IoError& e) {  // the lock, or the note of the save (the save itself is done then)
     return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())));
   }
 }

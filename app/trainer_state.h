@@ -20,6 +20,7 @@
 #include "app/trainer.h"
 #include "app/training_state.h"
 #include "aiacc/common/checkpoint_dir.h"
+#include "aiacc/common/file_lock.h"
 #include "data/loader.h"
 #include "models/resnet.h"
 
@@ -229,8 +230,9 @@ struct Trainer::State {
   bool leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                         const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
-  // state (with --checkpoint-dir) and SurvivorStop is thrown. `gone`: ranks of the generation
-  // left that are known not to come (ElasticJob::regroup).
+  // state (with --checkpoint-dir) and SurvivorStop is thrown; so too when the store is lost
+  // (survivorStopWithoutStore). `gone`: ranks of the generation left that are known not to come
+  // (ElasticJob::regroup).
   const comm::Generation& regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
   // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first
@@ -244,9 +246,14 @@ struct Trainer::State {
   // state (saveOwnState); the SurvivorStop names the file, or says why there is none.
   SurvivorStop survivorStop(const std::string& why, bool saver);
   // The stop of a survivor when the store is gone (`why`), with no store to pick one saver: the
-  // survivors take turns under a lock on the checkpoint folder, and each saves its own state only
-  // if no checkpoint as new as it is there yet (so the first saves, and the others find it).
+  // survivors take turns (saveTurn), and each saves its own state only if no survivor of this run
+  // of the job saved one as new (DIR/survivors-<run id>.saved says which): the first saves, the
+  // others find it, or one a step ahead saves its newer state.
   SurvivorStop survivorStopWithoutStore(const std::string& why);
+  // This survivor's turn to write the checkpoint folder (created if missing, this rank's own write
+  // in flight ended): the lock on DIR/survivors.lock, held until it is destroyed; none where the
+  // file system has no locks (said on the log). Throws IoError when the folder or the lock fails.
+  std::optional<FileLock> saveTurn();
   // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.

@@ -4,7 +4,10 @@
 //
 // flock(2) on a lock file: the kernel releases the lock when its holder closes it or dies, so a
 // killed holder never leaves it taken, and the file may stay. On NFS, Linux emulates flock with
-// fcntl byte-range locks, which the NFS lock manager shares between hosts.
+// fcntl byte-range locks, which the NFS lock manager shares between hosts; a lock held by a host
+// that died is freed only when its lease ends (NFSv4: about 90 s). Mounted with `nolock` or
+// `local_lock=flock` (NFS) or `localflock` (Lustre), it locks per host only: processes on
+// different hosts may then hold it at once.
 //
 // May call: POSIX, the C++ standard library and common/error.h. No LibTorch.
 #pragma once
@@ -12,13 +15,23 @@
 #include <chrono>
 #include <string>
 
+#include "aiacc/common/error.h"
+
 namespace aiacc {
+
+// The file system of the lock file has no such locks (flock fails with ENOSYS, ENOLCK or
+// EOPNOTSUPP: Lustre's default `noflock`, NFS with no lock manager).
+class FileLockUnsupported : public IoError {
+ public:
+  using IoError::IoError;
+};
 
 class FileLock {
  public:
   // Opens (creates) `path` and waits until this process holds its lock. Throws IoError naming
-  // `path` when it cannot be opened or locked, or when another process still holds the lock after
-  // `timeout` (a holder that is stopped, or hung).
+  // `path` when it cannot be opened or locked (FileLockUnsupported where its file system has no
+  // locks), or when it waited `timeout` and other processes still held the lock (a holder that is
+  // stopped or hung, or a long queue).
   FileLock(const std::string& path, std::chrono::milliseconds timeout);
   ~FileLock();  // releases the lock
   FileLock(const FileLock&) = delete;

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/config.h"
 #include "tests/elastic_job.h"
 
@@ -108,9 +109,12 @@ TEST(Elastic, AnErrorOfEveryRankEndsTheJobWithOneRestartAtMost) {
 // 75) with the state saved: they take turns under a lock on the checkpoint folder, the first
 // saves, and the other finds that step saved (they exited 1, and the steps since the last
 // checkpoint were lost). The job run again on two nodes goes on from that save to the end, no
-// sample of the epoch trained twice.
+// sample of the epoch trained twice. The folder holds an earlier run's checkpoint of a later step,
+// named by `latest`: it says nothing of this run's state (a survivor that looked at the folder's
+// newest checkpoint took it for a save and saved nothing).
 TEST(Elastic, WithTheStoreGoneWithNodeZeroTheOthersSaveTheStateAndStopResumable) {
   test::TempDir d;
+  CheckpointDir(d / "ckpt").write(999, "an earlier run's checkpoint");
   JobSpec spec;
   spec.extra = strCat("--checkpoint-dir ", d / "ckpt");
   spec.act = "kill -KILL $(pgrep -P $L0) $L0";

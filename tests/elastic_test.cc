@@ -453,8 +453,8 @@ TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
 // One rank's own error (AIACC_TEST_FAIL_AT_STEP: as its out of memory or full disk would) in a
 // 3:3 job: the other two are below MIN, wait --rdzv-timeout, and both exit 75, resumable. (The
 // failing rank used to mark the job finished, and they exited 0 with the state lost.) With no
-// --checkpoint-dir nobody can save: each says so, and that the job run again begins at step 0
-// (it said "one surviving rank saves its state"; saving below MIN: the tests around this one).
+// --checkpoint-dir nobody can save: each says so (it said "one surviving rank saves its state";
+// saving below MIN: the tests around this one).
 TEST(Elastic, ARanksOwnErrorBelowMinStopsTheOthersResumableSayingNothingIsSaved) {
   test::TempDir d;
   JobSpec spec;
@@ -467,8 +467,8 @@ TEST(Elastic, ARanksOwnErrorBelowMinStopsTheOthersResumableSayingNothingIsSaved)
   EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("rc2=1"), std::string::npos) << job.out;
   EXPECT_NE(job.out.find("AIACC_TEST_FAIL_AT_STEP: rank 2 fails after step 3"), std::string::npos) << job.out;
-  EXPECT_EQ(test::occurrences(job.out, "; stopped; nothing saved (no --checkpoint-dir): the steps done are lost, and "
-                                       "the job run again begins at step 0"),
+  EXPECT_EQ(test::occurrences(job.out,
+                              "; stopped; nothing saved (no --checkpoint-dir): the steps this run did are lost"),
             2)
       << job.out;
   EXPECT_EQ(job.out.find("saves its state"), std::string::npos) << job.out;

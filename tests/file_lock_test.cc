@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "aiacc/common/error.h"
 #include "tests/test_util.h"
@@ -37,11 +40,24 @@ TEST(FileLock, OneHolderAtATimeAndTheNextOnceItLetsGo) {
   {
     FileLock held(path, milliseconds(100));
     EXPECT_EQ(lockError(path, milliseconds(100)),
-              "cannot lock '" + path + "': another process has held it for 0.1 s (stopped, or hung?)");
+              "cannot lock '" + path + "': waited 0.1 s, and other processes still hold it (one stopped, or hung?)");
   }
   EXPECT_EQ(lockError(path, milliseconds(100)), "");
   EXPECT_EQ(lockError(d / "missing/turn.lock", milliseconds(100)),
             "cannot open the lock file '" + (d / "missing/turn.lock") + "': No such file or directory");
+}
+
+// A waiter gets the lock as soon as its holder lets go, within its wait.
+TEST(FileLock, AWaiterGetsItWhenTheHolderLetsGo) {
+  test::TempDir d;
+  const std::string path = d / "turn.lock";
+  auto held = std::make_unique<FileLock>(path, milliseconds(100));
+  std::thread let_go([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    held.reset();
+  });
+  EXPECT_EQ(lockError(path, std::chrono::seconds(60)), "");
+  let_go.join();
 }
 
 // Another process takes the lock (the child: open, flock, say so, wait; system calls only, as
@@ -54,6 +70,7 @@ TEST(FileLock, AKilledHoldersLockIsFreeAtOnce) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // (should an assertion below end the test first)
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
     if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(1);
     const char byte = 1;
