@@ -1,6 +1,7 @@
 #include "app/elastic.h"
 
 #include <c10/util/Exception.h>
+#include <glog/logging.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
 
@@ -21,8 +22,9 @@ namespace {
 // Where a rank's list of its keys is published, under its generation's prefix.
 std::string keyListName(int rank) { return "keys/" + std::to_string(rank); }
 
-StoreLostError storeFailed(const std::exception& e) {
-  return StoreLostError(strCat("elastic: the rendezvous store failed while this process regrouped (",
+// `doing`: what this process asked the store for ("regrouped", ...).
+StoreLostError storeFailed(const std::exception& e, const std::string& doing = "regrouped") {
+  return StoreLostError(strCat("elastic: the rendezvous store failed while this process ", doing, " (",
                                firstLine(e.what()),
                                "): the job has ended, or the process that served the store (node 0's launcher, or "
                                "the --rdzv-endpoint server) is gone"));
@@ -153,6 +155,19 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
     throw storeFailed(e);
   }
   return generation_;
+}
+
+bool ElasticJob::joinersWaiting() {
+  if (store_lost_) return false;
+  try {
+    return membership_.joinersWaiting(generation_);
+  } catch (const std::exception& e) {  // c10::Error, or LibTorch 1.13's std::system_error
+    store_lost_ = true;
+    LOG(WARNING) << firstLine(storeFailed(e, "looked for newcomers").what())
+                 << "; no process can join, and the job goes on with its " << generation_.size()
+                 << " processes while they last";
+    return false;
+  }
 }
 
 c10::intrusive_ptr<c10d::Store> ElasticJob::keysOf(int64_t generation) const {

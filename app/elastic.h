@@ -54,8 +54,10 @@ class ElasticJob {
   const comm::Generation& regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone = {});
   const comm::Generation& generation() const { return generation_; }
   bool joined() const { return generation_.number >= 0; }
-  // A process waits for the next generation (one store request, no waiting).
-  bool joinersWaiting() { return membership_.joinersWaiting(generation_); }
+  // A process waits for the next generation (one store request, no waiting). False once a store
+  // request failed (said once on the log, not asked again): nobody can join then, and the job
+  // goes on with the ranks it has until one is lost (its regroup then meets StoreLostError).
+  bool joinersWaiting();
   const ElasticOptions& options() const { return o_; }
   // This process came first, of the survivors, to the generation it last tried (the one that
   // writes the checkpoint when too few came; a newcomer that came earlier holds nothing).
@@ -96,6 +98,7 @@ class ElasticJob {
   comm::Membership membership_;
   comm::Generation generation_;
   std::string run_id_;
+  bool store_lost_ = false;  // joinersWaiting met a failed store
   std::shared_ptr<comm::KeyLog> keys_ = std::make_shared<comm::KeyLog>();
   // The generation left at the last regroup, until its keys are deleted.
   std::shared_ptr<comm::KeyLog> previous_keys_;

@@ -265,66 +265,64 @@ SurvivorStop Trainer::State::survivorStop(const std::string& why, bool saver) {
   if (cfg.checkpoint_dir.empty()) {
     return SurvivorStop(why, "", "nothing saved (no --checkpoint-dir): the steps this run did are lost");
   }
+  if (elastic) return saveInTurn(why, saver);
   if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
-  try {
-    // (In turn with any survivor saving without the store: two writers of one step could leave
-    // neither whole.)
-    const std::optional<FileLock> turn = saveTurn();
-    std::string saved = saveOwnState();
-    if (!saved.empty()) return SurvivorStop(why, std::move(saved), "");
-  } catch (const IoError& e) {  // the lock
-    return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())));
-  }
-  return SurvivorStop(why, "",
-                      "this rank's checkpoint write failed (the error above): the job run again with --resume "
-                      "auto goes on from the newest checkpoint before it");
-}
-
-std::optional<FileLock> Trainer::State::saveTurn() {
-  // (A turn lasts one save, seconds; the queue, one per survivor. A holder this long is stuck.)
-  constexpr auto kTurnWait = std::chrono::minutes(10);
-  checkpointWriter().flush();  // creates the folder if it is missing; this rank's write in flight ends
-  takeCheckpointErrors();
-  try {
-    return std::optional<FileLock>(std::in_place, cfg.checkpoint_dir + "/survivors.lock", kTurnWait);
-  } catch (const FileLockUnsupported& e) {
-    LOG(WARNING) << firstLine(e.what()) << ": saving without waiting for a turn";
-    return std::nullopt;
-  }
+  std::string saved = saveOwnState();  // (a job of fixed size: its one saver, chosen through the store)
+  if (saved.empty()) return SurvivorStop(why, "", "this rank's checkpoint write failed (the error above)");
+  return SurvivorStop(why, std::move(saved), "");
 }
 
 SurvivorStop Trainer::State::survivorStopWithoutStore(const std::string& why) {
   if (cfg.checkpoint_dir.empty()) return survivorStop(why, false);
+  return saveInTurn(why, true);
+}
+
+SurvivorStop Trainer::State::saveInTurn(const std::string& why, bool saver) {
+  // (A turn lasts one save, seconds; the queue, one per survivor. A holder this long is stuck.)
+  constexpr auto kTurnWait = std::chrono::minutes(10);
   try {
-    const std::optional<FileLock> turn = saveTurn();
-    // What a survivor of this run of the job saved (its step, then its file): an earlier run's
-    // checkpoints, or a `latest` the run resumed before, say nothing of this run's state.
-    const std::string marker = strCat(cfg.checkpoint_dir, "/survivors-", elastic->runId(), ".saved");
-    int64_t step = -1;
-    std::string path;
-    {
-      std::ifstream in(marker);
-      if (!(in >> step) || !std::getline(in >> std::ws, path)) step = -1;
-    }
-    if (step >= pos.step) {
-      LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; " << path << " (step "
-                   << step << ") is saved already";
-      return SurvivorStop(why, "",
-                          strCat("step ", step, " is saved already (", path,
-                                 "); run the job again with --resume auto to continue"));
-    }
-    LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; it saves its own state";
-    std::string saved = saveOwnState();
-    if (saved.empty()) {
-      return SurvivorStop(why, "",
-                          "this rank's checkpoint write failed (the error above); a surviving rank after it in "
-                          "turn, if any, saves its own");
-    }
-    writeFileAtomic(marker, strCat(pos.step, "\n", saved, "\n"));
-    return SurvivorStop(why, std::move(saved), "");
-  } catch (const IoError& e) {  // the lock, or the note of the save (the save itself is done then)
+    checkpointWriter().flush();  // creates the folder if it is missing; this rank's write in flight ends
+  } catch (const IoError& e) {
     return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())));
   }
+  takeCheckpointErrors();
+  std::optional<FileLock> turn;
+  try {
+    turn.emplace(cfg.checkpoint_dir + "/survivors.lock", kTurnWait);
+  } catch (const IoError& e) {  // no locks on that file system, or a holder stuck: a save beats none
+    LOG(WARNING) << firstLine(e.what()) << "; going on without a turn";
+  }
+  // What a survivor of this run of the job saved (its step, then its file): an earlier run's
+  // checkpoints, or a `latest` the run resumed before, say nothing of this run's state.
+  const std::string note = strCat(cfg.checkpoint_dir, "/survivors-", elastic->runId(), ".saved");
+  int64_t step = -1;
+  std::string path;
+  {
+    std::ifstream in(note);
+    if (!(in >> step) || !std::getline(in >> std::ws, path)) step = -1;
+  }
+  if (step >= pos.step) {
+    try {  // this rank's own write, ended after that save, may have moved `latest` back
+      if (pointLatestAt(cfg.checkpoint_dir, step)) LOG(WARNING) << "latest points at " << path << " again";
+    } catch (const IoError& e) {
+      LOG(ERROR) << firstLine(e.what());
+    }
+    LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; " << path << " (step "
+                 << step << ") is saved already";
+    return SurvivorStop(why, "",
+                        strCat("step ", step, " is saved already (", path,
+                               "); run the job again with --resume auto to continue"));
+  }
+  if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
+  LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; it saves its own state";
+  std::string saved = saveOwnState();
+  if (saved.empty()) return SurvivorStop(why, "", "this rank's checkpoint write failed (the error above)");
+  try {
+    writeFileAtomic(note, strCat(pos.step, "\n", saved, "\n"));
+  } catch (const IoError& e) {  // (saved all the same)
+    LOG(ERROR) << firstLine(e.what());
+  }
+  return SurvivorStop(why, std::move(saved), "");
 }
 
 uint32_t Trainer::State::stateCrc(bool with_momentum) const {

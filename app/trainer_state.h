@@ -243,17 +243,20 @@ struct Trainer::State {
   // rank_local_buffers); the file's path, or "" when it could not be written.
   std::string saveOwnState();
   // The stop of a survivor, `why`: `saver` (the one survivor that claimed the save) saves its own
-  // state (saveOwnState); the SurvivorStop names the file, or says why there is none.
+  // state (saveOwnState; in an elastic job, saveInTurn); the SurvivorStop names the file, or says
+  // why there is none.
   SurvivorStop survivorStop(const std::string& why, bool saver);
-  // The stop of a survivor when the store is gone (`why`), with no store to pick one saver: the
-  // survivors take turns (saveTurn), and each saves its own state only if no survivor of this run
-  // of the job saved one as new (DIR/survivors-<run id>.saved says which): the first saves, the
-  // others find it, or one a step ahead saves its newer state.
+  // The stop of a survivor when the store is gone (`why`), with no store to pick one saver: every
+  // survivor may save (saveInTurn): the first saves, the others find it, or one a step ahead saves
+  // its newer state.
   SurvivorStop survivorStopWithoutStore(const std::string& why);
-  // This survivor's turn to write the checkpoint folder (created if missing, this rank's own write
-  // in flight ended): the lock on DIR/survivors.lock, held until it is destroyed; none where the
-  // file system has no locks (said on the log). Throws IoError when the folder or the lock fails.
-  std::optional<FileLock> saveTurn();
+  // An elastic job's survivor stop with --checkpoint-dir, in turn with the other survivors (a lock
+  // on DIR/survivors.lock; none where it cannot be had, said on the log), once this rank's own
+  // write in flight has ended. The note of this run's save (DIR/survivors-<run id>.saved: step,
+  // file) says what a survivor saved: where it names a step as new as this rank's, this rank
+  // points `latest` back at it (its own older write may have moved it) and saves nothing; else
+  // `saver` saves its own state and writes the note.
+  SurvivorStop saveInTurn(const std::string& why, bool saver);
   // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
   // communication state), broadcast over the new transports; rank 0 first starts a new segment
   // of the epoch for the new world (its own previous world: `previous_world`). Returns the bytes.

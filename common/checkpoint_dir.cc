@@ -290,6 +290,12 @@ std::string checkpointPayloadName(int64_t step) {
   return buf;
 }
 
+bool pointLatestAt(const std::string& dir, int64_t step) {
+  if (readLatest(dir).step == step || !exists(join(dir, checkpointPayloadName(step)))) return false;
+  writeFileAtomic(join(dir, kLatestName), checkpointPayloadName(step) + "\n");
+  return true;
+}
+
 std::string checkpointManifestName(int64_t step) {
   char buf[48];
   std::snprintf(buf, sizeof(buf), "step-%012" PRId64 ".manifest", step);

@@ -112,6 +112,13 @@ class CheckpointDir {
   CheckpointDirOptions options_;
 };
 
+// Points DIR/latest at checkpoint `step` (written whole, as CheckpointDir::write writes it) when it
+// names another and that step's payload is there; returns whether it did. For a process that
+// finds the newest state saved by another writer after its own older write moved `latest` (the
+// survivors of an elastic job saving in turn: the one exception to a directory's single writer).
+// Throws IoError.
+bool pointLatestAt(const std::string& dir, int64_t step);
+
 // "step-000000001234.ckpt" and "step-000000001234.manifest".
 std::string checkpointPayloadName(int64_t step);
 std::string checkpointManifestName(int64_t step);

@@ -109,6 +109,21 @@ class Gate {
 
 // The crc32 instruction's path (where the CPU has SSE4.2) and the tables' agree on every length
 // and alignment, whole or continued.
+// pointLatestAt: a writer whose older step moved `latest` after another writer's newer one (two
+// CheckpointDirs on one folder, as two survivors) points it at the newer again; not at a step
+// whose payload is missing, and not twice.
+TEST(CheckpointDir, PointLatestAtTheNewerStepAnotherWriterSaved) {
+  test::TempDir d;
+  CheckpointDir(d.path()).write(5, bytesOf(100, 5));
+  CheckpointDir(d.path()).write(3, bytesOf(100, 3));  // `latest`: step 3
+  EXPECT_EQ(find(d.path()).file->step, 3);
+  EXPECT_TRUE(pointLatestAt(d.path(), 5));
+  EXPECT_EQ(find(d.path()).file->step, 5);
+  EXPECT_FALSE(pointLatestAt(d.path(), 5));  // names it already
+  EXPECT_FALSE(pointLatestAt(d.path(), 7));  // no such checkpoint
+  EXPECT_EQ(find(d.path()).file->step, 5);
+}
+
 TEST(CheckpointDir, Crc32cInstructionAndTablesAgree) {
   EXPECT_EQ(crc32cPortable("123456789", 9), 0xe3069283u);
   if (!crc32cHasInstruction()) GTEST_SKIP() << "this CPU has no crc32 instruction: both are the tables";
