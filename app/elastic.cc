@@ -149,6 +149,7 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
     }
     generation_ = membership_.join(self, gone, before);
     beating_ = generation_.number;
+    store_lost_ = false;           // (it answered)
   } catch (const c10::Error& e) {  // the store's own failures: a closed connection, a timeout
     throw storeFailed(e);
   } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors: "Broken pipe")

@@ -55,8 +55,9 @@ class ElasticJob {
   const comm::Generation& generation() const { return generation_; }
   bool joined() const { return generation_.number >= 0; }
   // A process waits for the next generation (one store request, no waiting). False once a store
-  // request failed (said once on the log, not asked again): nobody can join then, and the job
-  // goes on with the ranks it has until one is lost (its regroup then meets StoreLostError).
+  // request failed (said on the log), and not asked again in this generation: nobody can join
+  // then, and the job goes on with the ranks it has until one is lost (its regroup then meets
+  // StoreLostError, or, the store back, forms the next generation, where it is asked again).
   bool joinersWaiting();
   const ElasticOptions& options() const { return o_; }
   // This process came first, of the survivors, to the generation it last tried (the one that
@@ -98,7 +99,7 @@ class ElasticJob {
   comm::Membership membership_;
   comm::Generation generation_;
   std::string run_id_;
-  bool store_lost_ = false;  // joinersWaiting met a failed store
+  bool store_lost_ = false;  // joinersWaiting met a failed store in this generation
   std::shared_ptr<comm::KeyLog> keys_ = std::make_shared<comm::KeyLog>();
   // The generation left at the last regroup, until its keys are deleted.
   std::shared_ptr<comm::KeyLog> previous_keys_;

@@ -244,8 +244,9 @@ int main(int argc, char** argv) {
     }
     aiacc::app::Report report = trainer.run();
     if (timeline) timeline->flush();
+    // (The store may be gone while every rank lived on: the job's end is its report all the same.)
     if (elastic && elastic->generation().rank == 0) {
-      elastic->markEnded(report.preempted ? aiacc::comm::JobEnd::kStopped : aiacc::comm::JobEnd::kFinished);
+      endElastic(report.preempted ? aiacc::comm::JobEnd::kStopped : aiacc::comm::JobEnd::kFinished);
     }
     const int final_rank = elastic ? elastic->generation().rank : world.rank;  // (an elastic job's may change)
     if (report.preempted) return preemptedExit(report, config, final_rank);

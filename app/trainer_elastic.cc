@@ -267,7 +267,16 @@ SurvivorStop Trainer::State::survivorStop(const std::string& why, bool saver) {
   }
   if (elastic) return saveInTurn(why, saver);
   if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
-  std::string saved = saveOwnState();  // (a job of fixed size: its one saver, chosen through the store)
+  return saveOwnStateOrSay(why);  // (a job of fixed size: its one saver, chosen through the store)
+}
+
+SurvivorStop Trainer::State::saveOwnStateOrSay(const std::string& why) {
+  std::string saved;
+  try {
+    saved = saveOwnState();
+  } catch (const std::exception& e) {  // (its folder, its memory: the stop goes on, resumable)
+    LOG(ERROR) << "rank " << rank << " could not save its state: " << firstLine(e.what());
+  }
   if (saved.empty()) return SurvivorStop(why, "", "this rank's checkpoint write failed (the error above)");
   return SurvivorStop(why, std::move(saved), "");
 }
@@ -282,7 +291,7 @@ SurvivorStop Trainer::State::saveInTurn(const std::string& why, bool saver) {
   constexpr auto kTurnWait = std::chrono::minutes(10);
   try {
     checkpointWriter().flush();  // creates the folder if it is missing; this rank's write in flight ends
-  } catch (const IoError& e) {
+  } catch (const std::exception& e) {
     return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())));
   }
   takeCheckpointErrors();
@@ -315,14 +324,14 @@ SurvivorStop Trainer::State::saveInTurn(const std::string& why, bool saver) {
   }
   if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
   LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; it saves its own state";
-  std::string saved = saveOwnState();
-  if (saved.empty()) return SurvivorStop(why, "", "this rank's checkpoint write failed (the error above)");
+  SurvivorStop stop = saveOwnStateOrSay(why);
+  if (stop.checkpoint().empty()) return stop;
   try {
-    writeFileAtomic(note, strCat(pos.step, "\n", saved, "\n"));
+    writeFileAtomic(note, strCat(pos.step, "\n", stop.checkpoint(), "\n"));
   } catch (const IoError& e) {  // (saved all the same)
     LOG(ERROR) << firstLine(e.what());
   }
-  return SurvivorStop(why, std::move(saved), "");
+  return stop;
 }
 
 uint32_t Trainer::State::stateCrc(bool with_momentum) const {

@@ -246,6 +246,9 @@ struct Trainer::State {
   // state (saveOwnState; in an elastic job, saveInTurn); the SurvivorStop names the file, or says
   // why there is none.
   SurvivorStop survivorStop(const std::string& why, bool saver);
+  // saveOwnState as a SurvivorStop for `why`: the file, or, when the write or anything before it
+  // failed (said on the log), why there is none.
+  SurvivorStop saveOwnStateOrSay(const std::string& why);
   // The stop of a survivor when the store is gone (`why`), with no store to pick one saver: every
   // survivor may save (saveInTurn): the first saves, the others find it, or one a step ahead saves
   // its newer state.

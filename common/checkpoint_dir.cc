@@ -291,7 +291,10 @@ std::string checkpointPayloadName(int64_t step) {
 }
 
 bool pointLatestAt(const std::string& dir, int64_t step) {
-  if (readLatest(dir).step == step || !exists(join(dir, checkpointPayloadName(step)))) return false;
+  const std::optional<int64_t> now = readLatest(dir).step;
+  if ((now && *now >= step) || !exists(join(dir, checkpointPayloadName(step))) ||
+      !exists(join(dir, checkpointManifestName(step))))
+    return false;
   writeFileAtomic(join(dir, kLatestName), checkpointPayloadName(step) + "\n");
   return true;
 }

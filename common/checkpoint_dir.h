@@ -113,7 +113,8 @@ class CheckpointDir {
 };
 
 // Points DIR/latest at checkpoint `step` (written whole, as CheckpointDir::write writes it) when it
-// names another and that step's payload is there; returns whether it did. For a process that
+// names an older step (or nothing usable) and that step's payload and manifest are there; returns
+// whether it did. Never moves `latest` back. For a process that
 // finds the newest state saved by another writer after its own older write moved `latest` (the
 // survivors of an elastic job saving in turn: the one exception to a directory's single writer).
 // Throws IoError.

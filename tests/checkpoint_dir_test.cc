@@ -107,11 +107,9 @@ class Gate {
   bool reached_ = false, open_ = false, timed_out_ = false;
 };
 
-// The crc32 instruction's path (where the CPU has SSE4.2) and the tables' agree on every length
-// and alignment, whole or continued.
 // pointLatestAt: a writer whose older step moved `latest` after another writer's newer one (two
 // CheckpointDirs on one folder, as two survivors) points it at the newer again; not at a step
-// whose payload is missing, and not twice.
+// whose files are missing, not twice, and never back.
 TEST(CheckpointDir, PointLatestAtTheNewerStepAnotherWriterSaved) {
   test::TempDir d;
   CheckpointDir(d.path()).write(5, bytesOf(100, 5));
@@ -122,8 +120,12 @@ TEST(CheckpointDir, PointLatestAtTheNewerStepAnotherWriterSaved) {
   EXPECT_FALSE(pointLatestAt(d.path(), 5));  // names it already
   EXPECT_FALSE(pointLatestAt(d.path(), 7));  // no such checkpoint
   EXPECT_EQ(find(d.path()).file->step, 5);
+  EXPECT_FALSE(pointLatestAt(d.path(), 3));  // never back
+  EXPECT_EQ(find(d.path()).file->step, 5);
 }
 
+// The crc32 instruction's path (where the CPU has SSE4.2) and the tables' agree on every length
+// and alignment, whole or continued.
 TEST(CheckpointDir, Crc32cInstructionAndTablesAgree) {
   EXPECT_EQ(crc32cPortable("123456789", 9), 0xe3069283u);
   if (!crc32cHasInstruction()) GTEST_SKIP() << "this CPU has no crc32 instruction: both are the tables";

@@ -12,7 +12,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,14 +112,39 @@ TEST(Elastic, AnErrorOfEveryRankEndsTheJobWithOneRestartAtMost) {
       << job.out;
 }
 
+// Nodes 1 and 2 stopped resumable (75) with the store gone, in turn: one saved, the other found
+// that step saved (or, a step ahead of it over a failed last step, saved its newer one). The
+// newest step they name.
+int64_t expectTheSurvivorsSavedInTurn(const Job& job, const std::string& dir) {
+  EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
+  EXPECT_NE(job.out.find("rc2=75"), std::string::npos) << job.out;
+  EXPECT_EQ(test::occurrences(job.out,
+                              "aiacc_train: elastic: the rendezvous store failed while this process regrouped ("),
+            2)
+      << job.out;
+  int64_t newest = -1;
+  // How often `said` is followed by a step on the output; the newest of them all.
+  const auto count = [&](const std::string& said) {
+    int n = 0;
+    for (size_t at = job.out.find(said); at != std::string::npos; at = job.out.find(said, at + 1), ++n) {
+      newest = std::max<int64_t>(newest, std::stoll(job.out.substr(at + said.size(), 12)));
+    }
+    return n;
+  };
+  const int saves = count("; stopped; saved " + dir + "/step-");
+  const int found = count(" is saved already (" + dir + "/step-");
+  EXPECT_GE(saves, 1) << job.out;
+  EXPECT_EQ(saves + found, 2) << job.out;
+  return newest;
+}
+
 // Node 0 gone whole, its launcher (which served the store: no --rendezvous-server) with its
 // worker, as when a spot node is reclaimed: the others cannot regroup. They stop resumable (exit
-// 75) with the state saved: they take turns under a lock on the checkpoint folder, the first
-// saves, and the other finds that step saved (they exited 1, and the steps since the last
-// checkpoint were lost). The job run again on two nodes goes on from that save to the end, no
-// sample of the epoch trained twice. The folder holds an earlier run's checkpoint of a later step,
-// named by `latest`: it says nothing of this run's state (a survivor that looked at the folder's
-// newest checkpoint took it for a save and saved nothing).
+// 75) with the state saved in turn (they exited 1, and the steps since the last checkpoint were
+// lost). The job run again on two nodes goes on from that save to the end, no sample of the epoch
+// trained twice. The folder holds an earlier run's checkpoint of a later step: it says nothing of
+// this run's state (a survivor that looked at the folder's newest checkpoint took it for a save
+// and saved nothing).
 TEST(Elastic, WithTheStoreGoneWithNodeZeroTheOthersSaveTheStateAndStopResumable) {
   test::TempDir d;
   CheckpointDir(d / "ckpt").write(999, "an earlier run's checkpoint");
@@ -125,47 +153,50 @@ TEST(Elastic, WithTheStoreGoneWithNodeZeroTheOthersSaveTheStateAndStopResumable)
   spec.act = "kill -KILL $(pgrep -P $L0) $L0";
   spec.again = "2:3";
   const Job job = runKilledJob(d, spec);
-  EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("rc2=75"), std::string::npos) << job.out;
-  EXPECT_EQ(test::occurrences(job.out,
-                              "aiacc_train: elastic: the rendezvous store failed while this process regrouped ("),
-            2)
+  const int64_t step = expectTheSurvivorsSavedInTurn(job, d / "ckpt");
+  EXPECT_NE(job.out.find(strCat("resumed from ", d / "ckpt", "/", checkpointPayloadName(step))), std::string::npos)
       << job.out;
-  // One saves; the other finds that step saved (or, a step ahead of it over a failed last step,
-  // saves its newer one).
-  const std::string saved = "; stopped; saved " + (d / "ckpt") + "/step-";
-  const int saves = test::occurrences(job.out, saved);
-  EXPECT_GE(saves, 1) << job.out;
-  EXPECT_EQ(saves + test::occurrences(job.out, " is saved already (" + (d / "ckpt") + "/step-"), 2) << job.out;
-  EXPECT_NE(job.out.find("resumed from " + (d / "ckpt") + "/step-"), std::string::npos) << job.out;
   expectTheRunAgainEndedOnTwoNodes(job);
 }
 
 // The same loss when rank 0 is not on node 0, so that rank 0, which writes the periodic
-// checkpoints, is one of the survivors: node 0's worker is killed and started again by its
-// launcher (--max-restarts 1), and joins as the last rank; then node 0 goes whole. The two save
-// in turn and exit 75 as above. (Should rank 0 meet the lost store first in its per-step look for
+// checkpoints (one every step here), is one of the survivors: node 0's worker is killed and
+// started again by its launcher (--max-restarts 1), and joins as the last rank; then node 0 goes
+// whole. The two save in turn, and the newest state is what `latest` names, whatever rank 0's
+// writes in flight did. (Should rank 0 meet the lost store first in its per-step look for
 // newcomers: ElasticJob.ALostStoreMeansNoNewcomersAndARegroupThatFailsAsSuch.)
 TEST(Elastic, WithTheStoreGoneAndRankZeroElsewhereTheOthersSaveTheStateAndStopResumable) {
   test::TempDir d;
   JobSpec spec;
-  spec.extra = strCat("--max-restarts 1 --epochs 4 --checkpoint-dir ", d / "ckpt");
+  spec.extra = strCat("--max-restarts 1 --epochs 8 --checkpoint-every 1 --checkpoint-dir ", d / "ckpt");
   spec.act = "kill -KILL $(pgrep -P $L0); for i in $(seq 1200); do grep -q 'elastic: joined generation' log0 && "
              "break; sleep 0.05; done; sleep 1; kill -KILL $(pgrep -P $L0) $L0";
-  spec.again = "2:3";
   const Job job = runKilledJob(d, spec);
   EXPECT_NE(job.out.find("starting it again to join the running job (restart 1 of 1)"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("rc1=75"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("rc2=75"), std::string::npos) << job.out;
-  const std::string saved = "; stopped; saved " + (d / "ckpt") + "/step-";
-  const int saves = test::occurrences(job.out, saved);
-  EXPECT_GE(saves, 1) << job.out;
-  EXPECT_EQ(saves + test::occurrences(job.out, " is saved already (" + (d / "ckpt") + "/step-"), 2) << job.out;
-  EXPECT_NE(job.out.find("resumed from " + (d / "ckpt") + "/step-"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("again0=0"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("again1=0"), std::string::npos) << job.out;
-  ASSERT_TRUE(job.report.contains("epochs")) << job.out;
-  EXPECT_EQ(job.report.at("epochs").get<double>(), 4.0);
+  const int64_t step = expectTheSurvivorsSavedInTurn(job, d / "ckpt");
+  const std::optional<CheckpointFile> latest = findNewestValid(d / "ckpt", {});
+  ASSERT_TRUE(latest.has_value()) << job.out;
+  EXPECT_EQ(latest->step, step) << latest->path << "\n" << job.out;
+}
+
+// A store gone while every rank lives (the --rendezvous-server killed) ends nothing: rank 0 says
+// once that no process can join, and the job trains to its end and writes its report. (Rank 0's
+// look for newcomers threw, or, had it not, its mark of the job's end in the store: exit 1, no
+// report.)
+TEST(Elastic, AStoreGoneWhileEveryRankLivesEndsNothing) {
+  test::TempDir d;
+  JobSpec spec;
+  spec.server = true;
+  spec.act = "kill -KILL $S";
+  const Job job = runKilledJob(d, spec);
+  for (const char* rc : {"rc0=0", "rc1=0", "rc2=0"}) EXPECT_NE(job.out.find(rc), std::string::npos) << rc << job.out;
+  EXPECT_NE(job.out.find("no process can join, and the job goes on with its 3 processes while they last"),
+            std::string::npos)
+      << job.out;
+  ASSERT_TRUE(std::filesystem::exists(d / "r.json")) << job.out;  // rank 0's, on node 0
+  const Json report = test::readJson(d / "r.json");
+  EXPECT_EQ(report.at("epochs").get<double>(), 2.0);
+  EXPECT_EQ(report.at("world_size"), 3);
 }
 
 // ElasticJob once the store is gone (its server ended, as node 0's launcher does with its node):
