@@ -194,8 +194,8 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
     bool writer = false;
     try {
       writer = elastic->claimSave();
-    } catch (const std::exception&) {  // the store is gone too: the survivors take turns at the folder
-      throw survivorStopWithoutStore(why);
+    } catch (const std::exception&) {           // the store is gone too: the survivors take turns at the folder
+      throw survivorStop(why, /*saver=*/true);  // (every one may: saveInTurn's note keeps it to one)
     }
     LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why
                  << (cfg.checkpoint_dir.empty() ? "; nothing is saved (no --checkpoint-dir)"
@@ -227,7 +227,8 @@ const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause, 
   } catch (const comm::JobEndedError&) {
     throw;
   } catch (const StoreLostError& e) {
-    throw survivorStopWithoutStore(firstLine(e.what()));
+    // Nobody to pick one saver: every survivor may save (saveInTurn's note keeps it to one).
+    throw survivorStop(firstLine(e.what()), /*saver=*/true);
   } catch (const comm::CommError& e) {
     if (e.remedy() != comm::CommError::Remedy::kMembership) throw;
     // Too few came back: the one that came first saves what it holds (its own BatchNorm
@@ -279,11 +280,6 @@ SurvivorStop Trainer::State::saveOwnStateOrSay(const std::string& why) {
   }
   if (saved.empty()) return SurvivorStop(why, "", "this rank's checkpoint write failed (the error above)");
   return SurvivorStop(why, std::move(saved), "");
-}
-
-SurvivorStop Trainer::State::survivorStopWithoutStore(const std::string& why) {
-  if (cfg.checkpoint_dir.empty()) return survivorStop(why, false);
-  return saveInTurn(why, true);
 }
 
 SurvivorStop Trainer::State::saveInTurn(const std::string& why, bool saver) {

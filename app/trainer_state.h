@@ -230,9 +230,9 @@ struct Trainer::State {
   bool leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                         const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
-  // state (with --checkpoint-dir) and SurvivorStop is thrown; so too when the store is lost
-  // (survivorStopWithoutStore). `gone`: ranks of the generation left that are known not to come
-  // (ElasticJob::regroup).
+  // state (with --checkpoint-dir) and SurvivorStop is thrown; so too when the store is lost (with
+  // no store to pick one, every survivor is a saver in survivorStop). `gone`: ranks of the generation left that are
+  // known not to come (ElasticJob::regroup).
   const comm::Generation& regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
   // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first
@@ -249,16 +249,13 @@ struct Trainer::State {
   // saveOwnState as a SurvivorStop for `why`: the file, or, when the write or anything before it
   // failed (said on the log), why there is none.
   SurvivorStop saveOwnStateOrSay(const std::string& why);
-  // The stop of a survivor when the store is gone (`why`), with no store to pick one saver: every
-  // survivor may save (saveInTurn): the first saves, the others find it, or one a step ahead saves
-  // its newer state.
-  SurvivorStop survivorStopWithoutStore(const std::string& why);
   // An elastic job's survivor stop with --checkpoint-dir, in turn with the other survivors (a lock
   // on DIR/survivors.lock; none where it cannot be had, said on the log), once this rank's own
   // write in flight has ended. The note of this run's save (DIR/survivors-<run id>.saved: step,
   // file) says what a survivor saved: where it names a step as new as this rank's, this rank
   // points `latest` back at it (its own older write may have moved it) and saves nothing; else
-  // `saver` saves its own state and writes the note.
+  // `saver` saves its own state and writes the note. With the store gone every survivor is a
+  // saver: the first saves, the others find its note, or one a step ahead saves its newer state.
   SurvivorStop saveInTurn(const std::string& why, bool saver);
   // Every rank of a new generation: rank 0's training state (model, optimizer, position, scales,
   // communication state), broadcast over the new transports; rank 0 first starts a new segment

@@ -22,8 +22,6 @@ FileLock::FileLock(const std::string& path, std::chrono::milliseconds timeout) {
     if (err == EINTR) continue;
     if (err != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) {
       ::close(fd_);
-      if (err == ENOSYS || err == ENOLCK || err == EOPNOTSUPP)
-        AIACC_THROW(FileLockUnsupported, "cannot lock '", path, "': ", std::strerror(err));
       if (err != EWOULDBLOCK) AIACC_THROW(IoError, "cannot lock '", path, "': ", std::strerror(err));
       AIACC_THROW(IoError, "cannot lock '", path, "': waited ", std::chrono::duration<double>(timeout).count(),
                   " s, and other processes still hold it (one stopped, or hung?)");

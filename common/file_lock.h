@@ -15,23 +15,15 @@
 #include <chrono>
 #include <string>
 
-#include "aiacc/common/error.h"
-
 namespace aiacc {
-
-// The file system of the lock file has no such locks (flock fails with ENOSYS, ENOLCK or
-// EOPNOTSUPP: Lustre's default `noflock`, NFS with no lock manager).
-class FileLockUnsupported : public IoError {
- public:
-  using IoError::IoError;
-};
 
 class FileLock {
  public:
   // Opens (creates) `path` and waits until this process holds its lock. Throws IoError naming
-  // `path` when it cannot be opened or locked (FileLockUnsupported where its file system has no
-  // locks), or when it waited `timeout` and other processes still held the lock (a holder that is
-  // stopped or hung, or a long queue).
+  // `path` when it cannot be opened or locked (a file system with no such locks: flock's ENOSYS,
+  // ENOLCK or EOPNOTSUPP, as Lustre's default `noflock` or NFS with no lock manager give), or
+  // when it waited `timeout` and other processes still held the lock (a holder that is stopped or
+  // hung, or a long queue).
   FileLock(const std::string& path, std::chrono::milliseconds timeout);
   ~FileLock();  // releases the lock
   FileLock(const FileLock&) = delete;

@@ -21,6 +21,7 @@
 
 #include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/config.h"
+#include "aiacc/comm/store.h"
 #include "app/elastic.h"
 #include "tests/elastic_job.h"
 
@@ -207,12 +208,7 @@ TEST(Elastic, AStoreGoneWhileEveryRankLivesEndsNothing) {
 // run id the first one set.
 TEST(ElasticJob, ALostStoreMeansNoNewcomersAndARegroupThatFailsAsSuch) {
   const int port = test::freePort();
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<std::uint16_t>(port);
-  so.isServer = true;
-  so.waitWorkers = false;
-  so.timeout = std::chrono::seconds(10);
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  auto server = comm::hostStore(port, 1, std::chrono::seconds(10));  // (as a launcher serves it)
   auto client = [&] {
     c10d::TCPStoreOptions o;
     o.port = static_cast<std::uint16_t>(port);
