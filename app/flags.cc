@@ -126,7 +126,8 @@ DEFINE_string(checkpoint_every, "",
               "flight (a checkpoint due while the previous one is still being written is skipped and counted)");
 DEFINE_int32(keep_checkpoints, 3,
              "checkpoints kept in --checkpoint-dir (the newest; each is DIR/step-N.ckpt with a manifest of "
-             "its size and CRC-32C, and DIR/latest names the newest once it is on disk)");
+             "its size and CRC-32C, and DIR/latest names the newest once it is on disk; checkpoints of later "
+             "steps than this run's, an earlier run's, are kept and not counted until this run reaches them)");
 DEFINE_bool(evaluate, false,
             "evaluate only: run the val split once with the model of --init-weights or --resume (on 1 or "
             "--nproc N ranks), report top-1 / top-5 / loss and exit; no training step, no checkpoint");

@@ -173,10 +173,11 @@ void Trainer::State::setupModel() {
   so.enabled = cfg.amp && cfg.amp_dtype == AmpDtype::kFp16;  // bf16 has fp32's range: nothing to scale
   scaler = std::make_unique<GradScaler>(so);
   resume();  // --resume: model, optimizer and pos from the checkpoint, before rank 0's weights spread
-  if (elastic && isRank0()) sayNoSurvivor();
   // A process joining a running elastic job agrees on everything but the position, which it
   // then receives from rank 0.
   const bool joining = elastic && elastic->generation().survivors() > 0;
+  if (elastic && isRank0()) sayNoSurvivor();
+  if (!joining && isRank0()) sayLaterCheckpoints();
   joined_running = joining;
   // --elastic-batch keep-global: the first world's ranks make the job's global batch for good (a
   // resumed process has it from its checkpoint, a joining one from rank 0's state below).

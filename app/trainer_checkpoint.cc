@@ -106,6 +106,25 @@ void Trainer::State::resume() {
   }
 }
 
+void Trainer::State::sayLaterCheckpoints() const {
+  if (cfg.checkpoint_dir.empty() || cfg.evaluate_only) return;
+  std::vector<int64_t> steps;
+  try {
+    steps = checkpointSteps(cfg.checkpoint_dir);
+  } catch (const IoError&) {
+    return;  // (the writer says why it cannot write there)
+  }
+  const auto later = std::count_if(steps.begin(), steps.end(), [&](int64_t step) { return step > pos.step; });
+  if (later == 0) return;
+  LOG(WARNING) << "--checkpoint-dir " << cfg.checkpoint_dir << " holds " << later << " checkpoint(s) of later steps "
+               << "than this run's start at step " << pos.step << " (the newest: step " << steps.front()
+               << "): they are kept, outside --keep-checkpoints, until this run's steps reach theirs, and `latest` "
+                  "will name this run's own newest"
+               << (cfg.resume.empty() ? " (to go on from what `latest` names now instead: --resume auto; to keep "
+                                        "them all: another --checkpoint-dir)"
+                                      : "");
+}
+
 std::string Trainer::State::writeCheckpoint(CheckpointWait wait) {
   flushLog();  // the position saved counts every image trained (a collective, like the buffer sync)
   sync().syncBuffers();

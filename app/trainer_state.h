@@ -324,6 +324,9 @@ struct Trainer::State {
   // Resume (--resume PATH or auto) into model, optimizer and pos; called before the sync wraps
   // the model.
   void resume();
+  // Rank 0, once resumed (or not): a warning when --checkpoint-dir holds checkpoints of later
+  // steps than the one this run starts at (an earlier run's): what becomes of them.
+  void sayLaterCheckpoints() const;
   // The settings a resumed run must share with the run that wrote the checkpoint.
   std::vector<std::pair<std::string, std::string>> continuationSettings() const;
   // After the ranks agreed to stop: the checkpoint of this step, then the report.

@@ -1,19 +1,39 @@
 #include "aiacc/common/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <vector>
 
 #include "aiacc/common/error.h"
 
 namespace aiacc {
 namespace {
 
-std::string tempPathFor(const std::string& path) { return strCat(path, ".tmp.", ::getpid(), ".", ::gettid()); }
+std::string tempPathFor(const std::string& path) {
+  return strCat(path, ".tmp.", tempFileTag(), ".", ::getpid(), ".", ::gettid());
+}
+
+// A pid: decimal digits only, 1 to INT32_MAX (pid_t's range); -1 otherwise.
+long pidNumber(const std::string& text) {
+  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos) return -1;
+  const long long n = std::stoll(text);
+  return n > 0 && n <= 2147483647LL ? static_cast<long>(n) : -1;
+}
+
+// The first line of a small file under /proc, or "".
+std::string procLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
 
 std::string directoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -135,6 +155,44 @@ void writeFileAtomicByPath(const std::string& path, const std::function<void(con
   runWriter(path, tmp, [&] { write(tmp); });
   syncClosedFile(path, tmp);
   commit(path, tmp);
+}
+
+const std::string& tempFileTag() {
+  static const std::string tag = [] {
+    const std::string boot = procLine("/proc/sys/kernel/random/boot_id");
+    char link[128] = {};
+    const ssize_t n = ::readlink("/proc/self/ns/pid", link, sizeof(link) - 1);  // "pid:[4026531836]"
+    const std::string ns = n > 0 ? std::string(link, static_cast<size_t>(n)) : "";
+    const size_t open = ns.find('['), close = ns.find(']');
+    if (boot.size() >= 8 && open != std::string::npos && close != std::string::npos && close > open + 1) {
+      std::string out = boot.substr(0, 8) + "-" + ns.substr(open + 1, close - open - 1);
+      for (char& ch : out) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '-';
+      return out;
+    }
+    char host[256] = {};  // no /proc: the host's name, which at least tells hosts apart
+    std::string out = ::gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
+    for (char& ch : out) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+    return out;
+  }();
+  return tag;
+}
+
+bool isOrphanedTempFile(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos) return false;
+  // What follows: "<tag>.<pid>.<tid>", or "<pid>.<tid>" (earlier builds); a tag holds no dot.
+  std::vector<std::string> parts;
+  for (size_t from = at + 5;;) {
+    const size_t dot = name.find('.', from);
+    parts.push_back(name.substr(from, dot == std::string::npos ? std::string::npos : dot - from));
+    if (dot == std::string::npos) break;
+    from = dot + 1;
+  }
+  if (parts.size() != 2 && parts.size() != 3) return false;
+  if (parts.size() == 3 && parts[0] != tempFileTag()) return false;  // another host's, or another pid namespace's
+  const long pid = pidNumber(parts[parts.size() - 2]);
+  if (pid < 0 || pidNumber(parts.back()) < 0 || pid == ::getpid()) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
 }  // namespace aiacc

@@ -4,15 +4,17 @@
 //
 // Contract, for every function below:
 //  1. the content goes to a temporary file beside `path` (same directory, so the rename cannot
-//     cross file systems), named `<path>.tmp.<pid>.<tid>` (unique per process and thread);
+//     cross file systems), named `<path>.tmp.<tag>.<pid>.<tid>` (unique per process and thread;
+//     <tag>, tempFileTag(), names the pid namespace, so that in a folder shared between hosts or
+//     containers a pid is only ever looked up where it means something: isOrphanedTempFile);
 //  2. the temporary file is fsynced, then renamed over `path`, then the directory is fsynced (a
 //     file system that cannot fsync a directory, EINVAL, is accepted; a failing directory fsync
 //     is the one failure after which `path` already holds the new content);
 //  3. on any failure (cannot create, write, fsync or rename; the writer callback throws) the
 //     temporary file is removed, `path` keeps its previous content (or stays absent), and an
 //     aiacc::IoError is thrown whose one-line what() names `path` and the reason ("cannot write
-//     'dir/x.json': cannot create temporary file 'dir/x.json.tmp.7.7': No such file or
-//     directory"). A writer's exception: an aiacc::Error other than IoError (a bad input, a
+//     'dir/x.json': cannot create temporary file 'dir/x.json.tmp.82ea5347-4026531836.7.7': No
+//     such file or directory"). A writer's exception: an aiacc::Error other than IoError (a bad input, a
 //     broken invariant) is rethrown unchanged; any other std::exception, IoError included,
 //     becomes an IoError "cannot write '<path>': <its what()>".
 // Two threads or processes may write the same path at once: each has its own temporary file and
@@ -39,5 +41,19 @@ void writeFileAtomicStream(const std::string& path, const std::function<void(std
 // torch::save, models::writeNamedTensors). The writer must create tmp_path; not creating it is a
 // failure. A directory the temporary file cannot be created in is reported before the writer runs.
 void writeFileAtomicByPath(const std::string& path, const std::function<void(const std::string& tmp_path)>& write);
+
+// What tells this process's pids apart from every other's in temporary file names: the first 8
+// hex digits of this boot's id and the inode of this process's pid namespace ("82ea5347-4026531836";
+// without /proc, the host's name). Letters, digits and '-' only.
+const std::string& tempFileTag();
+
+// Whether `name` (a file name, no folder) is named as a temporary file of the functions above
+// whose writer is gone: a process killed mid-write left it, and nothing will rename it. Only a
+// writer of this pid namespace can be known gone (its pid is looked up here); another host's or
+// container's file, in a folder they share, never is (its pid means nothing here). A name without
+// a tag (`<path>.tmp.<pid>.<tid>`, as earlier builds wrote them) counts as this namespace's.
+// False for this process's own files and for names of another form; the caller checks that the
+// part before ".tmp." is one of its own names.
+bool isOrphanedTempFile(const std::string& name);
 
 }  // namespace aiacc

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -256,18 +255,14 @@ Latest readLatest(const std::string& dir) {
   return {step, ""};
 }
 
-// Removes a temporary file a writer left when it was killed: "<name>.tmp.<pid>.<tid>" of one of
-// our names, whose process is gone.
+// Removes a temporary file of one of our names that a writer left when it was killed, if that
+// writer was a process of this host (common/atomic_file.h's isOrphanedTempFile).
 void removeIfDeadWritersTemp(const std::string& dir, const std::string& name) {
   const size_t at = name.find(".tmp.");
   if (at == std::string::npos) return;
   const std::string base = name.substr(0, at);
   if (base != kLatestName && !stepOfName(base, "ckpt") && !stepOfName(base, "manifest")) return;
-  const char* pid_text = name.c_str() + at + 5;
-  char* end = nullptr;
-  const long pid = std::strtol(pid_text, &end, 10);
-  if (end == pid_text || *end != '.' || pid <= 0 || pid == ::getpid()) return;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink(join(dir, name).c_str());
+  if (isOrphanedTempFile(name)) ::unlink(join(dir, name).c_str());
 }
 
 }  // namespace
@@ -297,6 +292,11 @@ bool pointLatestAt(const std::string& dir, int64_t step) {
     return false;
   writeFileAtomic(join(dir, kLatestName), checkpointPayloadName(step) + "\n");
   return true;
+}
+
+std::vector<int64_t> checkpointSteps(const std::string& dir) {
+  std::optional<Listing> listing = listDir(dir);
+  return listing ? std::move(listing->steps) : std::vector<int64_t>{};
 }
 
 std::string checkpointManifestName(int64_t step) {
@@ -398,6 +398,10 @@ void CheckpointDir::retain(int64_t newest_step) {
   std::string failed;
   int kept = 0;
   for (const int64_t step : listing->steps) {  // newest first
+    // A later step is not this writer's past: an earlier run's, or another writer's newer state
+    // (an elastic survivor one step behind rank 0). Counted, K of them left this run only the
+    // checkpoint it had just written.
+    if (step > newest_step) continue;
     if (step == newest_step || kept < options_.keep) {
       ++kept;
       continue;
@@ -438,7 +442,14 @@ std::optional<CheckpointFile> findNewestValid(const std::string& dir,
     say(strCat(join(dir, kLatestName), ": does not exist; choosing among ", listing->steps.size(),
                " checkpoints by step"));
   }
-  for (const int64_t step : listing->steps) {
+  // The steps before the one `latest` names first, newest first: a later one is an earlier run's
+  // (kept by retention, not this run's to resume) unless a crash came between its manifest and
+  // `latest`, which costs a step more only when `latest`'s own checkpoint is damaged as well.
+  std::vector<int64_t> order = listing->steps;
+  if (latest.step) {
+    std::stable_partition(order.begin(), order.end(), [&](int64_t step) { return step < *latest.step; });
+  }
+  for (const int64_t step : order) {
     if (step == latest.step) continue;
     Checked c = checkStep(dir, step);
     if (c.file) return std::move(c.file);

@@ -12,9 +12,9 @@
 //                                      size 4096                       (payload bytes, decimal)
 //                                      crc32c 1a2b3c4d                 (8 lowercase hex digits)
 //   DIR/latest                       one line: the payload's name ("step-000000001234.ckpt")
-//   DIR/*.tmp.<pid>.<tid>            a writer's temporary files (common/atomic_file.h); one left by
+//   DIR/*.tmp.<tag>.<pid>.<tid>      a writer's temporary files (common/atomic_file.h); one left by
 //                                    a killed process is ignored by readers, and removed by the next
-//                                    write once that process is gone
+//                                    write in its pid namespace once that process is gone
 // The checksum is CRC-32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and final
 // xor 0xFFFFFFFF; crc32c("123456789") == 0xe3069283), computed by common/crc32c.h.
 //
@@ -63,7 +63,9 @@ enum class CheckpointPhase {
 const char* phaseName(CheckpointPhase phase);  // "before-payload", "mid-payload", ...
 
 struct CheckpointDirOptions {
-  // Checkpoints kept (the newest by step, >= 1); the one `latest` names is never deleted.
+  // Checkpoints kept (>= 1): the one just written and the newest keep - 1 before it by step.
+  // Checkpoints of later steps than the one written are left alone and not counted (an earlier
+  // run's, in a folder a new run starts in; another writer's newer state).
   int keep = 3;
   // For tests: called on the writing thread at each phase of every write. It may throw (the
   // write fails as a full disk would: the exception's what() becomes the reason), block (a slow
@@ -92,12 +94,13 @@ class CheckpointDir {
   explicit CheckpointDir(std::string dir, CheckpointDirOptions options = {});
 
   // Saves `bytes` as checkpoint `step` (>= 0; an existing checkpoint of that step is replaced),
-  // points `latest` at it, then deletes all but the newest `keep`. Throws IoError with a one-line
-  // what() naming the step, the file and the reason ("checkpoint step 7 not saved in 'DIR': cannot
-  // write 'DIR/step-000000000007.ckpt': ...: No space left on device"); the previous `latest` and
-  // its checkpoint are then intact. CheckpointRetentionError (an IoError, "checkpoint step 7 saved,
-  // but old checkpoints not removed: ...") when only a retention delete failed: step 7 is saved.
-  // InputError for step < 0. Anything the fault hook throws becomes one of these too.
+  // points `latest` at it, then deletes the older ones past CheckpointDirOptions::keep. Throws
+  // IoError with a one-line what() naming the step, the file and the reason ("checkpoint step 7
+  // not saved in 'DIR': cannot write 'DIR/step-000000000007.ckpt': ...: No space left on
+  // device"); the previous `latest` and its checkpoint are then intact. CheckpointRetentionError
+  // (an IoError, "checkpoint step 7 saved, but old checkpoints not removed: ...") when only a
+  // retention delete failed: step 7 is saved. InputError for step < 0. Anything the fault hook
+  // throws becomes one of these too.
   void write(int64_t step, const std::string& bytes);
 
   const std::string& dir() const { return dir_; }
@@ -120,18 +123,24 @@ class CheckpointDir {
 // Throws IoError.
 bool pointLatestAt(const std::string& dir, int64_t step);
 
+// The steps `dir` holds a payload or a manifest of (valid or not), newest first; none when `dir`
+// is missing. Throws IoError when it cannot be listed.
+std::vector<int64_t> checkpointSteps(const std::string& dir);
+
 // "step-000000001234.ckpt" and "step-000000001234.manifest".
 std::string checkpointPayloadName(int64_t step);
 std::string checkpointManifestName(int64_t step);
 
 // The checkpoint to resume from: what `latest` names if it is valid, otherwise the newest valid one
-// by step among the others in `dir`. Valid: the manifest parses, names this step and payload, and
-// the payload has exactly the manifest's size and CRC-32C. Each checkpoint rejected on the way, and
-// a missing or unusable `latest` in a directory that holds checkpoints, is reported as one line
-// naming the file and why ("DIR/step-000000001234.ckpt: truncated: 1000 of 4096 bytes",
-// "DIR/latest: names step-000000000009.ckpt which does not exist"). Temporary files are ignored.
-// Returns nothing when no valid checkpoint exists, `dir` missing included (the caller reports a
-// fresh start). Throws IoError when `dir` exists but cannot be listed. `report` may be empty.
+// by step before it, otherwise the newest valid one after it (those are an earlier run's: see
+// CheckpointDirOptions::keep), and with no usable `latest`, the newest valid one by step. Valid:
+// the manifest parses, names this step and payload, and the payload has exactly the manifest's size
+// and CRC-32C. Each checkpoint rejected on the way, and a missing or unusable `latest` in a
+// directory that holds checkpoints, is reported as one line naming the file and why
+// ("DIR/step-000000001234.ckpt: truncated: 1000 of 4096 bytes", "DIR/latest: names
+// step-000000000009.ckpt which does not exist"). Temporary files are ignored. Returns nothing when
+// no valid checkpoint exists, `dir` missing included (the caller reports a fresh start). Throws
+// IoError when `dir` exists but cannot be listed. `report` may be empty.
 std::optional<CheckpointFile> findNewestValid(const std::string& dir,
                                               const std::function<void(const std::string& line)>& report);
 

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "aiacc/common/atomic_file.h"
 #include "aiacc/common/error.h"
 #include "tests/test_util.h"
 
@@ -210,6 +211,57 @@ TEST(CheckpointDir, RetentionKeepsTheNewestK) {
   EXPECT_EQ(f.file->step, 500);
 }
 
+// Checkpoints of later steps than the one written (an earlier run's, in the folder a new run
+// starts in) are neither deleted nor counted: the new run keeps its newest K (by step, it kept
+// only the one it had just written, and deleted it at its next write).
+TEST(CheckpointDir, RetentionLeavesLaterStepsAloneAndKeepsTheNewestKBeforeThem) {
+  test::TempDir d;
+  CheckpointDir(d.path()).write(999, bytesOf(10, 999));
+  CheckpointDir store(d.path(), CheckpointDirOptions{2, {}});
+  for (int64_t step = 1; step <= 5; ++step) store.write(step, bytesOf(100, step));
+  EXPECT_EQ(namesIn(d.path()), filesOf({4, 5, 999}));
+  EXPECT_EQ(checkpointSteps(d.path()), (std::vector<int64_t>{999, 5, 4}));
+  EXPECT_EQ(find(d.path()).file->step, 5);  // what `latest` names
+  store.write(1000, bytesOf(100, 1000));    // past it: 999 is this writer's past now
+  EXPECT_EQ(namesIn(d.path()), filesOf({999, 1000}));
+  EXPECT_EQ(checkpointSteps(d / "missing"), std::vector<int64_t>{});
+}
+
+// A writer killed mid-write leaves its temporary file; the next write removes it when that writer
+// was a process of this pid namespace and is gone, and never another host's or container's (a
+// folder they share: that pid means nothing here) nor a living writer's.
+TEST(CheckpointDir, AWriteRemovesOnlyThisNamespacesDeadWritersTemporaryFiles) {
+  test::TempDir d;
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string& tag = tempFileTag();
+  ASSERT_FALSE(tag.empty());
+  EXPECT_EQ(tag.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"),
+            std::string::npos)
+      << tag;
+  const std::string payload = checkpointPayloadName(8);
+  const std::string ours = strCat(payload, ".tmp.", tag, ".", dead, ".", dead);
+  const std::string older_build = strCat(checkpointManifestName(8), ".tmp.", dead, ".", dead);
+  const std::string elsewhere = strCat(payload, ".tmp.", tag, "x.", dead, ".", dead);
+  const std::string living = strCat(payload, ".tmp.", tag, ".", ::getppid(), ".1");
+  const std::string not_ours = strCat("notes.txt.tmp.", tag, ".", dead, ".", dead);
+  for (const std::string& name : {ours, older_build, elsewhere, living, not_ours}) test::writeText(d / name, "partial");
+  EXPECT_TRUE(isOrphanedTempFile(ours));
+  EXPECT_TRUE(isOrphanedTempFile(older_build));
+  EXPECT_FALSE(isOrphanedTempFile(elsewhere));
+  EXPECT_FALSE(isOrphanedTempFile(living));
+  EXPECT_FALSE(isOrphanedTempFile(strCat(payload, ".tmp.", tag, ".x.1")));
+  EXPECT_FALSE(isOrphanedTempFile(strCat(payload, ".tmp.", tag, ".4294967297.1")));  // past pid_t: not a pid
+  EXPECT_FALSE(isOrphanedTempFile(strCat(payload, ".tmp.a.b.", dead, ".1")));
+  CheckpointDir(d.path()).write(1, bytesOf(100, 1));
+  std::vector<std::string> expected = filesOf({1});
+  for (const std::string& name : {elsewhere, living, not_ours}) expected.push_back(name);
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(namesIn(d.path()), expected);
+}
+
 TEST(CheckpointDir, TruncatedNewestFallsBackToThePrevious) {
   test::TempDir d;
   CheckpointDir store(d.path());
@@ -257,6 +309,26 @@ TEST(CheckpointDir, BadLatestFallsBackToTheNewestByStep) {
   ASSERT_TRUE(f.file);
   EXPECT_EQ(f.file->step, 3);
   EXPECT_EQ(f.lines, std::vector<std::string>{d / "latest: does not exist; choosing among 3 checkpoints by step"});
+}
+
+// `latest`'s checkpoint damaged in a folder that also holds an earlier run's later step (kept by
+// retention): the fallback is this run's step before it, not the other run's by step.
+TEST(CheckpointDir, ADamagedLatestFallsBackToTheStepBeforeItBeforeAnyLaterOne) {
+  test::TempDir d;
+  CheckpointDir(d.path()).write(999, bytesOf(100, 999));
+  CheckpointDir store(d.path());
+  for (int64_t step : {4, 5}) store.write(step, bytesOf(100, step));
+  test::writeText(d / checkpointPayloadName(5), "torn");
+  Found f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 4);
+  ASSERT_EQ(f.lines.size(), 1u);
+  EXPECT_EQ(f.lines[0], d / "step-000000000005.ckpt: truncated: 4 of 100 bytes");
+  fs::remove(d / checkpointPayloadName(4));  // nothing before it: the later one, said on the way
+  f = find(d.path());
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.file->step, 999);
+  EXPECT_EQ(f.lines.size(), 2u);
 }
 
 // Every way a manifest can be wrong is one line naming the checkpoint; temporary files are ignored.

@@ -14,6 +14,7 @@
 #include <torch/cuda.h>
 
 #include "app/trainer.h"
+#include "aiacc/common/checkpoint_dir.h"
 #include "tests/comm_test_util.h"  // AIACC_SKIP_WITHOUT_GLOO
 #include "tests/json_util.h"
 #include "tests/test_util.h"
@@ -235,6 +236,28 @@ TEST(Cli, AmpWithoutBf16KernelsIsOneLineBeforeTraining) {
   EXPECT_NE(out.find("run without --amp", at), std::string::npos) << out;
   EXPECT_EQ(out.find("step 1"), std::string::npos) << "said before training\n" << out;
   EXPECT_EQ(std::count(out.begin() + static_cast<std::ptrdiff_t>(at), out.end(), '\n'), 1) << out;
+}
+
+// A run started afresh in a --checkpoint-dir that holds an earlier run's checkpoint of a later
+// step: rank 0 says so at the start, that checkpoint stays, and the run keeps its own newest
+// --keep-checkpoints (retention by step kept only the one just written: each epoch's checkpoint
+// deleted the one before).
+TEST(Cli, AnEarlierRunsLaterCheckpointIsSaidKeptAndNotCounted) {
+  test::TempDir d;
+  CheckpointDir(d / "ck").write(999, "an earlier run's checkpoint");
+  const auto [rc, out] = runTrain(strCat("--data synthetic --synthetic-images 16 --synthetic-classes 4 --arch resnet18 "
+                                         "--image-size 16 --batch-size 4 --epochs 3 --warmup-epochs 0 --threads 1 "
+                                         "--keep-checkpoints 2 --checkpoint-dir ",
+                                         d / "ck"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(strCat("--checkpoint-dir ", d / "ck",
+                            " holds 1 checkpoint(s) of later steps than this run's "
+                            "start at step 0 (the newest: step 999)")),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("(to go on from what `latest` names now instead: --resume auto"), std::string::npos) << out;
+  EXPECT_EQ(checkpointSteps(d / "ck"), (std::vector<int64_t>{999, 12, 8})) << out;
+  EXPECT_EQ(test::readText(d / "ck/latest"), checkpointPayloadName(12) + "\n");
 }
 
 // aiacc_bench, built beside aiacc_train.
