@@ -20,7 +20,6 @@
 #include "app/trainer.h"
 #include "app/training_state.h"
 #include "aiacc/common/checkpoint_dir.h"
-#include "aiacc/common/file_lock.h"
 #include "data/loader.h"
 #include "models/resnet.h"
 

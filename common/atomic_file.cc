@@ -164,14 +164,16 @@ const std::string& tempFileTag() {
     const ssize_t n = ::readlink("/proc/self/ns/pid", link, sizeof(link) - 1);  // "pid:[4026531836]"
     const std::string ns = n > 0 ? std::string(link, static_cast<size_t>(n)) : "";
     const size_t open = ns.find('['), close = ns.find(']');
+    std::string out;
     if (boot.size() >= 8 && open != std::string::npos && close != std::string::npos && close > open + 1) {
-      std::string out = boot.substr(0, 8) + "-" + ns.substr(open + 1, close - open - 1);
-      for (char& ch : out) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '-';
-      return out;
+      out = boot.substr(0, 8) + "-" + ns.substr(open + 1, close - open - 1);
+    } else {
+      char host[256] = {};  // no /proc: the host's name, which at least tells hosts apart
+      out = ::gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
     }
-    char host[256] = {};  // no /proc: the host's name, which at least tells hosts apart
-    std::string out = ::gethostname(host, sizeof(host) - 1) == 0 && host[0] ? host : "localhost";
-    for (char& ch : out) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+    for (char& ch : out) {  // (no dot: a temporary file's name is split at its dots)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-') ch = '_';
+    }
     return out;
   }();
   return tag;

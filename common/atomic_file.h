@@ -44,7 +44,7 @@ void writeFileAtomicByPath(const std::string& path, const std::function<void(con
 
 // What tells this process's pids apart from every other's in temporary file names: the first 8
 // hex digits of this boot's id and the inode of this process's pid namespace ("82ea5347-4026531836";
-// without /proc, the host's name). Letters, digits and '-' only.
+// without /proc, the host's name). Letters, digits, '-' and '_' only.
 const std::string& tempFileTag();
 
 // Whether `name` (a file name, no folder) is named as a temporary file of the functions above
