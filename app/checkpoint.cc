@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "app/checkpoint_legacy.h"
 #include "app/optim_state.h"
@@ -115,7 +116,8 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
   p.loss_scale_good_steps = num("loss_scale_good_steps");
   p.batches_in_epoch = num("batches_in_epoch");
   p.skipped_steps = num("skipped_steps");
-  p.checkpoint_failures = static_cast<int>(num("checkpoint_failures"));
+  p.checkpoint_failures = static_cast<int>(models::intIn(field(d, "checkpoint_failures", w), w + ".checkpoint_failures",
+                                                         0, std::numeric_limits<int>::max()));
   const c10::IValue evals = field(d, "evals", w);
   AIACC_CHECK_IO(evals.isTensor(), "training_state.evals is not a tensor");
   p.evals = evalsFrom(evals.toTensor());
@@ -146,9 +148,10 @@ TrainingState stateFrom(const c10::impl::GenericDict& d) {
     if (!tuned.isNone()) {
       const c10::impl::GenericDict t = models::dictOf(tuned, "training_state.comm_tuned");
       const std::string tw = "training_state.comm_tuned";
-      p.comm.tuned = comm::TuneConfig{models::realOf(field(t, "bucket_mb", tw), tw + ".bucket_mb"),
-                                      static_cast<int>(models::intOf(field(t, "channels", tw), tw + ".channels")),
-                                      models::boolOf(field(t, "two_level", tw), tw + ".two_level")};
+      p.comm.tuned = comm::TuneConfig{
+          models::realOf(field(t, "bucket_mb", tw), tw + ".bucket_mb"),
+          static_cast<int>(models::intIn(field(t, "channels", tw), tw + ".channels", 1, 16)),
+          models::boolOf(field(t, "two_level", tw), tw + ".two_level")};
     }
     p.comm.channel_weights = vectorOf<double>(field(d, "channel_weights", w), "training_state.channel_weights");
     p.comm.bucket_order = vectorOf<int64_t>(field(d, "bucket_order", w), "training_state.bucket_order");

@@ -4,6 +4,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "app/optim_state.h"
@@ -41,15 +42,22 @@ std::vector<EvalPoint> evalsFrom(const at::Tensor& t) {
   AIACC_CHECK_INPUT(t.dim() == 2 && t.size(1) == 7, "evaluation history of shape ", t.sizes());
   const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
   const double* v = c.data_ptr<double>();
+  // A count is a whole number from 0 to 2^53 (a double holds every integer up to there), checked
+  // before it becomes an int64 (a cast of anything else is undefined).
+  auto count = [](double x, const char* what) {
+    AIACC_CHECK_INPUT(x >= 0 && x <= 9007199254740992.0 && x == std::floor(x), "evaluation history: ", what, " ", x,
+                      " is not a count");
+    return static_cast<int64_t>(x);
+  };
   std::vector<EvalPoint> out(static_cast<size_t>(c.size(0)));
   for (EvalPoint& e : out) {
-    e.step = static_cast<int64_t>(v[0]);
+    e.step = count(v[0], "step");
     e.epoch = v[1];
     e.seconds = v[2];
     e.top1 = v[3];
     e.top5 = v[4];
     e.loss = v[5];
-    e.images = static_cast<int64_t>(v[6]);
+    e.images = count(v[6], "images");
     v += 7;
   }
   return out;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "aiacc/common/error.h"
+#include "aiacc/common/parse_number.h"
 
 namespace aiacc::app {
 
@@ -47,14 +48,16 @@ std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, 
   while (std::getline(ss, item, ',')) {
     const auto colon = item.find(':');
     Stage s;
-    try {
-      AIACC_CHECK_INPUT(colon != std::string::npos, "");
-      s.start_epoch = std::stoi(item.substr(0, colon));
-      s.image_size = std::stoi(item.substr(colon + 1));
-    } catch (const std::exception&) {
-      AIACC_THROW(InputError, "--resize-schedule '", spec,
-                  "' is malformed: expected EPOCH:SIZE[,EPOCH:SIZE...], e.g. 0:128,10:192,14:224");
-    }
+    const std::optional<int> epoch = colon == std::string::npos
+                                         ? std::nullopt
+                                         : parseInteger<int>(std::string_view(item).substr(0, colon));
+    const std::optional<int> size = colon == std::string::npos
+                                        ? std::nullopt
+                                        : parseInteger<int>(std::string_view(item).substr(colon + 1));
+    AIACC_CHECK_INPUT(epoch && size, "--resize-schedule '", spec,
+                      "' is malformed: expected EPOCH:SIZE[,EPOCH:SIZE...], e.g. 0:128,10:192,14:224");
+    s.start_epoch = *epoch;
+    s.image_size = *size;
     AIACC_CHECK_INPUT(s.image_size >= 16, "--resize-schedule: image size ", s.image_size, " too small");
     AIACC_CHECK_INPUT(stages.empty() ? s.start_epoch == 0 : s.start_epoch > stages.back().start_epoch,
                       "--resize-schedule '", spec, "': epochs must start at 0 and increase");

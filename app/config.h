@@ -43,8 +43,9 @@ struct Config {
   // Data
   std::string data;  // ImageNet-layout folder, or "synthetic"
   int workers = 2;
-  int jpeg_index_mb = 1024;      // per loader; 0: no JPEG entropy indexes
-  bool libjpeg_huffman = false;  // libjpeg-turbo's Huffman decoder instead of aiacc's
+  int jpeg_index_mb = 1024;                                 // per loader; 0: no JPEG entropy indexes
+  int64_t max_image_pixels = data::kDefaultMaxImagePixels;  // larger images: a counted skip
+  bool libjpeg_huffman = false;                             // libjpeg-turbo's Huffman decoder instead of aiacc's
   int prefetch = 4;
   double scale_max = 1.0, ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double crop_fraction = 0.875;

@@ -16,6 +16,7 @@
 #include "app/launch_env.h"
 #include "aiacc/comm/store.h"
 #include "aiacc/common/error.h"
+#include "aiacc/common/parse_number.h"
 
 namespace aiacc::app {
 namespace {
@@ -35,8 +36,9 @@ std::vector<int> lostRanksIn(const std::string& message) {
   static const std::regex gone(R"(rank (\d+) (died|stopped responding))");
   std::vector<int> out;
   for (std::sregex_iterator it(message.begin(), message.end(), gone), end; it != end; ++it) {
-    const int r = std::stoi((*it)[1].str());
-    if (std::find(out.begin(), out.end(), r) == out.end()) out.push_back(r);
+    const std::optional<int> r = parseInteger<int>((*it)[1].str());
+    if (!r) continue;  // (digits past int's range: no rank of a job)
+    if (std::find(out.begin(), out.end(), *r) == out.end()) out.push_back(*r);
   }
   return out;
 }

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "aiacc/common/error.h"
+#include "aiacc/common/parse_number.h"
 #include "aiacc/common/shortest_double.h"
 
 DECLARE_int32(gpus);            // app/flags_dist.cc
@@ -36,6 +37,11 @@ DEFINE_int32(jpeg_index_mb, 1024,
              "1.07x at 224 in scripts/bench_data.sh, the first epoch about as fast as without). Files past the budget, "
              "progressive JPEGs and JPEGs with "
              "restart markers decode without. 0: off");
+DEFINE_int64(max_image_pixels, aiacc::data::kDefaultMaxImagePixels,
+             "the largest image decoded, in pixels (width x height, read from the file's header): a larger "
+             "one, or a JPEG claiming more 8x8 blocks than its file has bits, is skipped and counted as a bad "
+             "image before any memory is spent on it (decompression bombs). The default is where PIL refuses "
+             "(2 x Image.MAX_IMAGE_PIXELS)");
 DEFINE_bool(libjpeg_huffman, false,
             "entropy-decode JPEGs with libjpeg-turbo's own Huffman decoder instead of "
             "aiacc's (data/entropy_hook.h: the same pixels, about 1.3x faster crop decoding at 128 px); for "
@@ -249,13 +255,16 @@ std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {
         const auto eq = kv.find('=');
         AIACC_CHECK_INPUT(eq != std::string::npos, where, ": '", kv, "' is not key=value");
         const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-        try {
-          if (k == "size") s.image_size = std::stoi(v);
-          else if (k == "batch") s.batch_size = std::stoi(v);
-          else if (k == "scale") s.scale_min = std::stod(v);
-          else AIACC_THROW(InputError, where, ": unknown stage key '", k, "' (size, batch, scale)");
-        } catch (const std::invalid_argument&) {
-          AIACC_THROW(InputError, where, ": bad number '", v, "'");
+        if (k == "size" || k == "batch") {
+          const std::optional<int> n = parseInteger<int>(v);
+          AIACC_CHECK_INPUT(n && *n >= 1, where, ": ", k, "=", v, " is not a whole number from 1 to 2^31-1");
+          (k == "size" ? s.image_size : s.batch_size) = *n;
+        } else if (k == "scale") {
+          const std::optional<double> x = parseFinite(v);
+          AIACC_CHECK_INPUT(x && *x > 0 && *x <= 1, where, ": scale=", v, " is not a number in (0, 1]");
+          s.scale_min = *x;
+        } else {
+          AIACC_THROW(InputError, where, ": unknown stage key '", k, "' (size, batch, scale)");
         }
       }
       AIACC_CHECK_INPUT(stages.empty() ? s.start_epoch == 0 : s.start_epoch > stages.back().start_epoch, where,
@@ -322,6 +331,9 @@ Config configFromFlags(const Recipe& recipe) {
   c.prefetch = FLAGS_prefetch;
   AIACC_CHECK_INPUT(FLAGS_jpeg_index_mb >= 0, "--jpeg-index-mb must be 0 or more (got ", FLAGS_jpeg_index_mb, ")");
   c.jpeg_index_mb = FLAGS_jpeg_index_mb;
+  AIACC_CHECK_INPUT(FLAGS_max_image_pixels >= 1, "--max-image-pixels must be 1 or more (got ", FLAGS_max_image_pixels,
+                    ")");
+  c.max_image_pixels = FLAGS_max_image_pixels;
   c.libjpeg_huffman = FLAGS_libjpeg_huffman;
   c.scale_max = FLAGS_max_scale;
   c.ratio_min = FLAGS_min_ratio;
@@ -360,11 +372,9 @@ Config configFromFlags(const Recipe& recipe) {
     std::stringstream ss(FLAGS_lr_step_epochs);
     std::string item;
     while (std::getline(ss, item, ',')) {
-      try {
-        c.lr_step_epochs.push_back(std::stoi(item));
-      } catch (const std::exception&) {
-        AIACC_THROW(InputError, "--lr-step-epochs '", FLAGS_lr_step_epochs, "' is not a list of epochs");
-      }
+      const std::optional<int> epoch = parseInteger<int>(trim(item));
+      AIACC_CHECK_INPUT(epoch && *epoch >= 0, "--lr-step-epochs '", FLAGS_lr_step_epochs, "' is not a list of epochs");
+      c.lr_step_epochs.push_back(*epoch);
     }
   }
   c.lr_step_gamma = FLAGS_lr_step_gamma;

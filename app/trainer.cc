@@ -106,6 +106,7 @@ void Trainer::State::setupData() {
   lo.workers = cfg.workers;
   lo.prefetch = cfg.prefetch;
   lo.jpeg_index_bytes = static_cast<size_t>(cfg.jpeg_index_mb) << 20;
+  lo.max_image_pixels = cfg.max_image_pixels;
   lo.huffman = cfg.libjpeg_huffman ? data::HuffmanDecoder::kLibjpegTurbo : data::huffmanTakeover().decoder();
   lo.crop.scale_max = cfg.scale_max;
   lo.crop.ratio_min = cfg.ratio_min;

@@ -13,6 +13,7 @@
 #include "app/trainer_state.h"
 #include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/common/error.h"
+#include "aiacc/common/parse_number.h"
 
 namespace aiacc::app {
 std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSettings() const {
@@ -70,7 +71,11 @@ void Trainer::State::resume() {
     // An elastic job resumes in whatever world its generation has (a node that did not come
     // back): the rest of the epoch is shared out among the ranks there are, as a regroup does.
     const auto ck_world = written("world size");
-    const int written_world = ck_world == pos.settings.end() ? world : std::stoi(ck_world->second);
+    const std::optional<int> ck_world_n = ck_world == pos.settings.end() ? std::optional<int>(world)
+                                                                         : parseInteger<int>(ck_world->second);
+    AIACC_CHECK_INPUT(ck_world_n && *ck_world_n >= 1, "cannot resume from '", path, "': its world size '",
+                      ck_world->second, "' is not a number of ranks");
+    const int written_world = *ck_world_n;
     const bool reshard = elastic && written_world != world;
     for (const auto& [name, value] : continuationSettings()) {
       if (reshard && (name == "world size" || name == "steps per epoch")) continue;

@@ -18,6 +18,7 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <opencv2/core.hpp>
@@ -80,6 +81,39 @@ bool hasEndOfImage(const uint8_t* data, size_t size) {
   return false;
 }
 
+// The pixel-count bound of decodeCrop (decode.h: kDefaultMaxImagePixels).
+void checkPixels(int64_t width, int64_t height, int64_t max_pixels) {
+  if (width * height > max_pixels) {
+    throw DecodeError(strCat("image of ", width, "x", height, " pixels, above the limit of ", max_pixels,
+                             " (--max-image-pixels): a decompression bomb?"));
+  }
+}
+
+// Both bounds on a JPEG whose header libjpeg-turbo read (decode.h: kDefaultMaxImagePixels).
+void checkJpegClaim(const jpeg_decompress_struct& cinfo, size_t size, int64_t max_pixels) {
+  checkPixels(cinfo.image_width, cinfo.image_height, max_pixels);
+  if (cinfo.arith_code) return;
+  int64_t blocks = 0;
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const jpeg_component_info& comp = cinfo.comp_info[c];
+    blocks += static_cast<int64_t>(comp.width_in_blocks) * comp.height_in_blocks;
+  }
+  if (blocks > 8 * static_cast<int64_t>(size)) {
+    throw DecodeError(strCat("JPEG claims ", cinfo.image_width, "x", cinfo.image_height, " pixels (", blocks,
+                             " blocks) in ", size, " bytes: truncated or crafted"));
+  }
+}
+
+// A PNG's width and height from its IHDR chunk; {0, 0} when data is not a PNG.
+std::pair<int64_t, int64_t> pngDimensions(const uint8_t* data, size_t size) {
+  static const uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (size < 24 || std::memcmp(data, kSignature, 8) != 0 || std::memcmp(data + 12, "IHDR", 4) != 0) return {0, 0};
+  auto be32 = [](const uint8_t* p) {
+    return static_cast<int64_t>(p[0]) << 24 | static_cast<int64_t>(p[1]) << 16 | static_cast<int64_t>(p[2]) << 8 | p[3];
+  };
+  return {be32(data + 16), be32(data + 20)};
+}
+
 Box clampBox(Box b, int width, int height) {
   b.x = std::clamp(b.x, 0, std::max(0, width - 1));
   b.y = std::clamp(b.y, 0, std::max(0, height - 1));
@@ -88,11 +122,16 @@ Box clampBox(Box b, int width, int height) {
   return b;
 }
 
-DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& pick, const char* why) {
+DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& pick, const char* why,
+                           int64_t max_pixels) {
 #ifdef AIACC_HAVE_IMGCODECS
+  const auto [png_w, png_h] = pngDimensions(data, size);
+  checkPixels(png_w, png_h, max_pixels);
+  AIACC_CHECK(size <= static_cast<size_t>(std::numeric_limits<int>::max()), "an image file of ", size, " bytes");
   cv::Mat encoded(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
   cv::Mat bgr = cv::imdecode(encoded, cv::IMREAD_COLOR);
   if (bgr.empty()) throw DecodeError(strCat("not a decodable image (", why, ")"));
+  checkPixels(bgr.cols, bgr.rows, max_pixels);
   DecodedCrop out;
   out.path = DecodePath::kFallback;
   out.orig_width = bgr.cols;
@@ -108,6 +147,7 @@ DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& p
   (void)data;
   (void)size;
   (void)pick;
+  (void)max_pixels;
   throw DecodeError(strCat("cannot decode (", why, "; built without OpenCV imgcodecs)"));
 #endif
 }
@@ -148,7 +188,7 @@ enum class BoxResult { kDone, kCmyk, kRetryWithLibjpegHuffman };
 // seek: the file's index, for our decoder (path kJpegIndex when it takes it).
 BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
                             const CropPicker* pick, int out_w, int out_h, bool packed, bool own_entropy,
-                            IndexBuild* build, const JpegIndex* seek) {
+                            IndexBuild* build, const JpegIndex* seek, int64_t max_pixels) {
   Decompressor d;
   jpeg_decompress_struct& cinfo = d.cinfo;
   thread_local std::vector<uint8_t> row;
@@ -157,6 +197,7 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
   }
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  checkJpegClaim(cinfo, size, max_pixels);
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) return BoxResult::kCmyk;
   if (pick) {  // the box is chosen here, from the header's size
     const int W = static_cast<int>(cinfo.image_width);
@@ -246,14 +287,15 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
 // decodeJpegBoxOnce with our Huffman decoder (own), and again with libjpeg-turbo's where ours found
 // the data invalid (same box and scale). Returns false for CMYK/YCCK data.
 bool decodeJpegBox(const uint8_t* data, size_t size, const Box& box, int scale, DecodedCrop& out,
-                   const CropPicker* pick, int out_w, int out_h, bool packed, bool own, IndexBuild* build = nullptr,
-                   const JpegIndex* seek = nullptr) {
-  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, own, build, seek);
+                   const CropPicker* pick, int out_w, int out_h, bool packed, bool own, int64_t max_pixels,
+                   IndexBuild* build = nullptr, const JpegIndex* seek = nullptr) {
+  const BoxResult r = decodeJpegBoxOnce(data, size, box, scale, out, pick, out_w, out_h, packed, own, build, seek,
+                                        max_pixels);
   if (r != BoxResult::kRetryWithLibjpegHuffman) return r == BoxResult::kDone;
   const Box chosen = pick ? out.box : box;
   const int n = pick ? out.scale_num : scale;
-  return decodeJpegBoxOnce(data, size, chosen, n, out, nullptr, out_w, out_h, packed, false, nullptr, nullptr) ==
-         BoxResult::kDone;
+  return decodeJpegBoxOnce(data, size, chosen, n, out, nullptr, out_w, out_h, packed, false, nullptr, nullptr,
+                           max_pixels) == BoxResult::kDone;
 }
 
 }  // namespace
@@ -262,13 +304,14 @@ IndexBuild::IndexBuild() = default;
 IndexBuild::~IndexBuild() = default;
 
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w, int out_h,
-                       const JpegIndex* index, bool packed, IndexBuild* build, HuffmanDecoder huffman) {
+                       const JpegIndex* index, bool packed, IndexBuild* build, HuffmanDecoder huffman,
+                       int64_t max_pixels) {
   if (build) {
     build->index.reset();
     build->deferred = false;
   }
   if (size == 0) throw DecodeError("empty (zero-byte) file");
-  if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG");
+  if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG", max_pixels);
   if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
   DecodedCrop out;
   const bool own = useAiaccHuffman(huffman);
@@ -276,11 +319,14 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
   if (indexed && own) {
     // Our decoder seeks through the index: the MCUs whose coefficients are not used are not
     // touched at all (no extract needed).
-    if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, true, nullptr, index)) return out;
-    return decodeFallback(data, size, pick, "CMYK JPEG");
+    if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, true, max_pixels, nullptr, index)) {
+      return out;
+    }
+    return decodeFallback(data, size, pick, "CMYK JPEG", max_pixels);
   }
   if (indexed) {  // libjpeg-turbo's decoder: from an extract
     const int W = index->width(), H = index->height();
+    checkPixels(W, H, max_pixels);
     out.orig_width = W;
     out.orig_height = H;
     out.box = clampBox(pick(W, H), W, H);
@@ -301,7 +347,8 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     if (index->extract(data, size, r0, r1, c0, c1, piece)) {
       const Box inside{b.x - c0 * mw, b.y - r0 * mh, b.w, b.h};
       try {
-        if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h, packed, false)) {
+        if (decodeJpegBox(piece.data(), piece.size(), inside, n, out, nullptr, out_w, out_h, packed, false,
+                          max_pixels)) {
           out.path = DecodePath::kJpegIndex;
           return out;
         }
@@ -313,10 +360,10 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     // with the box already chosen.
     const Box chosen = out.box;
     const CropPicker again = [chosen](int, int) { return chosen; };
-    if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h, packed, false)) return out;
-    return decodeFallback(data, size, again, "CMYK JPEG");
+    if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h, packed, false, max_pixels)) return out;
+    return decodeFallback(data, size, again, "CMYK JPEG", max_pixels);
   }
-  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, own, build)) {
+  if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, own, max_pixels, build)) {
     // Not built along (libjpeg-turbo's decoder did the work, or the file is not indexable):
     // a walk of its own.
     if (build && !build->index && !build->deferred) {
@@ -324,7 +371,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     }
     return out;
   }
-  return decodeFallback(data, size, pick, "CMYK JPEG");  // the picker was not called yet
+  return decodeFallback(data, size, pick, "CMYK JPEG", max_pixels);  // the picker was not called yet
 }
 
 int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
@@ -334,6 +381,7 @@ int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
   if (setjmp(d.err.jump)) throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  checkJpegClaim(cinfo, size, kDefaultMaxImagePixels);
   cinfo.scale_num = 1;
   cinfo.scale_denom = 8;
   jpeg_start_decompress(&cinfo);

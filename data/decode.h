@@ -95,15 +95,30 @@ struct IndexBuild {
 // An output size for decodeCrop that no DCT scale reaches: the crop decodes at full size.
 inline constexpr int kFullResolution = 1 << 30;
 
+// Decompression bombs. decodeCrop refuses with a DecodeError (the loader's counted skip), before
+// it allocates anything for pixels, an image whose header claims
+//   - more than max_pixels pixels (width x height): by default PIL's own refusal point,
+//     2 x Image.MAX_IMAGE_PIXELS = 178,956,970 (aiacc_train --max-image-pixels sets it);
+//   - or, for a Huffman-coded JPEG, more 8x8 blocks than its file has bits: every block codes its
+//     DC difference in one bit at least, so such a file is truncated or crafted (a 677-byte file
+//     claiming 30000 x 30000 pixels). Arithmetic-coded JPEGs, which can code a block in less,
+//     are bounded by max_pixels alone; so are the other formats (PNG's header is read first;
+//     the rest only after OpenCV decoded them, within OpenCV's own 2^30-pixel limit).
+// So a hostile JPEG of N bytes decodes at most 8N blocks, what a valid file of N bytes at the
+// densest possible coding costs, and a larger claim costs nothing.
+inline constexpr int64_t kDefaultMaxImagePixels = 178956970;
+
 // Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.
 // With an index of the file (data/jpeg_index.h), only the crop's MCUs (plus a margin) are
 // entropy-decoded, from a small extract of the file; the pixels are the same (path kJpegIndex).
 // packed = false allows a strided crop (RgbImage::stride), which saves a copy of every row.
 // build (optional, without index): also builds the file's index.
 // huffman: whose Huffman decoder (see HuffmanDecoder); the pixels are the same either way.
+// max_pixels: the largest image it decodes (see kDefaultMaxImagePixels).
 DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick, int out_w, int out_h,
                        const JpegIndex* index = nullptr, bool packed = true, IndexBuild* build = nullptr,
-                       HuffmanDecoder huffman = HuffmanDecoder::kProcessDefault);
+                       HuffmanDecoder huffman = HuffmanDecoder::kProcessDefault,
+                       int64_t max_pixels = kDefaultMaxImagePixels);
 
 // Decodes the whole image at full size (tests, tools).
 RgbImage decodeFull(const uint8_t* data, size_t size);

@@ -5,8 +5,15 @@
 namespace aiacc::data::jpeg {
 
 bool Huffman::build(const uint8_t* bits, const uint8_t* symbols) {
+  // Validated before anything is written: the counts must form a prefix code (Kraft: at most
+  // 2^l codes of length <= l), else the fast table's fill below would run past its 512 entries.
   int n = 0;
-  for (int l = 1; l <= 16; ++l) n += bits[l - 1];
+  int64_t room = 1;  // codes still free at length l
+  for (int l = 1; l <= 16; ++l) {
+    room = 2 * room - bits[l - 1];
+    if (room < 0) return false;  // over-subscribed: not a prefix code
+    n += bits[l - 1];
+  }
   if (n > 256) return false;
   std::copy(bits, bits + 16, counts.begin());
   nsym = n;
@@ -27,7 +34,6 @@ bool Huffman::build(const uint8_t* bits, const uint8_t* symbols) {
       }
     }
     maxcode[l] = bits[l - 1] ? c - 1 : -1;
-    if (c > (1 << l)) return false;  // over-subscribed: not a prefix code
     c <<= 1;
   }
   maxcode[17] = 0x7fffffff;

@@ -187,7 +187,7 @@ Batch ImageLoader::buildBatch(int64_t k) {
       // Without DCT scaling, an output size no scale reaches: the crop decodes at full size.
       const int decode_for = dctScaling(opt_.resize) ? S : kFullResolution;
       DecodedCrop dc = decodeCrop(bytes.data(), bytes.size(), pick, decode_for, decode_for, ix, /*packed=*/false,
-                                  build_index ? &build : nullptr, opt_.huffman);
+                                  build_index ? &build : nullptr, opt_.huffman, opt_.max_image_pixels);
       if (build_index && !build.deferred) jpeg_index_->offer(static_cast<size_t>(idx), std::move(build.index));
       std::optional<SampleWindow> window;
       if (val_crop) {  // in the decoded crop's pixels (a DCT-scaled crop is smaller than its box)

@@ -125,6 +125,8 @@ struct LoaderOptions {
   // Memory for JPEG entropy indexes (data/jpeg_index.h), built as files are first decoded; after
   // that, only each crop's MCUs are entropy-decoded. 0: no indexes.
   size_t jpeg_index_bytes = 0;
+  // The largest image decoded (data/decode.h: kDefaultMaxImagePixels); a larger one is a counted skip.
+  int64_t max_image_pixels = kDefaultMaxImagePixels;
   // startEpoch touches the epoch's batch buffers (as many as can be in flight) before the workers
   // start, so their first-touch page faults fall there rather than in the first batches
   // (aiacc_bench data's timed passes).

@@ -26,10 +26,23 @@ struct Global {
 struct Opaque {
   std::string type;
 };
-struct Obj;
-using Tuple = std::vector<Obj>;
+struct Tuple;
 struct Obj {
   std::variant<c10::IValue, Global, std::shared_ptr<Tuple>, Opaque> v;
+};
+
+// A value's shape, for the bounds in torch_unpickler.h: how deep containers nest in it and how
+// many values it holds with every shared part counted each time it appears (what a walk over
+// it visits).
+struct Shape {
+  int height = 0;      // 0 for a leaf, 1 + the deepest item's height for a container
+  uint64_t nodes = 1;  // itself and its items' nodes
+};
+
+// A tuple is immutable: its items were complete when it was made, so its shape is known then.
+struct Tuple {
+  std::vector<Obj> items;
+  Shape shape;
 };
 
 const std::map<std::string, at::ScalarType>& storageTypes() {
@@ -50,12 +63,12 @@ const std::map<std::string, at::ScalarType>& storageTypes() {
   return types;
 }
 
-// Deeper nesting than any torch.save file has: a crafted pickle cannot exhaust the C++ stack.
-constexpr int kMaxDepth = 1000;
+constexpr int kMaxDepth = kMaxPickleDepth;
 
 class Machine {
  public:
-  Machine(std::string_view in, const StorageLoader& load) : in_(in), load_(load) {}
+  Machine(std::string_view in, const StorageLoader& load)
+      : in_(in), load_(load), max_nodes_(static_cast<uint64_t>(in.size()) + kPickleNodeSlack) {}
 
   Unpickled run() {
     while (true) {
@@ -133,11 +146,58 @@ class Machine {
     return items;
   }
   void push(c10::IValue v) { stack_.push_back(Obj{std::move(v)}); }
-  void pushTuple(std::vector<Obj> items) { stack_.push_back(Obj{std::make_shared<Tuple>(std::move(items))}); }
+  // A new, empty list or dict: its shape is tracked from here (containers_).
+  void pushContainer(c10::IValue v) {
+    containers_[v.internalToPointer()] = Container{};  // (a freed one's address may come again)
+    push(std::move(v));
+  }
+  void pushTuple(std::vector<Obj> items) {
+    auto t = std::make_shared<Tuple>();
+    for (const Obj& item : items) grow(t->shape, adopt(item, nullptr));
+    t->items = std::move(items);
+    stack_.push_back(Obj{std::move(t)});
+  }
   std::shared_ptr<Tuple> tupleOf(Obj o) {
     auto* t = std::get_if<std::shared_ptr<Tuple>>(&o.v);
     check(t != nullptr, "expected a tuple of arguments");
     return *t;
+  }
+
+  // The bookkeeping behind the bounds (torch_unpickler.h). A list or dict is frozen once it is an
+  // item of another value: nothing is added to it afterwards (torch.save, like every pickler,
+  // fills a container before it uses it), so its shape is final when it is adopted, a parent's
+  // shape follows from its items' without walking anything, and no value can contain itself.
+  struct Container {
+    Shape shape;
+    bool frozen = false;
+  };
+  // The shape of `item`, frozen from now on as an item of `parent` (a list or dict; null: a tuple
+  // being made).
+  Shape adopt(const Obj& item, const void* parent) {
+    if (const auto* t = std::get_if<std::shared_ptr<Tuple>>(&item.v)) return (*t)->shape;
+    const auto* v = std::get_if<c10::IValue>(&item.v);
+    if (!v || !(v->isList() || v->isGenericDict())) return Shape{};
+    const void* p = v->internalToPointer();
+    check(p != parent, "a list or dict made an item of itself");
+    const auto it = containers_.find(p);
+    check(it != containers_.end(), "a list or dict the pickle did not make");
+    it->second.frozen = true;
+    return it->second.shape;
+  }
+  // Adds an item's shape to a container's, within the bounds.
+  void grow(Shape& shape, const Shape& item) {
+    check(item.height < kMaxDepth, "values nested more than ", kMaxDepth, " deep");
+    shape.height = std::max(shape.height, item.height + 1);
+    shape.nodes += item.nodes;
+    check(shape.nodes <= max_nodes_, "a value of more than ", max_nodes_,
+          " items with its shared parts counted each time (the pickle's bytes + ", kPickleNodeSlack, ")");
+  }
+  // The tracked record of the list or dict `target` that items are added to; refused once frozen.
+  Container& growing(const c10::IValue& target) {
+    const auto it = containers_.find(target.internalToPointer());
+    check(it != containers_.end(), "a list or dict the pickle did not make");
+    check(!it->second.frozen, "items added to a list or dict that is already an item of another value");
+    return it->second;
   }
   const c10::IValue& ivalue(const Obj& o, const char* what) {
     const auto* v = std::get_if<c10::IValue>(&o.v);
@@ -145,13 +205,21 @@ class Machine {
     return *v;
   }
 
-  c10::IValue toIValue(const Obj& o, int depth = 0) {
+  // The IValue of o. A tuple is converted once, however many times the pickle refers to it, so
+  // that shared tuples stay shared (copies of them could grow as 2^depth); its height is bounded
+  // (pushTuple), and so is this recursion.
+  c10::IValue toIValue(const Obj& o) {
     if (const auto* v = std::get_if<c10::IValue>(&o.v)) return *v;
     if (const auto* t = std::get_if<std::shared_ptr<Tuple>>(&o.v)) {
-      check(depth < kMaxDepth, "tuples nested more than ", kMaxDepth, " deep");
+      const auto done = tuples_.find(t->get());
+      if (done != tuples_.end()) return done->second;
       std::vector<c10::IValue> items;
-      for (const Obj& e : **t) items.push_back(toIValue(e, depth + 1));
-      return c10::ivalue::Tuple::create(std::move(items));
+      items.reserve((*t)->items.size());
+      for (const Obj& e : (*t)->items) items.push_back(toIValue(e));
+      c10::IValue tuple = c10::ivalue::Tuple::create(std::move(items));
+      tuples_.emplace(t->get(), tuple);
+      keep_.push_back(*t);  // the key's address stays this tuple's
+      return tuple;
     }
     const std::string type = std::holds_alternative<Global>(o.v) ? "class " + std::get<Global>(o.v).name
                                                                  : std::get<Opaque>(o.v).type;
@@ -168,8 +236,16 @@ class Machine {
       check(target.isNone(), "items set in a ", target.tagKind());
       return;  // an opaque object's items
     }
+    Container& c = growing(target);
     c10::impl::GenericDict dict = target.toGenericDict();
-    for (size_t i = 0; i < items.size(); i += 2) dict.insert_or_assign(toIValue(items[i]), toIValue(items[i + 1]));
+    for (size_t i = 0; i < items.size(); i += 2) {
+      grow(c.shape, adopt(items[i], target.internalToPointer()));
+      grow(c.shape, adopt(items[i + 1], target.internalToPointer()));
+      c10::IValue key = toIValue(items[i]);
+      check(key.isString() || key.isInt() || key.isBool() || key.isDouble() || key.isTensor(), "a dict key that is a ",
+            key.tagKind(), " (keys are strings, numbers or tensors)");
+      dict.insert_or_assign(std::move(key), toIValue(items[i + 1]));
+    }
   }
   void append(std::vector<Obj> items) {
     const c10::IValue& target = ivalue(top(), "a list to append to");
@@ -177,13 +253,17 @@ class Machine {
       check(target.isNone(), "items appended to a ", target.tagKind());
       return;
     }
+    Container& c = growing(target);
     c10::List<c10::IValue> list = target.toList();
-    for (const Obj& o : items) list.push_back(toIValue(o));
+    for (const Obj& o : items) {
+      grow(c.shape, adopt(o, target.internalToPointer()));
+      list.push_back(toIValue(o));
+    }
   }
 
   std::vector<int64_t> ints(const Obj& o, const char* what) {
     std::vector<int64_t> out;
-    for (const Obj& e : *tupleOf(o)) {
+    for (const Obj& e : tupleOf(o)->items) {
       const c10::IValue& v = ivalue(e, what);
       check(v.isInt(), what, " holds a ", v.tagKind());
       out.push_back(v.toInt());
@@ -192,8 +272,8 @@ class Machine {
   }
 
   // torch._utils._rebuild_tensor(_v2)(storage, offset, size, stride, ...): a view of the storage,
-  // checked to lie inside it.
-  at::Tensor rebuildTensor(const Tuple& args) {
+  // checked to lie inside it and to overlap nowhere (torch_unpickler.h).
+  at::Tensor rebuildTensor(const std::vector<Obj>& args) {
     check(args.size() >= 4, "a tensor rebuilt from ", args.size(), " arguments");
     const c10::IValue& storage = ivalue(args[0], "a storage");
     check(storage.isTensor(), "a tensor rebuilt from a ", storage.tagKind(), ", not a storage");
@@ -203,20 +283,36 @@ class Machine {
     const std::vector<int64_t> size = ints(args[2], "a tensor's size"), stride = ints(args[3], "a tensor's stride");
     check(size.size() == stride.size(), "a tensor of ", size.size(), " sizes and ", stride.size(), " strides");
     const at::Tensor& s = storage.toTensor();
-    int64_t last = offset;
-    bool empty = false;
+    check(offset >= 0, "a tensor at a negative offset");
+    check(size.size() <= 64, "a tensor of ", size.size(), " dimensions");
+    // Dimensions of more than one element, by stride: each must step over the whole extent of
+    // those inside it, else two indexes share an element. All in overflow-checked arithmetic.
+    std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
     for (size_t i = 0; i < size.size(); ++i) {
       check(size[i] >= 0 && stride[i] >= 0, "a negative size or stride");
-      if (size[i] == 0) empty = true;
-      last += (size[i] - 1) * stride[i];
+      if (size[i] == 0) return s.as_strided(size, stride, offset);  // no element
+      if (size[i] > 1) dims.emplace_back(stride[i], size[i]);
     }
-    check(offset >= 0 && (empty || last < s.numel()), "a tensor reaching past its storage of ", s.numel(), " elements");
+    std::sort(dims.begin(), dims.end());
+    int64_t extent = 1;  // elements from the first to one past the last, of the dimensions so far
+    for (const auto& [st, n] : dims) {
+      check(st >= extent, "a tensor whose elements overlap (stride ", st, " over ", n,
+            " elements; a broadcast or expanded view), which a saved state cannot hold");
+      int64_t span;
+      check(!__builtin_mul_overflow(n - 1, st, &span) && !__builtin_add_overflow(span, int64_t{1}, &extent),
+            "a tensor reaching past 2^63 elements");
+    }
+    int64_t end;
+    check(!__builtin_add_overflow(offset, extent, &end) && end <= s.numel(), "a tensor reaching past its storage of ",
+          s.numel(), " elements");
     return s.as_strided(size, stride, offset);
   }
 
-  Obj call(const std::string& fn, const Tuple& args, int depth = 0) {
+  Obj call(const std::string& fn, const std::vector<Obj>& args, int depth = 0) {
     if (fn == "collections.OrderedDict" && args.empty()) {
-      return Obj{c10::IValue(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()))};
+      c10::IValue dict(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()));
+      containers_[dict.internalToPointer()] = Container{};
+      return Obj{std::move(dict)};
     }
     if (fn == "torch._utils._rebuild_tensor_v2" || fn == "torch._utils._rebuild_tensor") {
       return Obj{c10::IValue(rebuildTensor(args))};
@@ -230,12 +326,12 @@ class Machine {
       const auto* inner = std::get_if<Global>(&args[0].v);
       check(inner != nullptr, "_rebuild_from_type_v2 without a function");
       check(depth < kMaxDepth, "_rebuild_from_type_v2 nested more than ", kMaxDepth, " deep");
-      return call(inner->name, *tupleOf(args[2]), depth + 1);
+      return call(inner->name, tupleOf(args[2])->items, depth + 1);
     }
     return Obj{Opaque{fn}};
   }
 
-  Obj persistentLoad(const Tuple& pid) {
+  Obj persistentLoad(const std::vector<Obj>& pid) {
     check(pid.size() == 5, "a persistent id of ", pid.size(), " fields (torch.save writes 5)");
     const c10::IValue& tag = ivalue(pid[0], "'storage'");
     check(tag.isString() && tag.toStringRef() == "storage", "a persistent id that is not a storage");
@@ -267,9 +363,9 @@ class Machine {
         marks_.push_back(stack_.size());
         return;
       case '}':  // EMPTY_DICT
-        return push(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()));
+        return pushContainer(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()));
       case ']':  // EMPTY_LIST
-        return push(c10::impl::GenericList(c10::AnyType::get()));
+        return pushContainer(c10::impl::GenericList(c10::AnyType::get()));
       case ')':  // EMPTY_TUPLE
         return pushTuple({});
       case 't':  // TUPLE
@@ -361,13 +457,13 @@ class Machine {
         return;
       }
       case 'Q':  // BINPERSID
-        stack_.push_back(persistentLoad(*tupleOf(pop())));
+        stack_.push_back(persistentLoad(tupleOf(pop())->items));
         return;
       case 'R': {  // REDUCE
         const std::shared_ptr<Tuple> args = tupleOf(pop());
         const Obj fn = pop();
         const auto* g = std::get_if<Global>(&fn.v);
-        stack_.push_back(g ? call(g->name, *args) : Obj{Opaque{"a call's result"}});
+        stack_.push_back(g ? call(g->name, args->items) : Obj{Opaque{"a call's result"}});
         return;
       }
       case 0x81: {  // NEWOBJ: cls.__new__(cls, *args)
@@ -403,6 +499,10 @@ class Machine {
   std::unordered_map<uint64_t, Obj> memo_;
   std::map<std::string, at::Tensor> storages_;
   std::vector<std::string> opaque_types_;
+  const uint64_t max_nodes_;
+  std::unordered_map<const void*, Container> containers_;  // every list and dict made, by address
+  std::unordered_map<const Tuple*, c10::IValue> tuples_;   // tuples converted (toIValue)
+  std::vector<std::shared_ptr<Tuple>> keep_;               // their keys, alive
 };
 
 }  // namespace
@@ -445,9 +545,13 @@ Unpickled readArchive(const std::function<std::unique_ptr<caffe2::serialize::PyT
     const std::string record = "data/" + key;
     AIACC_CHECK_INPUT(reader->hasRecord(record), "'", name, "' has no record ", record);
     const auto [data, n] = reader->getRecord(record);
+    // The record's bytes bound the storage before anything is allocated for it.
+    uint64_t want;
+    AIACC_CHECK_INPUT(!__builtin_mul_overflow(static_cast<uint64_t>(numel), c10::elementSize(dtype), &want) &&
+                          n >= want,
+                      "'", name, "': record ", record, " holds ", n, " bytes, its storage of ", numel, " ",
+                      c10::toString(dtype), " elements needs more");
     at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
-    const size_t want = static_cast<size_t>(numel) * t.element_size();
-    AIACC_CHECK_INPUT(n >= want, "'", name, "': record ", record, " holds ", n, " bytes, its storage needs ", want);
     if (want > 0) std::memcpy(t.data_ptr(), data.get(), want);
     return t;
   };

@@ -14,15 +14,40 @@
 // Opcodes: those of protocols 2 to 5 that build the values above (no PERSID text form, no
 // EXT codes, no out-of-band buffers); anything else is an InputError naming the opcode and its
 // byte offset. Every read is bounds-checked and every tensor view checked against its storage.
+//
+// Bounds, for files made to hurt (torch.save files are a known attack vector): each is an
+// InputError of one line, raised before the memory or time it guards is spent.
+//   - Nesting: containers (lists, dicts, tuples) nest at most kMaxPickleDepth deep, checked as
+//     each value is made, so neither this reader's recursion nor a value's destruction can run
+//     out of stack.
+//   - Sharing: a value the pickle refers to twice (DUP, the memo) is shared, never copied. A list
+//     or dict is frozen once it is an item of another value (nothing is added to it afterwards,
+//     which no pickler does), so no value contains itself. A value's size with every shared part
+//     counted each time it appears (what a walk over the result visits) is at most the pickle's
+//     bytes + kPickleNodeSlack, so 40 nested (x, x) pairs in 322 bytes are refused, not 2^40.
+//   - Dict keys are strings, numbers or tensors (what LibTorch can hash).
+//   - Tensors: a view's extent is computed in overflow-checked arithmetic and must lie inside
+//     its storage; views whose elements overlap (stride 0 of an expanded tensor, or any two
+//     indexes on one element), which a saved state cannot hold, are refused, so a tensor is never
+//     larger than the storage bytes the file holds. A storage's size is checked against its
+//     record's bytes before it is allocated (readTorchSave).
+// A hostile pickle of N bytes thus costs time and memory linear in N plus its storages' bytes.
 #pragma once
 
 #include <ATen/core/ivalue.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 namespace aiacc::models {
+
+// Containers inside containers, at most: torch.save's state dicts nest about 5 deep (an
+// optimizer's state: dict, dict, dict, tensor); Python's own pickle stops near 1000.
+inline constexpr int kMaxPickleDepth = 100;
+// What a value may hold beyond one item per byte of its pickle, shared parts counted each time.
+inline constexpr uint64_t kPickleNodeSlack = uint64_t{1} << 20;
 
 // Loads a storage record: the archive's data/<key>, as a 1-D tensor of `numel` elements of
 // `dtype`. Throws when the record is missing or too short.

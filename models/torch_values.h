@@ -41,6 +41,13 @@ inline int64_t intOf(const c10::IValue& v, const std::string& what) {
   return v.toInt();
 }
 
+// intOf within [lo, hi], for a value narrowed to a smaller type.
+inline int64_t intIn(const c10::IValue& v, const std::string& what, int64_t lo, int64_t hi) {
+  const int64_t i = intOf(v, what);
+  AIACC_CHECK_IO(i >= lo && i <= hi, what, " is ", i, ", outside ", lo, " to ", hi);
+  return i;
+}
+
 inline bool boolOf(const c10::IValue& v, const std::string& what) {
   AIACC_CHECK_IO(v.isBool(), what, " is a ", v.tagKind(), ", not a bool");
   return v.toBool();

@@ -2,6 +2,7 @@
 
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -29,6 +30,9 @@ T get(std::ifstream& f, const std::string& path) {
 NamedTensors readNamedTensors(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) AIACC_THROW(IoError, "cannot open weights file '", path, "'");
+  f.seekg(0, std::ios::end);
+  const uint64_t file_bytes = static_cast<uint64_t>(std::max<std::streamoff>(0, f.tellg()));
+  f.seekg(0);
   char magic[8];
   if (!f.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) {
     AIACC_THROW(IoError, "'", path, "' is not an aiacc weights file (bad magic)");
@@ -45,7 +49,13 @@ NamedTensors readNamedTensors(const std::string& path) {
     const auto ndim = get<uint32_t>(f, path);
     AIACC_CHECK_INPUT(dtype <= 1 && ndim <= 8, "weights file '", path, "' is corrupt at '", name, "'");
     std::vector<int64_t> dims(ndim);
-    for (auto& d : dims) d = get<int64_t>(f, path);
+    // The tensor's bytes, checked against what the file holds before anything is allocated.
+    uint64_t need = dtype == 0 ? 4 : 8;
+    for (auto& d : dims) {
+      d = get<int64_t>(f, path);
+      AIACC_CHECK_INPUT(d >= 0 && !__builtin_mul_overflow(need, static_cast<uint64_t>(d), &need) && need <= file_bytes,
+                        "weights file '", path, "' is corrupt at '", name, "' (a shape larger than the file)");
+    }
     at::Tensor t = at::empty(dims, dtype == 0 ? at::kFloat : at::kLong);
     const auto bytes = static_cast<std::streamsize>(t.nbytes());
     if (!f.read(static_cast<char*>(t.data_ptr()), bytes)) {

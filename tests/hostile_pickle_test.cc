@@ -1,0 +1,238 @@
+// Crafted weight files, pickles and checkpoint values (models/torch_unpickler.h, models/weights.h,
+// app/checkpoint_legacy.h, the recipe parser): each worst case the fuzzing found is refused with
+// one line naming the cause, and within the memory its bytes justify, checked in a child process
+// whose address space is capped (a 2^40-fold expansion or an allocation from a header's claim
+// then fails the child instead of being refused).
+#include <caffe2/serialize/inline_container.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include "aiacc/common/error.h"
+#include "app/checkpoint_legacy.h"
+#include "app/flags.h"
+#include "models/torch_unpickler.h"
+#include "models/weights.h"
+#include "tests/test_util.h"
+
+namespace aiacc::models::hostile_test {
+namespace {
+
+using test::contains;
+
+template <size_t N>
+std::string bytes(const char (&s)[N]) {
+  return std::string(s, N - 1);
+}
+
+std::string repeat(const std::string& s, size_t n) {
+  std::string out;
+  out.reserve(s.size() * n);
+  for (size_t i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// A storage of 6 floats 0..5 for every key.
+const StorageLoader kArange = [](const std::string&, at::ScalarType, int64_t) { return at::arange(6, at::kFloat); };
+
+// What unpickleTorch says of a pickle: "ok" or the InputError's message.
+std::string verdict(const std::string& pickle, const StorageLoader& load = kArange) {
+  try {
+    unpickleTorch(pickle, load);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "ok";
+}
+
+// torch._utils._rebuild_tensor_v2(storage '0' of 6 floats, offset 0, size, stride, False, ()).
+std::string tensorPickle(const std::string& size_tuple, const std::string& stride_tuple) {
+  return bytes("\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n" "(" "(X\x07\x00\x00\x00storage"
+               "ctorch\nFloatStorage\nX\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x06tQK\x00") +
+         size_tuple + stride_tuple + bytes("\x89)tR.");
+}
+
+// fn's verdict in a child process whose address space may grow by `headroom` bytes at most:
+// "child failed" when it died or exceeded it.
+std::string withinMemory(size_t headroom, const std::function<std::string()>& fn) {
+  int fds[2];
+  if (pipe(fds) != 0) return "no pipe";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::ifstream status("/proc/self/status");
+    size_t vm_kb = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stoul(line.substr(7));
+    }
+    const rlimit cap{vm_kb * 1024 + headroom, vm_kb * 1024 + headroom};
+    setrlimit(RLIMIT_AS, &cap);
+    std::string out;
+    try {
+      out = fn();
+    } catch (const std::exception& e) {
+      out = std::string("unexpected: ") + e.what();
+    }
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? out : "child failed";
+}
+
+constexpr size_t kHeadroom = size_t{256} << 20;
+
+TEST(HostilePickle, DeepNestingIsRefusedNotAStackOverflow) {
+  // 200,000 lists, each appended into the one below it; the same with tuples and dicts.
+  const std::string lists = "\x80\x02" + std::string(200000, ']') + std::string(199999, 'a') + ".";
+  EXPECT_TRUE(contains(verdict(lists), "values nested more than 100 deep")) << verdict(lists);
+  const std::string tuples = "\x80\x02)" + std::string(200000, '\x85') + ".";
+  EXPECT_TRUE(contains(verdict(tuples), "values nested more than 100 deep"));
+  const std::string dicts = "\x80\x02}" + repeat(bytes("K\x01}"), 200000) + repeat("s", 200000) + ".";
+  EXPECT_TRUE(contains(verdict(dicts), "values nested more than 100 deep")) << verdict(dicts);
+  // 100 deep is refused, 99 is read.
+  EXPECT_EQ(verdict("\x80\x02" + std::string(99, ']') + std::string(98, 'a') + "."), "ok");
+}
+
+TEST(HostilePickle, SharedValuesStaySharedAndTheirExpansionIsBounded) {
+  // 40 (DUP, TUPLE2) pairs: 2^40 leaves if copied; refused once a walk would pass the bound.
+  const std::string doubling = bytes("\x80\x02)") + repeat(bytes("2\x86"), 40) + ".";
+  const std::string e = verdict(doubling);
+  EXPECT_TRUE(contains(e, "items with its shared parts counted each time")) << e;
+  // Ten pairs are read, the two halves of each tuple one object.
+  const c10::IValue ten = unpickleTorch(bytes("\x80\x02)") + repeat(bytes("2\x86"), 10) + ".", kArange).value;
+  const auto& halves = ten.toTupleRef().elements();
+  EXPECT_TRUE(halves[0].isSameIdentity(halves[1]));
+  EXPECT_EQ(withinMemory(kHeadroom, [&] { return verdict(doubling); }), e);
+}
+
+TEST(HostilePickle, NoValueContainsItselfAndKeysAreHashable) {
+  EXPECT_TRUE(contains(verdict(bytes("\x80\x02]2a.")), "a list or dict made an item of itself"));
+  // M appended into L, then L into M.
+  EXPECT_TRUE(contains(verdict(bytes("\x80\x02]q\x00]q\x01" "ah\x01h\x00" "a.")), "already an item of another value"));
+  EXPECT_TRUE(contains(verdict(bytes("\x80\x02}NK\x01s.")), "a dict key that is a None")) << verdict(bytes("\x80\x02}NK\x01s."));
+  EXPECT_EQ(verdict(bytes("\x80\x02}K\x07K\x01s.")), "ok");
+}
+
+TEST(HostilePickle, TensorViewsMustLieInsideTheirStorageAndNotOverlap) {
+  EXPECT_EQ(verdict(tensorPickle(bytes("K\x02K\x03\x86"), bytes("K\x03K\x01\x86"))), "ok");  // 2x3
+  EXPECT_EQ(verdict(tensorPickle(bytes("K\x03K\x02\x86"), bytes("K\x01K\x03\x86"))), "ok");  // its transpose
+  EXPECT_EQ(verdict(tensorPickle(bytes("K\x01K\x06\x86"), bytes("K\x00K\x01\x86"))), "ok");  // size-1 dim, any stride
+  // Broadcast (stride 0) and overlapping views.
+  std::string e = verdict(tensorPickle(bytes("K\x03\x85"), bytes("K\x00\x85")));
+  EXPECT_TRUE(contains(e, "elements overlap (stride 0 over 3 elements")) << e;
+  e = verdict(tensorPickle(bytes("K\x03K\x02\x86"), bytes("K\x01K\x01\x86")));
+  EXPECT_TRUE(contains(e, "elements overlap")) << e;
+  // 2^62 + 1 elements of stride 2: the extent overflows int64.
+  e = verdict(tensorPickle(bytes("\x8a\x08\x01\x00\x00\x00\x00\x00\x00\x40\x85"), bytes("K\x02\x85")));
+  EXPECT_TRUE(contains(e, "reaching past 2^63 elements")) << e;
+  e = verdict(tensorPickle(bytes("K\x07\x85"), bytes("K\x01\x85")));
+  EXPECT_TRUE(contains(e, "reaching past its storage of 6 elements")) << e;
+}
+
+// A torch.save archive whose data.pkl is a tensor of storage '0' with `numel` elements and whose
+// data/0 record holds 24 bytes.
+std::string archiveClaiming(const std::string& numel_op) {
+  std::string pickle = bytes("\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n" "(" "(X\x07\x00\x00\x00storage"
+                             "ctorch\nFloatStorage\nX\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpu") +
+                       numel_op + bytes("tQK\x00K\x06\x85K\x01\x85\x89)tR.");
+  std::string zip;
+  caffe2::serialize::PyTorchStreamWriter w([&](const void* p, size_t n) {
+    zip.append(static_cast<const char*>(p), n);
+    return n;
+  });
+  w.writeRecord("data.pkl", pickle.data(), pickle.size());
+  const float six[6] = {0, 1, 2, 3, 4, 5};
+  w.writeRecord("data/0", six, sizeof six);
+  w.writeEndOfFile();
+  return zip;
+}
+
+std::string archiveVerdict(const std::string& zip) {
+  try {
+    readTorchSaveBytes(zip, "w.pt");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "ok";
+}
+
+TEST(HostilePickle, AStorageLargerThanItsRecordIsRefusedBeforeItIsAllocated) {
+  EXPECT_EQ(archiveVerdict(archiveClaiming(bytes("K\x06"))), "ok");
+  const std::string huge = archiveClaiming(bytes("\x8a\x07\x00\x00\x00\x00\x00\x00\x04"));  // 2^50
+  const std::string e = archiveVerdict(huge);
+  EXPECT_TRUE(contains(e, "'w.pt': record data/0 holds 24 bytes, its storage of 1125899906842624 Float elements")) << e;
+  EXPECT_EQ(withinMemory(kHeadroom, [&] { return archiveVerdict(huge); }), e);
+  // 2^62 elements of 4 bytes: the byte count overflows.
+  EXPECT_TRUE(contains(archiveVerdict(archiveClaiming(bytes("\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x40"))),
+                       "holds 24 bytes"));
+}
+
+TEST(HostilePickle, AWeightsFileShapeIsCheckedAgainstItsSizeBeforeAllocating) {
+  test::TempDir d;
+  std::string f = "AIACCW01";
+  auto put = [&](auto v) { f.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint64_t{1});
+  put(uint32_t{1});
+  f += "w";
+  put(uint32_t{0});
+  put(uint32_t{2});
+  put(int64_t{1} << 40);
+  put(int64_t{1} << 40);
+  test::writeText(d / "w.bin", f);
+  auto read = [&]() -> std::string {
+    try {
+      readNamedTensors(d / "w.bin");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "ok";
+  };
+  const std::string e = read();
+  EXPECT_TRUE(contains(e, "is corrupt at 'w' (a shape larger than the file)")) << e;
+  EXPECT_EQ(withinMemory(kHeadroom, read), e);
+}
+
+TEST(HostilePickle, CountsInACheckpointAreRangeCheckedBeforeNarrowing) {
+  for (double bad : {1e300, -1.0, 2.5, std::nan("")}) {
+    at::Tensor evals = at::zeros({1, 7}, at::kDouble);
+    evals[0][0] = bad;
+    try {
+      app::evalsFrom(evals);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(contains(e.what(), "evaluation history: step")) << e.what();
+    }
+  }
+  at::Tensor ok = at::zeros({1, 7}, at::kDouble);
+  ok[0][0] = 9007199254740992.0;
+  EXPECT_EQ(app::evalsFrom(ok)[0].step, int64_t{1} << 53);
+}
+
+TEST(HostilePickle, ARecipeNumberOutOfRangeNamesItsLine) {
+  test::TempDir d;
+  for (const char* line : {"stage 0 size=99999999999", "stage 0 size=12abc", "stage 0 batch=-4", "stage 0 scale=nan"}) {
+    test::writeText(d / "r.recipe", std::string("# a recipe\n") + line + "\n");
+    try {
+      app::applyRecipe(d / "r.recipe", nullptr);
+      ADD_FAILURE() << line << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_TRUE(contains(e.what(), "r.recipe:2: ")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "is not a")) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace aiacc::models::hostile_test
