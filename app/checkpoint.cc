@@ -6,11 +6,11 @@
 #include <torch/nn/module.h>
 #include <torch/optim/sgd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 
-#include "app/checkpoint_legacy.h"
 #include "app/optim_state.h"
 #include "aiacc/common/atomic_file.h"
 #include "aiacc/common/error.h"
@@ -197,7 +197,7 @@ TrainingState decodeTorchSaveCheckpoint(const std::string& bytes, const std::str
   const c10::IValue kind = field(root, "format", "the checkpoint");
   AIACC_CHECK_IO(kind.isString() && kind.toStringRef() == kFormatName, "not an aiacc checkpoint");
   const int64_t format = models::intOf(field(root, "format_version", "the checkpoint"), "format_version");
-  AIACC_CHECK_IO(format == kFormatVersion, "format version ", format, ", this aiacc reads 2 to ", kFormatVersion);
+  AIACC_CHECK_IO(format == kFormatVersion, "format version ", format, ", this aiacc reads ", kFormatVersion);
   // Model state by name, every shape checked: a checkpoint of another model is an error, not a
   // partial load.
   models::NamedTensors loaded;
@@ -211,6 +211,42 @@ TrainingState decodeTorchSaveCheckpoint(const std::string& bytes, const std::str
 }
 
 }  // namespace
+
+at::Tensor evalsTensor(const std::vector<EvalPoint>& evals) {
+  at::Tensor t = at::zeros({static_cast<int64_t>(evals.size()), 7}, at::kDouble);
+  double* v = t.data_ptr<double>();
+  for (const EvalPoint& e : evals) {
+    for (double x :
+         {static_cast<double>(e.step), e.epoch, e.seconds, e.top1, e.top5, e.loss, static_cast<double>(e.images)})
+      *v++ = x;
+  }
+  return t;
+}
+
+std::vector<EvalPoint> evalsFrom(const at::Tensor& t) {
+  AIACC_CHECK_INPUT(t.dim() == 2 && t.size(1) == 7, "evaluation history of shape ", t.sizes());
+  const at::Tensor c = t.to(at::kCPU, at::kDouble).contiguous();
+  const double* v = c.data_ptr<double>();
+  // A count is a whole number from 0 to 2^53 (a double holds every integer up to there), checked
+  // before it becomes an int64 (a cast of anything else is undefined).
+  auto count = [](double x, const char* what) {
+    AIACC_CHECK_INPUT(x >= 0 && x <= 9007199254740992.0 && x == std::floor(x), "evaluation history: ", what, " ", x,
+                      " is not a count");
+    return static_cast<int64_t>(x);
+  };
+  std::vector<EvalPoint> out(static_cast<size_t>(c.size(0)));
+  for (EvalPoint& e : out) {
+    e.step = count(v[0], "step");
+    e.epoch = v[1];
+    e.seconds = v[2];
+    e.top1 = v[3];
+    e.top5 = v[4];
+    e.loss = v[5];
+    e.images = count(v[6], "images");
+    v += 7;
+  }
+  return out;
+}
 
 std::string encodeCheckpoint(torch::nn::Module& model, torch::optim::SGD& optimizer, const TrainingState& pos) {
   c10::impl::GenericDict model_state = plainDict();
@@ -258,7 +294,9 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
 
 TrainingState decodeCheckpoint(const std::string& bytes, const std::string& name, torch::nn::Module& model,
                                torch::optim::SGD& optimizer) {
-  if (models::isTorchScriptArchive(bytes)) return decodeArchiveCheckpoint(bytes, name, model, optimizer);
+  AIACC_CHECK_IO(!models::isTorchScriptArchive(bytes), "cannot read checkpoint '", name,
+                 "': it is a LibTorch archive (checkpoint formats 2 to 4, which no release wrote), no longer read; "
+                 "start afresh, or resume it with the aiacc that wrote it");
   try {
     return decodeTorchSaveCheckpoint(bytes, name, model, optimizer);
   } catch (const std::exception& e) {  // aiacc's errors, and LibTorch's on a value of an unexpected type

@@ -22,8 +22,11 @@
 //       began within the epoch; 0 and 0 otherwise), "generation" (its membership generation; -1:
 //       not elastic)},
 //   "classes": [class name, ...], "config": {flag: value}.
-// Formats 2 to 4 (LibTorch archives, app/checkpoint_legacy.h) are still read. The optimizer
-// state is kept by parameter position, so a checkpoint moves between LibTorch versions.
+// The optimizer state is kept by parameter position, so a checkpoint moves between LibTorch
+// versions. Formats 2 to 4, LibTorch archives that no release wrote, are no longer read: their
+// reader was LibTorch's TorchScript unpickler, which is not hardened against crafted files;
+// decodeCheckpoint refuses them with one line. Every value is read by aiacc's own bounded
+// reader (models/torch_unpickler.h); counts are range-checked before they are narrowed.
 //
 // encodeCheckpoint serializes into memory (the snapshot, taken on the training thread: the bytes
 // can then be written anywhere, on any thread); saveCheckpoint writes them atomically
@@ -32,8 +35,11 @@
 // start.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "app/training_state.h"
 
@@ -47,6 +53,12 @@ class SGD;
 }  // namespace torch
 
 namespace aiacc::app {
+
+// The evaluation history as checkpoints store it: one [n, 7] float64 tensor of step, epoch,
+// seconds, top1, top5, loss, images. evalsFrom throws InputError on another shape, or a step or
+// image count that is not a whole number from 0 to 2^53.
+at::Tensor evalsTensor(const std::vector<EvalPoint>& evals);
+std::vector<EvalPoint> evalsFrom(const at::Tensor& t);
 
 std::string encodeCheckpoint(torch::nn::Module& model, torch::optim::SGD& optimizer, const TrainingState& state);
 

@@ -1,6 +1,5 @@
 #include "app/optim_state.h"
 
-#include <map>
 #include <string>
 
 #include "aiacc/common/error.h"
@@ -12,20 +11,6 @@ namespace {
 
 using torch::optim::SGDOptions;
 using torch::optim::SGDParamState;
-
-std::string groupKey(size_t g, const char* what) { return strCat("group/", g, "/", what); }
-
-int64_t readInt(torch::serialize::InputArchive& in, const std::string& key) {
-  c10::IValue v;
-  in.read(key, v);
-  return v.toInt();
-}
-
-double readDouble(torch::serialize::InputArchive& in, const std::string& key) {
-  c10::IValue v;
-  in.read(key, v);
-  return v.toDouble();
-}
 
 void setMomentum(torch::optim::SGD& sgd, const at::Tensor& p, const at::Tensor& buffer) {
   AIACC_CHECK_IO(buffer.sizes() == p.sizes(), "a momentum buffer of shape ", buffer.sizes(),
@@ -42,54 +27,6 @@ at::Tensor momentumBuffer(const torch::optim::SGD& sgd, const at::Tensor& p) {
 }
 
 }  // namespace
-
-void writeSgdState(const torch::optim::SGD& sgd, torch::serialize::OutputArchive& out) {
-  const auto& groups = sgd.param_groups();
-  const auto& state = sgd.state();
-  out.write("groups", c10::IValue(static_cast<int64_t>(groups.size())));
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& o = static_cast<const SGDOptions&>(groups[g].options());
-    const auto& params = groups[g].params();
-    out.write(groupKey(g, "size"), c10::IValue(static_cast<int64_t>(params.size())));
-    out.write(groupKey(g, "lr"), c10::IValue(o.lr()));
-    out.write(groupKey(g, "momentum"), c10::IValue(o.momentum()));
-    out.write(groupKey(g, "dampening"), c10::IValue(o.dampening()));
-    out.write(groupKey(g, "weight_decay"), c10::IValue(o.weight_decay()));
-    out.write(groupKey(g, "nesterov"), c10::IValue(o.nesterov()));
-    for (size_t j = 0; j < params.size(); ++j) {
-      const auto it = state.find(compat::optimStateKey(params[j]));
-      if (it == state.end()) continue;
-      const at::Tensor& buf = static_cast<const SGDParamState&>(*it->second).momentum_buffer();
-      if (buf.defined()) out.write(strCat("momentum/", g, "/", j), buf.detach().cpu(), /*is_buffer=*/true);
-    }
-  }
-}
-
-void readSgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in) {
-  auto& groups = sgd.param_groups();
-  const int64_t n_groups = readInt(in, "groups");
-  AIACC_CHECK_IO(n_groups == static_cast<int64_t>(groups.size()), "the optimizer state has ", n_groups,
-                 " parameter groups, the optimizer ", groups.size());
-  sgd.state().clear();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& params = groups[g].params();
-    const int64_t n = readInt(in, groupKey(g, "size"));
-    AIACC_CHECK_IO(n == static_cast<int64_t>(params.size()), "parameter group ", g, " has ", n,
-                   " parameters in the checkpoint, ", params.size(), " in the optimizer");
-    auto& o = static_cast<SGDOptions&>(groups[g].options());
-    o.lr(readDouble(in, groupKey(g, "lr")));
-    o.momentum(readDouble(in, groupKey(g, "momentum")));
-    o.dampening(readDouble(in, groupKey(g, "dampening")));
-    o.weight_decay(readDouble(in, groupKey(g, "weight_decay")));
-    c10::IValue v;
-    in.read(groupKey(g, "nesterov"), v);
-    o.nesterov(v.toBool());
-    for (size_t j = 0; j < params.size(); ++j) {
-      at::Tensor buf;
-      if (in.try_read(strCat("momentum/", g, "/", j), buf, /*is_buffer=*/true)) setMomentum(sgd, params[j], buf);
-    }
-  }
-}
 
 c10::IValue sgdStateValue(const torch::optim::SGD& sgd) {
   c10::impl::GenericList groups = models::plainList();
@@ -148,51 +85,6 @@ void restoreSgdState(torch::optim::SGD& sgd, const c10::IValue& value) {
       if (b.isNone()) continue;
       AIACC_CHECK_IO(b.isTensor(), where, " momentum buffer ", j, " is a ", b.tagKind());
       setMomentum(sgd, params[j], b.toTensor());
-    }
-  }
-}
-
-void readLegacySgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in) {
-  // torch::optim::serialize's layout: "state"/<key>/momentum_buffer and
-  // "param_groups"/"param_groups/<i>"/{"params/size", "params/<j>" (the key), "options"/...}.
-  torch::serialize::InputArchive state_ar, groups_ar;
-  in.read("state", state_ar);
-  in.read("param_groups", groups_ar);
-  std::map<std::string, at::Tensor> buffers;
-  for (const std::string& key : state_ar.keys()) {
-    torch::serialize::InputArchive one;
-    at::Tensor buf;
-    if (state_ar.try_read(key, one) && one.try_read("momentum_buffer", buf, /*is_buffer=*/true)) {
-      buffers[key] = buf;
-    }
-  }
-  at::Tensor size_t_;
-  groups_ar.read("param_groups/size", size_t_);
-  auto& groups = sgd.param_groups();
-  const int64_t n_groups = size_t_.item<int64_t>();
-  AIACC_CHECK_IO(n_groups == static_cast<int64_t>(groups.size()), "the optimizer state has ", n_groups,
-                 " parameter groups, the optimizer ", groups.size());
-  sgd.state().clear();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    torch::serialize::InputArchive group_ar, options_ar;
-    groups_ar.read(strCat("param_groups/", g), group_ar);
-    at::Tensor n_t;
-    group_ar.read("params/size", n_t);
-    const auto& params = groups[g].params();
-    AIACC_CHECK_IO(n_t.item<int64_t>() == static_cast<int64_t>(params.size()), "parameter group ", g, " has ",
-                   n_t.item<int64_t>(), " parameters in the checkpoint, ", params.size(), " in the optimizer");
-    group_ar.read("options", options_ar);
-    auto& o = static_cast<SGDOptions&>(groups[g].options());
-    c10::IValue v;
-    if (options_ar.try_read("lr", v)) o.lr(v.toDouble());
-    if (options_ar.try_read("momentum", v)) o.momentum(v.toDouble());
-    if (options_ar.try_read("dampening", v)) o.dampening(v.toDouble());
-    if (options_ar.try_read("weight_decay", v)) o.weight_decay(v.toDouble());
-    if (options_ar.try_read("nesterov", v)) o.nesterov(v.toBool());
-    for (size_t j = 0; j < params.size(); ++j) {
-      group_ar.read(strCat("params/", j), v);
-      const auto it = buffers.find(v.toStringRef());
-      if (it != buffers.end()) setMomentum(sgd, params[j], it->second);
     }
   }
 }

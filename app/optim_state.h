@@ -4,32 +4,16 @@
 // differently by each version ("0x7f3a..." by 1.13, decimal digits by 2.x, which parses them back
 // with std::stoull: a 1.13 key becomes 0 for every parameter). aiacc writes the state by position
 // instead: group g, parameter j, as the optimizer lists them (the model's parameter order, fixed
-// by its architecture):
-//   "groups"                 number of parameter groups
-//   "group/<g>/size"         parameters in group g
-//   "group/<g>/lr", "group/<g>/momentum", "group/<g>/dampening", "group/<g>/weight_decay",
-//   "group/<g>/nesterov"     the group's options
-//   "momentum/<g>/<j>"       parameter j's momentum buffer, when it has one (none before its
-//                            first step with momentum)
-// readLegacySgdState reads what torch::optim::SGD::save wrote (aiacc's checkpoint format 2, by
-// either version): it matches each group's parameter keys to the state's keys as strings, so
-// the key's spelling does not matter.
+// by its architecture).
 //
-// May call: LibTorch (serialize, optim). Throws IoError (corrupt or mismatched state).
+// May call: LibTorch (optim). Throws IoError (corrupt or mismatched state).
 #pragma once
 
 #include <torch/optim/sgd.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 
 namespace aiacc::app {
 
-void writeSgdState(const torch::optim::SGD& sgd, torch::serialize::OutputArchive& out);
-
-// Restores options and momentum buffers; the group count and sizes must match the optimizer's.
-void readSgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in);
-
-// The same state as one plain value for torch.save's format (checkpoint format 5;
+// The state as one plain value for torch.save's format (checkpoint format 5;
 // models/torch_values.h): {"groups": [{"lr", "momentum", "dampening", "weight_decay" (0-dim
 // float64 tensors), "nesterov" (bool), "momentum_buffers" (per parameter, in order: a tensor, or
 // None before its first step with momentum)}]}.
@@ -37,9 +21,7 @@ c10::IValue sgdStateValue(const torch::optim::SGD& sgd);
 // Each parameter's momentum buffer, group by group in the optimizer's order (undefined where a
 // parameter has none yet).
 std::vector<at::Tensor> momentumBuffers(const torch::optim::SGD& sgd);
+// Restores options and momentum buffers; the group count and sizes must match the optimizer's.
 void restoreSgdState(torch::optim::SGD& sgd, const c10::IValue& value);
-
-// torch::optim::SGD::save's layout (checkpoints of format 2).
-void readLegacySgdState(torch::optim::SGD& sgd, torch::serialize::InputArchive& in);
 
 }  // namespace aiacc::app

@@ -40,7 +40,6 @@ std::vector<std::pair<std::string, std::string>> Trainer::State::continuationSet
 }
 
 bool Trainer::State::evaluationPending() const {
-  // (A format 2 or 3 checkpoint carries no history: nothing is known to be pending.)
   if (pos.step == 0 || pos.settings.empty() || (!pos.evals.empty() && pos.evals.back().step == pos.step)) return false;
   return cfg.eval_every > 0 ? pos.step % cfg.eval_every == 0 : pos.batches_in_epoch == 0;
 }

@@ -1,5 +1,6 @@
 #include "aiacc/comm/half.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <c10/util/Half.h>
@@ -9,8 +10,13 @@
 namespace aiacc::comm {
 namespace {
 
+// CPUID leaf 1's F16C bit (ECX 29), beside AVX with the OS's support of its state: clang 14's
+// __builtin_cpu_supports knows no "f16c", so the bit is read directly (the same in GCC).
 bool hasF16c() {
-  static const bool ok = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+  }();
   return ok;
 }
 

@@ -74,8 +74,12 @@ bool masterFromVars(const EnvMap& env, const char* addr, const char* port, Launc
 // Rank, world, local rank and local size from one launcher's names; checks them.
 void readWorld(const EnvMap& env, LaunchEnv& e, const char* rank, const char* world, const char* local_rank,
                const char* local_size) {
-  e.world.rank = toInt(*find(env, rank), rank);
-  e.world.world = toInt(*find(env, world), world);
+  const std::string* r = find(env, rank);
+  const std::string* w = find(env, world);
+  AIACC_CHECK_INPUT(r && w, r ? rank : world, " is set but ", r ? world : rank, " is not: ", sourceName(e.source),
+                    " sets both");
+  e.world.rank = toInt(*r, rank);
+  e.world.world = toInt(*w, world);
   e.world_from = strCat(world, "=", e.world.world);
   if (auto lr = intVar(env, local_rank)) e.world.local_rank = *lr;
   if (auto ls = intVar(env, local_size)) {
@@ -104,7 +108,6 @@ LaunchEnv fromAiacc(const EnvMap& env) {
   LaunchEnv e;
   e.source = LaunchSource::kAiacc;
   readWorld(env, e, "AIACC_RANK", "AIACC_WORLD_SIZE", "AIACC_LOCAL_RANK", "AIACC_LOCAL_SIZE");
-  AIACC_CHECK_INPUT(has(env, "AIACC_WORLD_SIZE"), "AIACC_RANK is set but AIACC_WORLD_SIZE is not");
   e.master = valueOr(env, "AIACC_MASTER", "");
   e.master_from = "AIACC_MASTER=" + e.master;
   e.job_id = valueOr(env, "AIACC_JOB_ID", "");

@@ -22,6 +22,7 @@ PKGS=(
   python3 python3-torch python3-torchvision python3-numpy python3-pil  # golden tests, reference peers
   iproute2 procps
   clang-format            # clang-format 14: .clang-format, scripts/format_check.sh
+  clang libclang-rt-14-dev  # the fuzz targets: clang's libFuzzer, ASan and UBSan (scripts/fuzz.sh)
   python3-venv            # the venv of the LibTorch 2.x configuration
 )
 

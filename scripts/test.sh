@@ -5,6 +5,9 @@
 #   2. the pip LibTorch 2.11 with CUDA 13.0 (scripts/torch2.sh) in build-torch2/, C++20, without
 #      GlooTransport (comm/CMakeLists.txt says why); its checkpoints are checked against build/'s
 #      both ways (CheckpointCompat.AcrossBuilds).
+#   5. fuzz: every fuzz target (fuzz/, scripts/fuzz.sh --ci) over its seeds and the inputs that
+#      once crashed it, then AIACC_FUZZ_SECONDS (45) of fresh fuzzing each, two at a time, built
+#      with clang's libFuzzer, ASan and UBSan in build-fuzz/.
 #   3. asan, 4. tsan: the comm and data tests (CTest labels "comm", "data")
 #      with aiacc's own code built with -fsanitize=address (with LeakSanitizer) or
 #      -fsanitize=thread against Debian's LibTorch, in build-asan/ and build-tsan/
@@ -17,7 +20,7 @@ cd "$(dirname "$0")/.."
 # The sanitizer configurations last. Fresh-clone CI of be76072 on 2 cores, 42 min in all: debian
 # build 234 s + tests ~380 s, torch2 274 s + ~390 s, asan (file by file) 625 s + 168 s, tsan
 # (unity) 201 s + 214 s.
-CONFIGS=${AIACC_CONFIGS:-debian torch2 asan tsan}
+CONFIGS=${AIACC_CONFIGS:-debian torch2 asan tsan fuzz}
 # The pip LibTorch 2.x is set up only for the torch2 configuration.
 case " $CONFIGS " in *" torch2 "*) ;; *) export AIACC_SKIP_TORCH2=${AIACC_SKIP_TORCH2:-1} ;; esac
 scripts/setup.sh
@@ -70,7 +73,12 @@ for c in $CONFIGS; do
       (cd build-$c && env "${env[@]}" ctest --output-on-failure -j "${AIACC_TEST_JOBS:-2}" --timeout 600 -L '^(comm|data)$' "$@")
       echo "test.sh: $c tests: $((SECONDS - s)) s"
       ;;
-    *) echo "test.sh: unknown configuration '$c' (debian, torch2, asan, tsan)" >&2; exit 2 ;;
+    fuzz)
+      s=$SECONDS
+      scripts/fuzz.sh --ci "${AIACC_FUZZ_SECONDS:-45}"
+      echo "test.sh: fuzz: $((SECONDS - s)) s"
+      ;;
+    *) echo "test.sh: unknown configuration '$c' (debian, torch2, asan, tsan, fuzz)" >&2; exit 2 ;;
   esac
 done
 echo "test.sh: $CONFIGS passed in $((SECONDS - t0)) s"

@@ -1,16 +1,13 @@
 // aiacc_checkpoint_tool: writes and verifies a checkpoint whose every value is known in closed
 // form, so that one build (LibTorch 1.13, say) writes it and another (2.x) checks what it resumes,
 // exactly, with no training kernels in between whose results could differ by version.
-//   aiacc_checkpoint_tool write PATH [--format 2|4|5]  (5, the default: torch.save's format; 4: a
-//                                                       LibTorch archive; 2: torch::optim's own layout)
-//   aiacc_checkpoint_tool verify PATH                  exit 0 when every value is as written
+//   aiacc_checkpoint_tool write PATH     a checkpoint as saveCheckpoint writes it (format 5)
+//   aiacc_checkpoint_tool verify PATH    exit 0 when every value is as written
 // The state: resnet18 with 5 classes; parameter i's element k = sin(1000 i + k) (as float), BN
 // running statistics likewise, two parameter groups (weights with weight decay and Nesterov,
 // the rest without), momentum buffers cos(1000 i + k) on every second parameter only (a
 // parameter without a buffer must stay without one), and a fixed training position.
 #include <torch/optim/sgd.h>
-#include <torch/serialize/input-archive.h>
-#include <torch/serialize/output-archive.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -22,7 +19,6 @@
 #include <vector>
 
 #include "app/checkpoint.h"
-#include "app/checkpoint_legacy.h"
 #include "app/optim_state.h"
 #include "models/torch_unpickler.h"
 #include "models/weights.h"
@@ -144,77 +140,9 @@ Fixture expected() {
   return f;
 }
 
-// What aiacc's checkpoints held before format 3: torch::optim's own optimizer layout.
-void writeFormat2(const std::string& path, Fixture& f) {
-  torch::serialize::OutputArchive root, state_ar, optim_ar;
-  for (const auto& item : f.model->named_parameters()) state_ar.write(item.key(), item.value(), true);
-  for (const auto& item : f.model->named_buffers()) state_ar.write(item.key(), item.value(), true);
-  f.sgd->save(optim_ar);
-  root.write("state", state_ar);
-  root.write("optimizer", optim_ar);
-  root.write("format_version", c10::IValue(int64_t{2}));
-  root.write("state_count",
-             c10::IValue(static_cast<int64_t>(f.model->named_parameters().size() + f.model->named_buffers().size())));
-  const TrainingState& p = kPosition;
-  root.write("epochs_done", c10::IValue(p.epochs_done));
-  root.write("step", c10::IValue(p.step));
-  root.write("images_seen", c10::IValue(p.images_seen));
-  root.write("elapsed_s", c10::IValue(p.elapsed_s));
-  root.write("train_s", c10::IValue(p.train_s));
-  root.write("loss_scale", c10::IValue(p.loss_scale));
-  root.write("loss_scale_good_steps", c10::IValue(p.loss_scale_good_steps));
-  root.save_to(path);
-}
-
-// Settings as "name\tvalue\n" lines (names and values hold neither).
-std::string settingsText(const std::vector<std::pair<std::string, std::string>>& settings) {
-  std::string out;
-  for (const auto& [k, v] : settings) out += k + "\t" + v + "\n";
-  return out;
-}
-
-// Format 4, as saveCheckpoint wrote it before format 5: a LibTorch archive.
-void writeFormat4(const std::string& path, Fixture& f) {
-  torch::nn::Module& model = *f.model;
-  torch::optim::SGD& optimizer = *f.sgd;
-  const TrainingState& pos = kPosition;
-  // Into memory (LibTorch's file writer reports I/O errors from a destructor, which would abort
-  // the process on a full disk); the caller writes the bytes.
-  torch::serialize::OutputArchive root, state_ar, optim_ar;
-  const aiacc::models::NamedTensors state = aiacc::models::stateOf(model);
-  for (const auto& [name, t] : state) state_ar.write(name, t.detach().cpu(), /*is_buffer=*/true);
-  aiacc::app::writeSgdState(optimizer, optim_ar);
-  root.write("state", state_ar);
-  root.write("optimizer", optim_ar);
-  root.write("format_version", c10::IValue(int64_t{4}));
-  root.write("state_count", c10::IValue(static_cast<int64_t>(state.size())));
-  root.write("epochs_done", c10::IValue(pos.epochs_done));
-  root.write("step", c10::IValue(pos.step));
-  root.write("images_seen", c10::IValue(pos.images_seen));
-  root.write("elapsed_s", c10::IValue(pos.elapsed_s));
-  root.write("train_s", c10::IValue(pos.train_s));
-  root.write("loss_scale", c10::IValue(pos.loss_scale));
-  root.write("loss_scale_good_steps", c10::IValue(pos.loss_scale_good_steps));
-  root.write("batches_in_epoch", c10::IValue(pos.batches_in_epoch));
-  root.write("skipped_steps", c10::IValue(pos.skipped_steps));
-  root.write("checkpoint_failures", c10::IValue(static_cast<int64_t>(pos.checkpoint_failures)));
-  root.write("evals", aiacc::app::evalsTensor(pos.evals), /*is_buffer=*/true);
-  root.write("target_reached", c10::IValue(pos.target_reached));
-  root.write("time_to_target_s", c10::IValue(pos.time_to_target_s));
-  root.write("settings", c10::IValue(settingsText(pos.settings)));
-  if (pos.rng_cpu.defined()) root.write("rng_cpu", pos.rng_cpu.cpu(), /*is_buffer=*/true);
-  root.write("rank_local_buffers", c10::IValue(pos.rank_local_buffers));
-  root.save_to(path);
-}
-
 int fail(const std::string& what) {
   std::fprintf(stderr, "aiacc_checkpoint_tool (LibTorch %s): %s\n", TORCH_VERSION, what.c_str());
   return 1;
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 int verify(const std::string& path) {
@@ -227,32 +155,20 @@ int verify(const std::string& path) {
       pos.loss_scale_good_steps != k.loss_scale_good_steps) {
     return fail("the training position differs");
   }
-  // Formats 4 and 5 carry the rest of the training state; format 2 has none of it; format 5 (the
-  // default writer, torch.save's format) also the class names and the configuration.
-  int64_t format = 5;
-  if (aiacc::models::isTorchScriptArchive(readFile(path))) {
-    torch::serialize::InputArchive archive;
-    archive.load_from(path);
-    c10::IValue v;
-    archive.read("format_version", v);
-    format = v.toInt();
-  }
-  const bool full = format >= 4;
-  if (format >= 5 && (pos.classes != k.classes || pos.config != k.config)) {
+  if ((pos.classes != k.classes || pos.config != k.config)) {
     return fail("the class names or the configuration differ");
   }
-  if (format >= 5 &&
-      (pos.comm.transfer_scale != k.comm.transfer_scale || pos.comm.transfer_good_steps != k.comm.transfer_good_steps ||
+  if ((pos.comm.transfer_scale != k.comm.transfer_scale || pos.comm.transfer_good_steps != k.comm.transfer_good_steps ||
        pos.comm.tuned != k.comm.tuned || pos.comm.channel_weights != k.comm.channel_weights ||
        pos.comm.bucket_order != k.comm.bucket_order)) {
     return fail("the communication state (fp16 transfer's scale, the tuner's choice, shares, bucket order) or the CUDA "
                 "generator state differs");
   }
-  if (full && (pos.batches_in_epoch != k.batches_in_epoch || pos.skipped_steps != k.skipped_steps ||
-               pos.checkpoint_failures != k.checkpoint_failures || !sameEvals(pos.evals, k.evals) ||
-               pos.target_reached != k.target_reached || pos.time_to_target_s != k.time_to_target_s ||
-               pos.settings != k.settings || !pos.rng_cpu.defined() || !pos.rng_cpu.equal(k.rng_cpu) ||
-               pos.rank_local_buffers != k.rank_local_buffers)) {
+  if ((pos.batches_in_epoch != k.batches_in_epoch || pos.skipped_steps != k.skipped_steps ||
+       pos.checkpoint_failures != k.checkpoint_failures || !sameEvals(pos.evals, k.evals) ||
+       pos.target_reached != k.target_reached || pos.time_to_target_s != k.time_to_target_s ||
+       pos.settings != k.settings || !pos.rng_cpu.defined() || !pos.rng_cpu.equal(k.rng_cpu) ||
+       pos.rank_local_buffers != k.rank_local_buffers)) {
     return fail("the training state (mid-epoch position, history, settings, RNG) differs");
   }
   const auto wp = want.model->named_parameters(), gp = got.model->named_parameters();
@@ -286,34 +202,23 @@ int verify(const std::string& path) {
   }
   if (with_buffer == 0) return fail("no momentum buffer was checked");
   std::printf("aiacc_checkpoint_tool (LibTorch %s): %s resumes exactly: %zu parameters, %zu buffers, "
-              "%zu momentum buffers, options of %zu groups, the position%s\n",
-              TORCH_VERSION, path.c_str(), wp.size(), wb.size(), with_buffer, wg.size(),
-              full ? " and the whole training state" : "");
+              "%zu momentum buffers, options of %zu groups, the whole training state\n",
+              TORCH_VERSION, path.c_str(), wp.size(), wb.size(), with_buffer, wg.size());
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --format 5: what saveCheckpoint writes; 4 and 2: what it wrote before.
-  const std::string usage = "usage: aiacc_checkpoint_tool write PATH [--format 2|4|5] | verify PATH";
+  const std::string usage = "usage: aiacc_checkpoint_tool write PATH | verify PATH";
   if (argc < 3) return fail(usage);
   const std::string cmd = argv[1], path = argv[2];
   try {
     if (cmd == "verify" && argc == 3) return verify(path);
-    if (cmd == "write") {
-      int format = 5;
-      if (argc == 5 && std::strcmp(argv[3], "--format") == 0) format = std::atoi(argv[4]);
-      if (!(argc == 3 || argc == 5) || (format != 2 && format != 4 && format != 5)) return fail(usage);
+    if (cmd == "write" && argc == 3) {
       Fixture f = expected();
-      if (format == 2) {
-        writeFormat2(path, f);
-      } else if (format == 4) {
-        writeFormat4(path, f);
-      } else {
-        aiacc::app::saveCheckpoint(path, *f.model, *f.sgd, kPosition);
-      }
-      std::printf("aiacc_checkpoint_tool (LibTorch %s): wrote %s (format %d)\n", TORCH_VERSION, path.c_str(), format);
+      aiacc::app::saveCheckpoint(path, *f.model, *f.sgd, kPosition);
+      std::printf("aiacc_checkpoint_tool (LibTorch %s): wrote %s\n", TORCH_VERSION, path.c_str());
       return 0;
     }
   } catch (const std::exception& e) {

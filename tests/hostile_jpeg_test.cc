@@ -54,8 +54,11 @@ std::vector<uint8_t> withFrameSize(std::vector<uint8_t> jpg, int width, int heig
 DecodedCrop decodeWhole(const std::vector<uint8_t>& jpg, HuffmanDecoder huffman,
                         int64_t max_pixels = kDefaultMaxImagePixels) {
   return decodeCrop(
-      jpg.data(), jpg.size(), [](int w, int h) { return Box{0, 0, w, h}; }, kFullResolution, kFullResolution,
-      nullptr, true, nullptr, huffman, max_pixels);
+      jpg.data(), jpg.size(),
+      [](int w, int h) {
+    return Box{0, 0, w, h};
+      },
+      kFullResolution, kFullResolution, nullptr, true, nullptr, huffman, max_pixels);
 }
 
 std::string decodeErrorOf(const std::vector<uint8_t>& jpg, int64_t max_pixels = kDefaultMaxImagePixels) {
@@ -101,8 +104,7 @@ TEST(HostileJpeg, ADecompressionBombIsRefusedFromItsHeader) {
   const std::vector<uint8_t> jpg = test::encode(test::texture(16, 16, 5), test::EncodeOptions{});
   // 30000 x 30000 in a file of a few hundred bytes: above the pixel limit.
   std::string e = decodeErrorOf(withFrameSize(jpg, 30000, 30000));
-  EXPECT_TRUE(test::contains(e, "image of 30000x30000 pixels, above the limit of 178956970 (--max-image-pixels)"))
-      << e;
+  EXPECT_TRUE(test::contains(e, "image of 30000x30000 pixels, above the limit of 178956970 (--max-image-pixels)")) << e;
   // 13000 x 13000 is within it, but 4.0 million blocks (4:2:0: 1625^2 luma, 813^2 per chroma)
   // cannot be coded in the file's bits.
   e = decodeErrorOf(withFrameSize(jpg, 13000, 13000));

@@ -35,6 +35,16 @@ TEST(LaunchEnv, NothingSetIsNoLauncher) {
   EXPECT_EQ(p.spawn.nproc, 2);
 }
 
+// A rank without its world size (found by fuzz/fuzz_launch_env: the world size was read through a
+// null pointer) is a one-line InputError naming both variables.
+TEST(LaunchEnv, ARankWithoutItsWorldSizeIsAnError) {
+  EXPECT_EQ(errorOf([] {
+              detectLaunch({{"AIACC_RANK", "1"}});
+            }),
+            "AIACC_RANK is set but AIACC_WORLD_SIZE is not: aiacc_train's launcher sets both");
+  EXPECT_EQ(errorOf([] { detectLaunch({{"HOROVOD_RANK", "1"}}); }), "HOROVOD_RANK is set but HOROVOD_SIZE is not");
+}
+
 TEST(LaunchEnv, AiaccWorkerVariables) {
   const EnvMap env = {{"AIACC_RANK", "3"},
                       {"AIACC_WORLD_SIZE", "4"},
