@@ -41,6 +41,14 @@ double meanLossWeight(int64_t images, int64_t global_batch, int world) {
   return static_cast<double>(images) * world / static_cast<double>(global_batch);
 }
 
+namespace {
+// s without the blanks around it ("0:128, 10:192" reads as it did with std::stoi).
+std::string trimmed(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+}  // namespace
+
 std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, double scale_min) {
   std::vector<Stage> stages;
   std::stringstream ss(spec);
@@ -48,12 +56,10 @@ std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, 
   while (std::getline(ss, item, ',')) {
     const auto colon = item.find(':');
     Stage s;
-    const std::optional<int> epoch = colon == std::string::npos
-                                         ? std::nullopt
-                                         : parseInteger<int>(std::string_view(item).substr(0, colon));
-    const std::optional<int> size = colon == std::string::npos
-                                        ? std::nullopt
-                                        : parseInteger<int>(std::string_view(item).substr(colon + 1));
+    const std::optional<int> epoch = colon == std::string::npos ? std::nullopt
+                                                                : parseInteger<int>(trimmed(item.substr(0, colon)));
+    const std::optional<int> size = colon == std::string::npos ? std::nullopt
+                                                               : parseInteger<int>(trimmed(item.substr(colon + 1)));
     AIACC_CHECK_INPUT(epoch && size, "--resize-schedule '", spec,
                       "' is malformed: expected EPOCH:SIZE[,EPOCH:SIZE...], e.g. 0:128,10:192,14:224");
     s.start_epoch = *epoch;

@@ -48,16 +48,32 @@ void Trainer::State::resume() {
   if (cfg.resume.empty()) return;
   std::string path = cfg.resume;
   if (cfg.resume == "auto") {
-    // The newest checkpoint that is whole (manifest, size, CRC-32C); each one passed over is said.
-    const std::optional<CheckpointFile> found = findNewestValid(cfg.checkpoint_dir, [&](const std::string& line) {
+    // The newest checkpoint that is whole (manifest, size, CRC-32C) and decodes; each one passed
+    // over is said. One that cannot be decoded (damaged or crafted, its manifest intact) gives
+    // way to the one before it; when none decodes, the newest one's error stops the run (a
+    // checkpoint of another model, say: starting afresh would silently drop the run's steps).
+    std::string first_error;
+    const std::optional<CheckpointFile> found = findNewestValid(
+        cfg.checkpoint_dir,
+        [&](const std::string& line) {
       if (isRank0()) LOG(WARNING) << "--resume auto: passing over " << line;
-    });
+        },
+        [&](const CheckpointFile& file) -> std::string {
+          try {
+            pos = decodeCheckpoint(file.bytes, file.path, *model, *optimizer);
+            return "";
+          } catch (const Error& e) {
+            if (first_error.empty()) first_error = e.what();
+            return firstLine(e.what());
+          }
+        });
+    AIACC_CHECK_IO(found || first_error.empty(), "--resume auto: no checkpoint in ", cfg.checkpoint_dir,
+                   " can be read; the newest: ", first_error);
     if (!found) {
       if (isRank0()) LOG(INFO) << "--resume auto: no valid checkpoint in " << cfg.checkpoint_dir << "; starting afresh";
       return;
     }
     path = found->path;
-    pos = decodeCheckpoint(found->bytes, path, *model, *optimizer);
   } else {
     pos = loadCheckpoint(path, *model, *optimizer);
   }

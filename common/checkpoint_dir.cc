@@ -421,9 +421,21 @@ void CheckpointDir::retain(int64_t newest_step) {
 // ---- findNewestValid
 
 std::optional<CheckpointFile> findNewestValid(const std::string& dir,
-                                              const std::function<void(const std::string& line)>& report) {
+                                              const std::function<void(const std::string& line)>& report,
+                                              const std::function<std::string(const CheckpointFile& file)>& accept) {
   const auto say = [&](const std::string& line) {
     if (report) report(line);
+  };
+  // Whether a whole checkpoint is taken (else the reason is said).
+  const auto taken = [&](Checked& c) {
+    if (!c.file) {
+      say(c.why);
+      return false;
+    }
+    const std::string why = accept ? accept(*c.file) : std::string();
+    if (why.empty()) return true;
+    say(strCat(c.file->path, ": ", why));
+    return false;
   };
   const std::optional<Listing> listing = listDir(dir);
   if (!listing) return std::nullopt;
@@ -433,8 +445,7 @@ std::optional<CheckpointFile> findNewestValid(const std::string& dir,
       say(strCat(join(dir, kLatestName), ": names ", checkpointPayloadName(*latest.step), " which does not exist"));
     } else {
       Checked c = checkStep(dir, *latest.step);
-      if (c.file) return std::move(c.file);
-      say(c.why);
+      if (taken(c)) return std::move(c.file);
     }
   } else if (!latest.why.empty()) {
     say(latest.why);
@@ -452,8 +463,7 @@ std::optional<CheckpointFile> findNewestValid(const std::string& dir,
   for (const int64_t step : order) {
     if (step == latest.step) continue;
     Checked c = checkStep(dir, step);
-    if (c.file) return std::move(c.file);
-    say(c.why);
+    if (taken(c)) return std::move(c.file);
   }
   return std::nullopt;
 }

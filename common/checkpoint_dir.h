@@ -141,8 +141,13 @@ std::string checkpointManifestName(int64_t step);
 // step-000000000009.ckpt which does not exist"). Temporary files are ignored. Returns nothing when
 // no valid checkpoint exists, `dir` missing included (the caller reports a fresh start). Throws
 // IoError when `dir` exists but cannot be listed. `report` may be empty.
-std::optional<CheckpointFile> findNewestValid(const std::string& dir,
-                                              const std::function<void(const std::string& line)>& report);
+// `accept` (optional) has the last word on a checkpoint that is whole: it returns "" to take it,
+// or one line saying why not (the payload cannot be decoded: a damaged or crafted file whose
+// manifest checks out), which is reported as "FILE: WHY" before the search goes on in the same
+// order, so that --resume auto falls back to the checkpoint before an unreadable one.
+std::optional<CheckpointFile> findNewestValid(
+    const std::string& dir, const std::function<void(const std::string& line)>& report,
+    const std::function<std::string(const CheckpointFile& file)>& accept = {});
 
 // One failed write of a CheckpointWriter.
 struct CheckpointWriteError {

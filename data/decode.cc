@@ -81,9 +81,14 @@ bool hasEndOfImage(const uint8_t* data, size_t size) {
   return false;
 }
 
+// An arithmetic-coded JPEG can code a block in less than a bit: it may claim 512 blocks a byte
+// (1/64 bit each), a thousand times the densest valid file of its size at most.
+constexpr int64_t kArithBlocksPerByte = 512;
+
 // The pixel-count bound of decodeCrop (decode.h: kDefaultMaxImagePixels).
 void checkPixels(int64_t width, int64_t height, int64_t max_pixels) {
-  if (width * height > max_pixels) {
+  // (each side first: a PNG's are up to 2^32 - 1, whose product overflows)
+  if (width > max_pixels || height > max_pixels || width * height > max_pixels) {
     throw DecodeError(strCat("image of ", width, "x", height, " pixels, above the limit of ", max_pixels,
                              " (--max-image-pixels): a decompression bomb?"));
   }
@@ -92,15 +97,30 @@ void checkPixels(int64_t width, int64_t height, int64_t max_pixels) {
 // Both bounds on a JPEG whose header libjpeg-turbo read (decode.h: kDefaultMaxImagePixels).
 void checkJpegClaim(const jpeg_decompress_struct& cinfo, size_t size, int64_t max_pixels) {
   checkPixels(cinfo.image_width, cinfo.image_height, max_pixels);
-  if (cinfo.arith_code) return;
   int64_t blocks = 0;
   for (int c = 0; c < cinfo.num_components; ++c) {
     const jpeg_component_info& comp = cinfo.comp_info[c];
     blocks += static_cast<int64_t>(comp.width_in_blocks) * comp.height_in_blocks;
   }
-  if (blocks > 8 * static_cast<int64_t>(size)) {
+  if (blocks > (cinfo.arith_code ? kArithBlocksPerByte : 8) * static_cast<int64_t>(size)) {
     throw DecodeError(strCat("JPEG claims ", cinfo.image_width, "x", cinfo.image_height, " pixels (", blocks,
                              " blocks) in ", size, " bytes: truncated or crafted"));
+  }
+}
+
+// A progressive JPEG's scans each visit every block: libjpeg-turbo's own TurboJPEG API stops at
+// this many (a file of many tiny scans would otherwise cost its size times its blocks).
+constexpr int kMaxScans = 500;
+
+// libjpeg's progress monitor for a decode: refuses the scan past kMaxScans. Its error manager
+// longjmps back to the decode's setjmp, which throws the DecodeError.
+void limitScans(j_common_ptr c) {
+  const auto* d = reinterpret_cast<j_decompress_ptr>(c);
+  if (c->is_decompressor && d->input_scan_number > kMaxScans) {
+    auto* err = reinterpret_cast<JpegErrorManager*>(c->err);
+    std::snprintf(err->message, sizeof(err->message), "more than %d scans (a progressive JPEG made to be slow)",
+                  kMaxScans);
+    std::longjmp(err->jump, 1);
   }
 }
 
@@ -123,13 +143,27 @@ Box clampBox(Box b, int width, int height) {
 }
 
 DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& pick, const char* why,
-                           int64_t max_pixels) {
+                           int64_t max_pixels, bool cmyk_jpeg) {
 #ifdef AIACC_HAVE_IMGCODECS
-  const auto [png_w, png_h] = pngDimensions(data, size);
-  checkPixels(png_w, png_h, max_pixels);
-  AIACC_CHECK(size <= static_cast<size_t>(std::numeric_limits<int>::max()), "an image file of ", size, " bytes");
+  // What OpenCV decodes here: CMYK JPEGs, whose header decodeJpegBox checked, and PNGs, checked
+  // here (a PNG's deflate data expands 1032 times at most, 8 pixels a byte at 1 bit per pixel).
+  // Other formats are refused: OpenCV sizes their buffers from a header of a few bytes.
+  if (!cmyk_jpeg) {
+    const auto [png_w, png_h] = pngDimensions(data, size);
+    if (png_w == 0) throw DecodeError(strCat("not a JPEG or PNG (", why, "); aiacc decodes those two"));
+    checkPixels(png_w, png_h, max_pixels);
+    if (png_w * png_h > 8 * 1032 * static_cast<int64_t>(size)) {
+      throw DecodeError(strCat("PNG claims ", png_w, "x", png_h, " pixels in ", size, " bytes: truncated or crafted"));
+    }
+  }
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max())) throw DecodeError("an image file over 2 GiB");
   cv::Mat encoded(1, static_cast<int>(size), CV_8UC1, const_cast<uint8_t*>(data));
-  cv::Mat bgr = cv::imdecode(encoded, cv::IMREAD_COLOR);
+  cv::Mat bgr;
+  try {
+    bgr = cv::imdecode(encoded, cv::IMREAD_COLOR);
+  } catch (const cv::Exception& e) {
+    throw DecodeError(strCat("not a decodable image (", why, "): ", firstLine(e.what())));
+  }
   if (bgr.empty()) throw DecodeError(strCat("not a decodable image (", why, ")"));
   checkPixels(bgr.cols, bgr.rows, max_pixels);
   DecodedCrop out;
@@ -148,6 +182,7 @@ DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& p
   (void)size;
   (void)pick;
   (void)max_pixels;
+  (void)cmyk_jpeg;
   throw DecodeError(strCat("cannot decode (", why, "; built without OpenCV imgcodecs)"));
 #endif
 }
@@ -196,6 +231,9 @@ BoxResult decodeJpegBoxOnce(const uint8_t* data, size_t size, const Box& box, in
     throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
   }
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_progress_mgr progress{};  // (trivially destructible, as everything after the setjmp)
+  progress.progress_monitor = limitScans;
+  cinfo.progress = &progress;
   jpeg_read_header(&cinfo, TRUE);
   checkJpegClaim(cinfo, size, max_pixels);
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) return BoxResult::kCmyk;
@@ -311,7 +349,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     build->deferred = false;
   }
   if (size == 0) throw DecodeError("empty (zero-byte) file");
-  if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG", max_pixels);
+  if (!looksLikeJpeg(data, size)) return decodeFallback(data, size, pick, "not a JPEG", max_pixels, false);
   if (!hasEndOfImage(data, size)) throw DecodeError("truncated JPEG (no end-of-image marker)");
   DecodedCrop out;
   const bool own = useAiaccHuffman(huffman);
@@ -322,7 +360,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, true, max_pixels, nullptr, index)) {
       return out;
     }
-    return decodeFallback(data, size, pick, "CMYK JPEG", max_pixels);
+    return decodeFallback(data, size, pick, "CMYK JPEG", max_pixels, true);
   }
   if (indexed) {  // libjpeg-turbo's decoder: from an extract
     const int W = index->width(), H = index->height();
@@ -361,7 +399,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     const Box chosen = out.box;
     const CropPicker again = [chosen](int, int) { return chosen; };
     if (decodeJpegBox(data, size, Box{}, 8, out, &again, out_w, out_h, packed, false, max_pixels)) return out;
-    return decodeFallback(data, size, again, "CMYK JPEG", max_pixels);
+    return decodeFallback(data, size, again, "CMYK JPEG", max_pixels, true);
   }
   if (decodeJpegBox(data, size, Box{}, 8, out, &pick, out_w, out_h, packed, own, max_pixels, build)) {
     // Not built along (libjpeg-turbo's decoder did the work, or the file is not indexable):
@@ -371,7 +409,7 @@ DecodedCrop decodeCrop(const uint8_t* data, size_t size, const CropPicker& pick,
     }
     return out;
   }
-  return decodeFallback(data, size, pick, "CMYK JPEG", max_pixels);  // the picker was not called yet
+  return decodeFallback(data, size, pick, "CMYK JPEG", max_pixels, true);  // the picker was not called yet
 }
 
 int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
@@ -380,6 +418,9 @@ int entropyDecodeOnly(const uint8_t* data, size_t size, int rows) {
   jpeg_decompress_struct& cinfo = d.cinfo;
   if (setjmp(d.err.jump)) throw DecodeError(strCat("corrupt JPEG: ", d.err.message));
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_progress_mgr progress{};  // (trivially destructible, as everything after the setjmp)
+  progress.progress_monitor = limitScans;
+  cinfo.progress = &progress;
   jpeg_read_header(&cinfo, TRUE);
   checkJpegClaim(cinfo, size, kDefaultMaxImagePixels);
   cinfo.scale_num = 1;

@@ -101,11 +101,14 @@ inline constexpr int kFullResolution = 1 << 30;
 //     2 x Image.MAX_IMAGE_PIXELS = 178,956,970 (aiacc_train --max-image-pixels sets it);
 //   - or, for a Huffman-coded JPEG, more 8x8 blocks than its file has bits: every block codes its
 //     DC difference in one bit at least, so such a file is truncated or crafted (a 677-byte file
-//     claiming 30000 x 30000 pixels). Arithmetic-coded JPEGs, which can code a block in less,
-//     are bounded by max_pixels alone; so are the other formats (PNG's header is read first;
-//     the rest only after OpenCV decoded them, within OpenCV's own 2^30-pixel limit).
-// So a hostile JPEG of N bytes decodes at most 8N blocks, what a valid file of N bytes at the
-// densest possible coding costs, and a larger claim costs nothing.
+//     claiming 30000 x 30000 pixels). An arithmetic-coded JPEG, which can code a block in less,
+//     may claim 512 blocks a byte (1/64 bit each);
+//   - or a PNG claiming more than 8 x 1032 pixels a byte (deflate's largest ratio, 1 bit a pixel).
+// A progressive JPEG of more than 500 scans (each scan visits every block) is refused as its
+// 501st scan starts, as TurboJPEG does. Formats other than JPEG and PNG are refused: OpenCV,
+// which decodes CMYK JPEGs and PNGs here, sizes other formats' buffers from a few header bytes.
+// So a hostile Huffman JPEG of N bytes decodes at most 8N blocks in at most 500 scans, what a
+// valid file of N bytes at the densest coding costs, and a larger claim costs nothing.
 inline constexpr int64_t kDefaultMaxImagePixels = 178956970;
 
 // Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.

@@ -32,11 +32,6 @@ struct Target {
   torch::optim::SGD sgd{model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)};
 };
 
-Target& target() {
-  static Target t;
-  return t;
-}
-
 aiacc::app::TrainingState sampleState() {
   aiacc::app::TrainingState s;
   s.epochs_done = 2;
@@ -60,7 +55,7 @@ void write(const std::string& path, const std::string& bytes) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   if (const char* dir = std::getenv("AIACC_FUZZ_WRITE_SEEDS")) {
-    Target& t = target();
+    Target t;
     // A step, so that the optimizer has momentum buffers to save.
     t.sgd.zero_grad();
     for (auto& p : t.model->parameters()) p.mutable_grad() = torch::ones_like(p);
@@ -72,7 +67,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Target& t = target();
+  Target t;  // afresh for each input, so that a finding reproduces from its input alone
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   try {
     aiacc::app::decodeCheckpoint(bytes, "fuzz.ckpt", *t.model, t.sgd);

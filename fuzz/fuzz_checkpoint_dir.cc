@@ -26,9 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   put(aiacc::checkpointManifestName(7), manifest);
   put(aiacc::checkpointPayloadName(7), payload);
   try {
-    const auto found = aiacc::findNewestValid(dir, [](const std::string& line) {
-      aiacc::fuzz::checkOneLine(line.c_str());
-    });
+    const auto found = aiacc::findNewestValid(dir,
+                                              [](const std::string& line) { aiacc::fuzz::checkOneLine(line.c_str()); });
     if (found && found->step != 7) std::abort();  // the only step there is
   } catch (const aiacc::Error& e) {
     aiacc::fuzz::checkOneLine(e.what());

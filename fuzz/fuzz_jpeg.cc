@@ -45,8 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (HuffmanDecoder huffman : {HuffmanDecoder::kAiacc, HuffmanDecoder::kLibjpegTurbo}) {
     const int out = outs[(h + static_cast<uint32_t>(huffman)) % 3];
     try {
-      const DecodedCrop dc = decodeCrop(data, size, pick, out, out, nullptr, huffman == HuffmanDecoder::kAiacc,
-                                        nullptr, huffman, kMaxPixels);
+      const DecodedCrop dc = decodeCrop(data, size, pick, out, out, nullptr, huffman == HuffmanDecoder::kAiacc, nullptr,
+                                        huffman, kMaxPixels);
       transformsOf(dc, out);
       decodeCrop(data, size, pick, kFullResolution, kFullResolution, nullptr, false, nullptr, huffman, kMaxPixels);
     } catch (const DecodeError& e) {

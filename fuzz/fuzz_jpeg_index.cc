@@ -1,4 +1,5 @@
-// The JPEG entropy index on any bytes (data/jpeg_index.h): a build at each checkpoint spacing,
+// The JPEG entropy index on any bytes (data/jpeg_index.h): a build at a checkpoint spacing of 1 to
+// 3 MCUs (chosen by the first byte),
 // the build our Huffman decoder makes along a decode, a seek through a built index (aiacc's
 // decoder) and an extract decoded by libjpeg-turbo's. A file the index cannot take is refused
 // (null); anything else must decode or end in a DecodeError.

@@ -1,18 +1,17 @@
 #include "models/torch_unpickler.h"
 
 #include <ATen/ATen.h>
-#include <caffe2/serialize/inline_container.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <sstream>
 #include <string_view>
 #include <unordered_map>
 #include <variant>
 
 #include "aiacc/common/error.h"
+#include "models/torch_storage.h"
 
 namespace aiacc::models {
 namespace {
@@ -45,25 +44,9 @@ struct Tuple {
   Shape shape;
 };
 
-const std::map<std::string, at::ScalarType>& storageTypes() {
-  static const std::map<std::string, at::ScalarType> types = {
-      {"torch.FloatStorage", at::kFloat},
-      {"torch.DoubleStorage", at::kDouble},
-      {"torch.HalfStorage", at::kHalf},
-      {"torch.BFloat16Storage", at::kBFloat16},
-      {"torch.LongStorage", at::kLong},
-      {"torch.IntStorage", at::kInt},
-      {"torch.ShortStorage", at::kShort},
-      {"torch.CharStorage", at::kChar},
-      {"torch.ByteStorage", at::kByte},
-      {"torch.BoolStorage", at::kBool},
-      {"torch.ComplexFloatStorage", at::kComplexFloat},
-      {"torch.ComplexDoubleStorage", at::kComplexDouble},
-  };
-  return types;
-}
-
 constexpr int kMaxDepth = kMaxPickleDepth;
+constexpr size_t kMaxNamePart = 256;    // a global's module or name, in bytes
+constexpr size_t kMaxOpaqueTypes = 16;  // unread types named in Unpickled::opaque_types
 
 class Machine {
  public:
@@ -126,6 +109,16 @@ class Machine {
     pos_ = end + 1;
     return s;
   }
+  // A global's "module.name": each part a Python identifier's length at most and printable (a
+  // name is copied into every value that refers to it, and into messages).
+  Obj global(const std::string& module, const std::string& name) {
+    for (const std::string* part : {&module, &name}) {
+      check(part->size() <= kMaxNamePart, "a global's name of ", part->size(), " bytes (at most ", kMaxNamePart, ")");
+      check(std::all_of(part->begin(), part->end(), [](char c) { return c >= 0x20 && c < 0x7f; }),
+            "a global's name with a byte that is not printable ASCII");
+    }
+    return Obj{Global{module + "." + name}};
+  }
 
   Obj pop() {
     check(!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()), "the stack is empty");
@@ -186,7 +179,7 @@ class Machine {
   }
   // Adds an item's shape to a container's, within the bounds.
   void grow(Shape& shape, const Shape& item) {
-    check(item.height < kMaxDepth, "values nested more than ", kMaxDepth, " deep");
+    check(item.height + 1 < kMaxDepth, "values nested more than ", kMaxDepth, " deep");
     shape.height = std::max(shape.height, item.height + 1);
     shape.nodes += item.nodes;
     check(shape.nodes <= max_nodes_, "a value of more than ", max_nodes_,
@@ -223,7 +216,9 @@ class Machine {
     }
     const std::string type = std::holds_alternative<Global>(o.v) ? "class " + std::get<Global>(o.v).name
                                                                  : std::get<Opaque>(o.v).type;
-    if (std::find(opaque_types_.begin(), opaque_types_.end(), type) == opaque_types_.end()) {
+    // Named once each, the first kMaxOpaqueTypes of them (they only feed a message).
+    if (opaque_types_.size() < kMaxOpaqueTypes &&
+        std::find(opaque_types_.begin(), opaque_types_.end(), type) == opaque_types_.end()) {
       opaque_types_.push_back(type);
     }
     return c10::IValue();
@@ -281,31 +276,10 @@ class Machine {
     check(offset_v.isInt(), "a tensor's offset is a ", offset_v.tagKind());
     const int64_t offset = offset_v.toInt();
     const std::vector<int64_t> size = ints(args[2], "a tensor's size"), stride = ints(args[3], "a tensor's stride");
-    check(size.size() == stride.size(), "a tensor of ", size.size(), " sizes and ", stride.size(), " strides");
     const at::Tensor& s = storage.toTensor();
-    check(offset >= 0, "a tensor at a negative offset");
-    check(size.size() <= 64, "a tensor of ", size.size(), " dimensions");
-    // Dimensions of more than one element, by stride: each must step over the whole extent of
-    // those inside it, else two indexes share an element. All in overflow-checked arithmetic.
-    std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
-    for (size_t i = 0; i < size.size(); ++i) {
-      check(size[i] >= 0 && stride[i] >= 0, "a negative size or stride");
-      if (size[i] == 0) return s.as_strided(size, stride, offset);  // no element
-      if (size[i] > 1) dims.emplace_back(stride[i], size[i]);
-    }
-    std::sort(dims.begin(), dims.end());
-    int64_t extent = 1;  // elements from the first to one past the last, of the dimensions so far
-    for (const auto& [st, n] : dims) {
-      check(st >= extent, "a tensor whose elements overlap (stride ", st, " over ", n,
-            " elements; a broadcast or expanded view), which a saved state cannot hold");
-      int64_t span;
-      check(!__builtin_mul_overflow(n - 1, st, &span) && !__builtin_add_overflow(span, int64_t{1}, &extent),
-            "a tensor reaching past 2^63 elements");
-    }
-    int64_t end;
-    check(!__builtin_add_overflow(offset, extent, &end) && end <= s.numel(), "a tensor reaching past its storage of ",
-          s.numel(), " elements");
-    return s.as_strided(size, stride, offset);
+    const std::string refusal = viewRefusal(size, stride, offset, s.numel());
+    check(refusal.empty(), refusal);
+    return s.as_strided(size, stride, std::min(offset, s.numel()));  // (a view of no element: any offset)
   }
 
   Obj call(const std::string& fn, const std::vector<Obj>& args, int depth = 0) {
@@ -337,17 +311,20 @@ class Machine {
     check(tag.isString() && tag.toStringRef() == "storage", "a persistent id that is not a storage");
     const auto* type = std::get_if<Global>(&pid[1].v);
     check(type != nullptr, "a storage without its type");
-    const auto it = storageTypes().find(type->name);
-    check(it != storageTypes().end(), "storages of type ", type->name, " are not read");
+    const std::optional<at::ScalarType> dtype = storageDtype(type->name);
+    check(dtype.has_value(), "storages of type ", type->name, " are not read");
     const c10::IValue& key = ivalue(pid[2], "a storage key");
     const c10::IValue& numel = ivalue(pid[4], "a storage size");
     check(key.isString() && numel.isInt() && numel.toInt() >= 0, "a storage id without key or size");
+    check(key.toStringRef().size() <= 64 && std::all_of(key.toStringRef().begin(), key.toStringRef().end(),
+                                                        [](char c) { return c > 0x20 && c < 0x7f; }),
+          "a storage key that is not a short printable name");
     auto cached = storages_.find(key.toStringRef());
     if (cached == storages_.end()) {
-      at::Tensor t = load_(key.toStringRef(), it->second, numel.toInt());
+      at::Tensor t = load_(key.toStringRef(), *dtype, numel.toInt());
       cached = storages_.emplace(key.toStringRef(), t).first;
     }
-    check(cached->second.scalar_type() == it->second, "storage ", key.toStringRef(), " read as two types");
+    check(cached->second.scalar_type() == *dtype, "storage ", key.toStringRef(), " read as two types");
     return Obj{c10::IValue(cached->second)};
   }
 
@@ -430,14 +407,14 @@ class Machine {
       case 0x89:  // NEWFALSE
         return push(false);
       case 'c': {  // GLOBAL
-        std::string module = line();
-        stack_.push_back(Obj{Global{module + "." + line()}});
+        const std::string module = line();
+        stack_.push_back(global(module, line()));
         return;
       }
       case 0x93: {  // STACK_GLOBAL
         const c10::IValue name = ivalue(pop(), "a global's name"), module = ivalue(pop(), "a global's module");
         check(name.isString() && module.isString(), "STACK_GLOBAL of non-strings");
-        stack_.push_back(Obj{Global{module.toStringRef() + "." + name.toStringRef()}});
+        stack_.push_back(global(module.toStringRef(), name.toStringRef()));
         return;
       }
       case 'q':  // BINPUT
@@ -496,7 +473,7 @@ class Machine {
   size_t pos_ = 0, op_at_ = 0;
   std::vector<Obj> stack_;
   std::vector<size_t> marks_;
-  std::unordered_map<uint64_t, Obj> memo_;
+  std::map<uint64_t, Obj> memo_;  // (ordered: its keys are the file's, which could crowd a hash bucket)
   std::map<std::string, at::Tensor> storages_;
   std::vector<std::string> opaque_types_;
   const uint64_t max_nodes_;
@@ -513,75 +490,6 @@ Unpickled unpickleTorch(const std::string& bytes, const StorageLoader& load_stor
     return Machine(bytes, load_storage).run();
   } catch (const c10::Error& e) {  // e.g. a dict key LibTorch cannot hash
     AIACC_THROW(InputError, "a pickle value LibTorch cannot hold: ", firstLine(e.what_without_backtrace()));
-  }
-}
-
-namespace {
-
-// The archive's data.pkl run against its data/<key> records; `name` is what messages call it.
-Unpickled readArchive(const std::function<std::unique_ptr<caffe2::serialize::PyTorchStreamReader>()>& open,
-                      const std::string& name) {
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
-  std::string pickle;
-  try {
-    reader = open();
-    AIACC_CHECK_INPUT(!reader->hasRecord("constants.pkl"), "'", name,
-                      "' is a TorchScript archive (torch.jit.save, or an aiacc checkpoint of format 2 to 4), not "
-                      "a file torch.save wrote");
-    AIACC_CHECK_INPUT(reader->hasRecord("data.pkl"), "'", name,
-                      "' is a zip archive without data.pkl, not a file "
-                      "torch.save wrote");
-    if (reader->hasRecord("byteorder")) {
-      const auto [data, n] = reader->getRecord("byteorder");
-      const std::string order(static_cast<const char*>(data.get()), n);
-      AIACC_CHECK_INPUT(order == "little", "'", name, "' was saved ", order, "-endian; aiacc reads little-endian");
-    }
-    const auto [data, n] = reader->getRecord("data.pkl");
-    pickle.assign(static_cast<const char*>(data.get()), n);
-  } catch (const c10::Error& e) {
-    AIACC_THROW(IoError, "cannot read '", name, "' as a torch.save archive: ", firstLine(e.what_without_backtrace()));
-  }
-  const StorageLoader load = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
-    const std::string record = "data/" + key;
-    AIACC_CHECK_INPUT(reader->hasRecord(record), "'", name, "' has no record ", record);
-    const auto [data, n] = reader->getRecord(record);
-    // The record's bytes bound the storage before anything is allocated for it.
-    uint64_t want;
-    AIACC_CHECK_INPUT(!__builtin_mul_overflow(static_cast<uint64_t>(numel), c10::elementSize(dtype), &want) &&
-                          n >= want,
-                      "'", name, "': record ", record, " holds ", n, " bytes, its storage of ", numel, " ",
-                      c10::toString(dtype), " elements needs more");
-    at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
-    if (want > 0) std::memcpy(t.data_ptr(), data.get(), want);
-    return t;
-  };
-  try {
-    return unpickleTorch(pickle, load);
-  } catch (const InputError& e) {
-    AIACC_THROW(InputError, "'", name, "': ", e.what());
-  } catch (const c10::Error& e) {
-    AIACC_THROW(IoError, "cannot read '", name, "': ", firstLine(e.what_without_backtrace()));
-  }
-}
-
-}  // namespace
-
-Unpickled readTorchSave(const std::string& path) {
-  return readArchive([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }, path);
-}
-
-Unpickled readTorchSaveBytes(const std::string& bytes, const std::string& name) {
-  std::istringstream in(bytes);
-  return readArchive([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in); }, name);
-}
-
-bool isTorchScriptArchive(const std::string& bytes) {
-  if (bytes.compare(0, 4, "PK\x03\x04") != 0) return false;
-  try {
-    std::istringstream in(bytes);
-    return caffe2::serialize::PyTorchStreamReader(&in).hasRecord("constants.pkl");
-  } catch (const c10::Error&) {
-    return false;
   }
 }
 

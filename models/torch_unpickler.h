@@ -25,13 +25,18 @@
 //     which no pickler does), so no value contains itself. A value's size with every shared part
 //     counted each time it appears (what a walk over the result visits) is at most the pickle's
 //     bytes + kPickleNodeSlack, so 40 nested (x, x) pairs in 322 bytes are refused, not 2^40.
-//   - Dict keys are strings, numbers or tensors (what LibTorch can hash).
-//   - Tensors: a view's extent is computed in overflow-checked arithmetic and must lie inside
-//     its storage; views whose elements overlap (stride 0 of an expanded tensor, or any two
-//     indexes on one element), which a saved state cannot hold, are refused, so a tensor is never
-//     larger than the storage bytes the file holds. A storage's size is checked against its
-//     record's bytes before it is allocated (readTorchSave).
-// A hostile pickle of N bytes thus costs time and memory linear in N plus its storages' bytes.
+//   - Dict keys are strings, numbers or tensors (what LibTorch can hash). A global's module and
+//     name are printable and at most 256 bytes each (every value that refers to one copies it);
+//     at most 16 unread types are named in opaque_types.
+//   - Tensors: models/torch_storage.h's viewRefusal. A view's extent is computed in
+//     overflow-checked arithmetic and must lie inside its storage; views whose elements overlap
+//     or interleave (an expanded tensor saved as a view: re-save it with .contiguous()) are
+//     refused, so a tensor is never larger than the storage bytes the file holds.
+//   - Archives (readTorchSave): checkZipClaims bounds every entry's uncompressed size by the
+//     archive's own size before LibTorch's zip reader allocates it, and a storage's size is
+//     checked against its record's bytes before it is allocated.
+// A hostile pickle of N bytes thus costs time and memory linear in N plus its storages' bytes;
+// a hostile archive of N bytes, memory at most a few times N.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -69,6 +74,11 @@ Unpickled readTorchSave(const std::string& path);
 
 // The same for an archive in memory; `name` is what messages call it.
 Unpickled readTorchSaveBytes(const std::string& bytes, const std::string& name);
+
+// InputError naming `name` unless every entry of the zip archive `bytes` claims at most the
+// archive's own size uncompressed, with a central directory that is whole (zip64 included):
+// what LibTorch's zip reader allocates per entry is what the entry claims.
+void checkZipClaims(const std::string& bytes, const std::string& name);
 
 // Whether `bytes` are a zip archive holding TorchScript's constants.pkl (torch.jit.save, or
 // LibTorch's torch::serialize::OutputArchive) rather than a torch.save pickle.

@@ -43,7 +43,8 @@ seeds() {
   /usr/bin/python3 scripts/fuzz_seeds.py "$BUILD/seeds"
   for t in fuzz_checkpoint fuzz_torch_save; do
     mkdir -p "$BUILD/seeds/$t"
-    AIACC_FUZZ_WRITE_SEEDS=$BUILD/seeds/$t "$BUILD/fuzz/$t" -runs=0 "$BUILD/seeds/$t" > /dev/null 2>&1
+    AIACC_FUZZ_WRITE_SEEDS=$BUILD/seeds/$t "$BUILD/fuzz/$t" -runs=0 "$BUILD/seeds/$t" > "$BUILD/seeds/$t.log" 2>&1 ||
+      { echo "fuzz.sh: $t failed while writing its seeds:"; tail -30 "$BUILD/seeds/$t.log"; exit 1; }
   done
   touch "$BUILD/seeds/.done"
 }
@@ -59,10 +60,10 @@ run() {
     > "$log" 2>&1
 }
 
-summary() {  # TARGET LOG: executions and coverage from libFuzzer's final lines
+summary() {  # TARGET LOG: executions and coverage from libFuzzer's final lines (none after a crash)
   local execs cov
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$2" | tail -1)
-  cov=$(grep -o 'cov: [0-9]* ft: [0-9]* corp: [0-9]*/[0-9a-zA-Z]*' "$2" | tail -1)
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$2" 2>/dev/null | tail -1 || true)
+  cov=$( (grep -o 'cov: [0-9]* ft: [0-9]* corp: [0-9]*/[0-9a-zA-Z]*' "$2" 2>/dev/null || true) | tail -1)
   printf '%-20s %10s runs  %s\n' "$1" "${execs:-?}" "${cov:-no coverage line}"
 }
 
@@ -77,13 +78,13 @@ case "${1:-}" in
     export BUILD
     export FLAGS_STR="${FLAGS[*]}"
     # Two at a time: one per core.
-    failed=0
+    rm -f "$BUILD/logs/failed"
     for t in $TARGETS; do echo "$t"; done | xargs -P 2 -I{} bash -c \
       'FLAGS=($FLAGS_STR); run {} '"$secs"' "$BUILD/logs/{}.log" || { echo "fuzz.sh: {} FAILED" >> "$BUILD/logs/failed"; }' || true
     for t in $TARGETS; do summary "$t" "$BUILD/logs/$t.log"; done
     if [ -s "$BUILD/logs/failed" ]; then
       while read -r line; do
-        t=$(echo "$line" | awk '{print $2}')
+        t=$(echo "$line" | cut -d' ' -f2)
         echo "$line; the end of its log:"
         tail -40 "$BUILD/logs/$t.log"
       done < "$BUILD/logs/failed"

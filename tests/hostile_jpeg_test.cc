@@ -116,10 +116,61 @@ TEST(HostileJpeg, ADecompressionBombIsRefusedFromItsHeader) {
   progressive.progressive = true;
   const std::vector<uint8_t> pj = test::encode(test::texture(16, 16, 5), progressive);
   EXPECT_TRUE(test::contains(decodeErrorOf(withFrameSize(pj, 13000, 13000)), "truncated or crafted"));
-  EXPECT_EQ(JpegIndex::build(withFrameSize(jpg, 13000, 13000).data(), jpg.size()), nullptr);
   // The limit is the caller's: a 16x16 image is refused at 255 pixels, decoded at 256.
   EXPECT_TRUE(test::contains(decodeErrorOf(jpg, 255), "image of 16x16 pixels, above the limit of 255")) << e;
   EXPECT_EQ(decodeWhole(jpg, HuffmanDecoder::kAiacc, 256).crop.width, 16);
+}
+
+// [start, end) of jpg's last scan: its SOS segment and the entropy-coded data after it.
+std::pair<size_t, size_t> lastScan(const std::vector<uint8_t>& jpg) {
+  size_t sos = 0;
+  for (size_t p = 2; p + 4 <= jpg.size();) {
+    const uint8_t m = jpg[p + 1];
+    if (m == 0xD9) break;
+    const size_t len = static_cast<size_t>(jpg[p + 2] << 8 | jpg[p + 3]);
+    if (m != 0xDA) {
+      p += 2 + len;
+      continue;
+    }
+    sos = p;
+    p += 2 + len;
+    while (p + 1 < jpg.size() && !(jpg[p] == 0xFF && jpg[p + 1] != 0 && (jpg[p + 1] < 0xD0 || jpg[p + 1] > 0xD7))) ++p;
+  }
+  return {sos, jpg.size() - 2};  // up to the EOI
+}
+
+TEST(HostileJpeg, AProgressiveJpegOfTooManyScansIsRefused) {
+  test::EncodeOptions progressive;
+  progressive.progressive = true;
+  const std::vector<uint8_t> jpg = test::encode(test::texture(64, 48, 9), progressive);
+  const auto [a, b] = lastScan(jpg);
+  ASSERT_GT(a, 0u);
+  // The last scan 500 times more: 500 + about 10 scans, each of which visits every block.
+  std::vector<uint8_t> many(jpg.begin(), jpg.begin() + static_cast<long>(b));
+  for (int i = 0; i < 500; ++i)
+    many.insert(many.end(), jpg.begin() + static_cast<long>(a), jpg.begin() + static_cast<long>(b));
+  many.insert(many.end(), {0xFF, 0xD9});
+  const std::string e = decodeErrorOf(many);
+  EXPECT_TRUE(test::contains(e, "more than 500 scans")) << e;
+  EXPECT_EQ(decodeWhole(jpg, HuffmanDecoder::kAiacc).crop.width, 64);
+}
+
+TEST(HostileJpeg, OnlyJpegAndPngReachOpenCvAndAPngHeaderIsBounded) {
+  const std::string ppm = "P6\n30000 30000\n255\n" + std::string(64, 'x');
+  std::string e = decodeErrorOf(std::vector<uint8_t>(ppm.begin(), ppm.end()));
+  EXPECT_TRUE(test::contains(e, "not a JPEG or PNG")) << e;
+  auto png = [](uint32_t w, uint32_t h) {
+    std::vector<uint8_t> f = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+    for (uint32_t v : {w, h}) {
+      for (int s = 24; s >= 0; s -= 8) f.push_back(static_cast<uint8_t>(v >> s));
+    }
+    f.insert(f.end(), {8, 2, 0, 0, 0, 0, 0, 0, 0});
+    return f;
+  };
+  e = decodeErrorOf(png(0xFFFFFFFFu, 0xFFFFFFFFu));  // the product overflows int64
+  EXPECT_TRUE(test::contains(e, "image of 4294967295x4294967295 pixels, above the limit")) << e;
+  e = decodeErrorOf(png(10000, 10000));
+  EXPECT_TRUE(test::contains(e, "PNG claims 10000x10000 pixels in 33 bytes: truncated or crafted")) << e;
 }
 
 TEST(HostileJpeg, ABombInADatasetIsACountedSkip) {

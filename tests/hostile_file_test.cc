@@ -1,5 +1,5 @@
-// Crafted weight files, pickles and checkpoint values (models/torch_unpickler.h, models/weights.h,
-// app/checkpoint_legacy.h, the recipe parser): each worst case the fuzzing found is refused with
+// Crafted weight files, pickles, checkpoints and recipes (models/torch_unpickler.h, models/weights.h,
+// app/checkpoint.h, common/checkpoint_dir.h, the recipe parser): each worst case the fuzzing found is refused with
 // one line naming the cause, and within the memory its bytes justify, checked in a child process
 // whose address space is capped (a 2^40-fold expansion or an allocation from a header's claim
 // then fails the child instead of being refused).
@@ -8,18 +8,22 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/output-archive.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/common/error.h"
 #include "app/checkpoint.h"
 #include "app/flags.h"
+#include "models/torch_storage.h"
 #include "models/torch_unpickler.h"
 #include "models/weights.h"
 #include "tests/test_util.h"
@@ -70,7 +74,7 @@ std::string tensorPickle(const std::string& size_tuple, const std::string& strid
 // "child failed" when it died or exceeded it.
 std::string withinMemory(size_t headroom, const std::function<std::string()>& fn) {
   int fds[2];
-  if (pipe(fds) != 0) return "no pipe";
+  if (pipe2(fds, O_CLOEXEC) != 0) return "no pipe";
   const pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
@@ -110,8 +114,11 @@ TEST(HostilePickle, DeepNestingIsRefusedNotAStackOverflow) {
   EXPECT_TRUE(contains(verdict(tuples), "values nested more than 100 deep"));
   const std::string dicts = "\x80\x02}" + repeat(bytes("K\x01}"), 200000) + repeat("s", 200000) + ".";
   EXPECT_TRUE(contains(verdict(dicts), "values nested more than 100 deep")) << verdict(dicts);
-  // 100 deep is refused, 99 is read.
-  EXPECT_EQ(verdict("\x80\x02" + std::string(99, ']') + std::string(98, 'a') + "."), "ok");
+  // 100 lists nested in each other are read, 101 refused; the same for tuples.
+  EXPECT_EQ(verdict("\x80\x02" + std::string(100, ']') + std::string(99, 'a') + "."), "ok");
+  EXPECT_TRUE(contains(verdict("\x80\x02" + std::string(101, ']') + std::string(100, 'a') + "."), "nested"));
+  EXPECT_EQ(verdict("\x80\x02)" + std::string(99, '\x85') + "."), "ok");
+  EXPECT_TRUE(contains(verdict("\x80\x02)" + std::string(100, '\x85') + "."), "nested"));
 }
 
 TEST(HostilePickle, SharedValuesStaySharedAndTheirExpansionIsBounded) {
@@ -144,12 +151,17 @@ TEST(HostilePickle, TensorViewsMustLieInsideTheirStorageAndNotOverlap) {
   EXPECT_EQ(verdict(tensorPickle(bytes("K\x01K\x06\x86"), bytes("K\x00K\x01\x86"))), "ok");  // size-1 dim, any stride
   // Broadcast (stride 0) and overlapping views.
   std::string e = verdict(tensorPickle(bytes("K\x03\x85"), bytes("K\x00\x85")));
-  EXPECT_TRUE(contains(e, "elements overlap (stride 0 over 3 elements")) << e;
+  EXPECT_TRUE(contains(e, "elements overlap or interleave (stride 0 over 3 elements")) << e;
   e = verdict(tensorPickle(bytes("K\x03K\x02\x86"), bytes("K\x01K\x01\x86")));
   EXPECT_TRUE(contains(e, "elements overlap")) << e;
   // 2^62 + 1 elements of stride 2: the extent overflows int64.
   e = verdict(tensorPickle(bytes("\x8a\x08\x01\x00\x00\x00\x00\x00\x00\x40\x85"), bytes("K\x02\x85")));
   EXPECT_TRUE(contains(e, "reaching past 2^63 elements")) << e;
+  // The rule itself (models/torch_storage.h): interleaved views refused, empty ones read anywhere.
+  EXPECT_TRUE(contains(viewRefusal({2, 3}, {3, 2}, 0, 100), "overlap or interleave"));
+  EXPECT_EQ(viewRefusal({2, 3}, {1, 2}, 0, 6), "");
+  EXPECT_EQ(viewRefusal({0, 5}, {1, 1}, 999, 6), "");
+  EXPECT_EQ(viewRefusal({0, -1}, {1, 1}, 0, 6), "a negative size or stride");
   e = verdict(tensorPickle(bytes("K\x07\x85"), bytes("K\x01\x85")));
   EXPECT_TRUE(contains(e, "reaching past its storage of 6 elements")) << e;
 }
@@ -195,6 +207,27 @@ TEST(HostilePickle, AStorageLargerThanItsRecordIsRefusedBeforeItIsAllocated) {
   // 2^62 elements of 4 bytes: the byte count overflows.
   EXPECT_TRUE(contains(archiveVerdict(archiveClaiming(bytes("\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x40"))),
                        "holds 24 bytes"));
+}
+
+// A zip entry claiming more bytes than the archive (a deflate bomb, or a zip64 size field) is
+// refused before LibTorch's zip reader allocates what it claims.
+TEST(HostilePickle, AZipEntryClaimingMoreThanTheArchiveIsRefused) {
+  std::string zip = archiveClaiming(bytes("K\x06"));
+  EXPECT_NO_THROW(checkZipClaims(zip, "w.pt"));
+  // The central directory entry of data.pkl: its uncompressed size set to 2^32 - 2.
+  const size_t cd = zip.rfind(std::string("PK\x01\x02", 4));
+  ASSERT_NE(cd, std::string::npos);
+  zip.replace(cd + 24, 4, std::string("\xfe\xff\xff\xff", 4));
+  std::string e;
+  try {
+    checkZipClaims(zip, "w.pt");
+  } catch (const InputError& x) {
+    e = x.what();
+  }
+  EXPECT_TRUE(contains(e, "'w.pt': a zip entry claims 4294967294 bytes, more than the archive's")) << e;
+  EXPECT_EQ(archiveVerdict(zip), e);
+  EXPECT_EQ(withinMemory(kHeadroom, [&] { return archiveVerdict(zip); }), e);
+  EXPECT_TRUE(contains(archiveVerdict(zip.substr(0, zip.size() - 30)), "is not a valid zip archive"));
 }
 
 TEST(HostilePickle, AWeightsFileShapeIsCheckedAgainstItsSizeBeforeAllocating) {
@@ -253,6 +286,43 @@ TEST(HostilePickle, ALibTorchArchiveIsRefusedAsACheckpoint) {
   } catch (const IoError& e) {
     EXPECT_TRUE(contains(e.what(), "cannot read checkpoint 'old.ckpt': it is a LibTorch archive")) << e.what();
   }
+}
+
+// --resume auto's search with the checkpoint decoder as its last word: a whole checkpoint (its
+// manifest and CRC-32C intact) whose payload is refused gives way to the one before it, said in
+// one line; with none decodable, nothing is found and the newest one's error is kept.
+TEST(HostilePickle, AnUndecodableWholeCheckpointFallsBackToThePrevious) {
+  test::TempDir d;
+  torch::nn::Linear model(2, 2);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+  app::TrainingState s;
+  s.step = 1;
+  CheckpointDir dir(d / "ckpt");
+  dir.write(1, app::encodeCheckpoint(*model, sgd, s));
+  dir.write(2, archiveClaiming(bytes("\x8a\x07\x00\x00\x00\x00\x00\x00\x04")));  // a 2^50-element storage
+  std::vector<std::string> lines, errors;
+  const auto decode = [&](const CheckpointFile& f) -> std::string {
+    try {
+      app::decodeCheckpoint(f.bytes, f.path, *model, sgd);
+      return "";
+    } catch (const Error& e) {
+      errors.push_back(e.what());
+      return e.what();
+    }
+  };
+  const auto found = findNewestValid(
+      d / "ckpt", [&](const std::string& l) { lines.push_back(l); }, decode);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->step, 1);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(contains(lines[0], d / "ckpt/step-000000000002.ckpt: cannot read checkpoint")) << lines[0];
+  EXPECT_TRUE(contains(lines[0], "holds 24 bytes")) << lines[0];
+  dir.write(3, "not a zip");
+  std::filesystem::remove(d / "ckpt/step-000000000001.ckpt");
+  errors.clear();
+  EXPECT_FALSE(findNewestValid(d / "ckpt", {}, decode));
+  ASSERT_FALSE(errors.empty());
+  EXPECT_TRUE(contains(errors[0], "step-000000000003.ckpt")) << errors[0];
 }
 
 TEST(HostilePickle, ARecipeNumberOutOfRangeNamesItsLine) {
