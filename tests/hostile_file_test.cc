@@ -23,6 +23,7 @@
 #include "aiacc/common/error.h"
 #include "app/checkpoint.h"
 #include "app/flags.h"
+#include "data/decode.h"
 #include "models/torch_storage.h"
 #include "models/torch_unpickler.h"
 #include "models/weights.h"
@@ -269,6 +270,37 @@ TEST(HostilePickle, CountsInACheckpointAreRangeCheckedBeforeNarrowing) {
   at::Tensor ok = at::zeros({1, 7}, at::kDouble);
   ok[0][0] = 9007199254740992.0;
   EXPECT_EQ(app::evalsFrom(ok)[0].step, int64_t{1} << 53);
+}
+
+// A JPEG whose frame claims 30000 x 30000 pixels in a few hundred bytes: refused from its header,
+// in a child whose address space may grow by 256 MiB (the full-size crop alone is 2.5 GiB).
+TEST(HostilePickle, ADecompressionBombIsRefusedWithinMemory) {
+  data::RgbImage img{16, 16, std::vector<uint8_t>(16 * 16 * 3, 128)};
+  std::vector<uint8_t> jpg = data::encodeJpeg(img, 90);
+  for (size_t p = 2; p + 9 < jpg.size(); p += 2 + static_cast<size_t>(jpg[p + 2] << 8 | jpg[p + 3])) {
+    if (jpg[p + 1] == 0xC0) {  // the frame: height, then width
+      for (size_t i : {p + 5, p + 7}) {
+        jpg[i] = 30000 >> 8;
+        jpg[i + 1] = 30000 & 0xFF;
+      }
+      break;
+    }
+  }
+  const auto decode = [&]() -> std::string {
+    try {
+      data::decodeCrop(
+          jpg.data(), jpg.size(),
+          [](int w, int h) {
+        return data::Box{0, 0, w, h};
+          },
+          data::kFullResolution, data::kFullResolution);
+    } catch (const data::DecodeError& e) {
+      return e.what();
+    }
+    return "decoded";
+  };
+  const std::string e = withinMemory(kHeadroom, decode);
+  EXPECT_TRUE(contains(e, "image of 30000x30000 pixels, above the limit")) << e;
 }
 
 // Checkpoint formats 2 to 4 were LibTorch archives, read by LibTorch's TorchScript unpickler;
