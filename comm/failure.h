@@ -38,8 +38,8 @@ class Failure {
       return Failure(Kind::kInput, e.what());
     } catch (const IoError& e) {
       return Failure(Kind::kIo, e.what());
-    } catch (const std::exception& e) {
-      return Failure(Kind::kError, e.what());
+    } catch (const std::exception& e) {  // a dependency's: its first line (LibTorch's go on with a backtrace)
+      return Failure(Kind::kError, firstLine(e.what()));
     } catch (...) {
       return Failure(Kind::kError, "unknown exception (not a std::exception)");
     }

@@ -11,9 +11,29 @@
 
 namespace aiacc {
 
+// s as one line: a line break becomes the two characters "\n" ("\r" likewise) and any other
+// control byte '?'. Every aiacc error's message goes through it, so that a name read from a
+// crafted file (a tensor called "fc\n.bias") cannot break the one-line contract above.
+inline std::string oneLine(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
+      out += '?';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(oneLine(what)) {}
 };
 
 // Bad user input: flags, files, folders, configurations.

@@ -254,6 +254,17 @@ TEST(HostilePickle, AWeightsFileShapeIsCheckedAgainstItsSizeBeforeAllocating) {
   const std::string e = read();
   EXPECT_TRUE(contains(e, "is corrupt at 'w' (a shape larger than the file)")) << e;
   EXPECT_EQ(withinMemory(kHeadroom, read), e);
+  // A name with a line break (found by fuzz/fuzz_torch_save): the error stays one line.
+  std::string g = "AIACCW01";
+  auto put2 = [&](auto v) { g.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put2(uint64_t{1});
+  put2(uint32_t{4});
+  g += "a\nb\x01";
+  put2(uint32_t{7});
+  put2(uint32_t{0});
+  test::writeText(d / "w.bin", g);
+  const std::string e2 = read();
+  EXPECT_EQ(e2, "weights file '" + (d / "w.bin") + "' is corrupt at 'a\\nb?'");
 }
 
 TEST(HostilePickle, CountsInACheckpointAreRangeCheckedBeforeNarrowing) {
