@@ -1,5 +1,6 @@
 #include "data/decode.h"
 
+#include "data/decode_bounds.h"
 #include "data/entropy_gate.h"
 #include "data/entropy_hook.h"
 #include "data/jpeg_index.h"
@@ -81,36 +82,22 @@ bool hasEndOfImage(const uint8_t* data, size_t size) {
   return false;
 }
 
-// An arithmetic-coded JPEG can code a block in less than a bit: it may claim 512 blocks a byte
-// (1/64 bit each), a thousand times the densest valid file of its size at most.
-constexpr int64_t kArithBlocksPerByte = 512;
-
-// The pixel-count bound of decodeCrop (decode.h: kDefaultMaxImagePixels).
+// The pixel-count bound of decodeCrop (data/decode_bounds.h).
 void checkPixels(int64_t width, int64_t height, int64_t max_pixels) {
-  // (each side first: a PNG's are up to 2^32 - 1, whose product overflows)
-  if (width > max_pixels || height > max_pixels || width * height > max_pixels) {
-    throw DecodeError(strCat("image of ", width, "x", height, " pixels, above the limit of ", max_pixels,
-                             " (--max-image-pixels): a decompression bomb?"));
-  }
+  if (std::string why = pixelRefusal(width, height, max_pixels); !why.empty()) throw DecodeError(why);
 }
 
-// Both bounds on a JPEG whose header libjpeg-turbo read (decode.h: kDefaultMaxImagePixels).
+// Both bounds on a JPEG whose header libjpeg-turbo read (data/decode_bounds.h).
 void checkJpegClaim(const jpeg_decompress_struct& cinfo, size_t size, int64_t max_pixels) {
   checkPixels(cinfo.image_width, cinfo.image_height, max_pixels);
-  int64_t blocks = 0;
+  uint64_t blocks = 0;
   for (int c = 0; c < cinfo.num_components; ++c) {
     const jpeg_component_info& comp = cinfo.comp_info[c];
-    blocks += static_cast<int64_t>(comp.width_in_blocks) * comp.height_in_blocks;
+    blocks += static_cast<uint64_t>(comp.width_in_blocks) * comp.height_in_blocks;
   }
-  if (blocks > (cinfo.arith_code ? kArithBlocksPerByte : 8) * static_cast<int64_t>(size)) {
-    throw DecodeError(strCat("JPEG claims ", cinfo.image_width, "x", cinfo.image_height, " pixels (", blocks,
-                             " blocks) in ", size, " bytes: truncated or crafted"));
-  }
+  const std::string why = jpegBlockRefusal(cinfo.image_width, cinfo.image_height, blocks, cinfo.arith_code, size);
+  if (!why.empty()) throw DecodeError(why);
 }
-
-// A progressive JPEG's scans each visit every block: libjpeg-turbo's own TurboJPEG API stops at
-// this many (a file of many tiny scans would otherwise cost its size times its blocks).
-constexpr int kMaxScans = 500;
 
 // libjpeg's progress monitor for a decode: refuses the scan past kMaxScans. Its error manager
 // longjmps back to the decode's setjmp, which throws the DecodeError.
@@ -122,16 +109,6 @@ void limitScans(j_common_ptr c) {
                   kMaxScans);
     std::longjmp(err->jump, 1);
   }
-}
-
-// A PNG's width and height from its IHDR chunk; {0, 0} when data is not a PNG.
-std::pair<int64_t, int64_t> pngDimensions(const uint8_t* data, size_t size) {
-  static const uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
-  if (size < 24 || std::memcmp(data, kSignature, 8) != 0 || std::memcmp(data + 12, "IHDR", 4) != 0) return {0, 0};
-  auto be32 = [](const uint8_t* p) {
-    return static_cast<int64_t>(p[0]) << 24 | static_cast<int64_t>(p[1]) << 16 | static_cast<int64_t>(p[2]) << 8 | p[3];
-  };
-  return {be32(data + 16), be32(data + 20)};
 }
 
 Box clampBox(Box b, int width, int height) {
@@ -146,14 +123,13 @@ DecodedCrop decodeFallback(const uint8_t* data, size_t size, const CropPicker& p
                            int64_t max_pixels, bool cmyk_jpeg) {
 #ifdef AIACC_HAVE_IMGCODECS
   // What OpenCV decodes here: CMYK JPEGs, whose header decodeJpegBox checked, and PNGs, checked
-  // here (a PNG's deflate data expands 1032 times at most, 8 pixels a byte at 1 bit per pixel).
+  // here (data/decode_bounds.h).
   // Other formats are refused: OpenCV sizes their buffers from a header of a few bytes.
   if (!cmyk_jpeg) {
     const auto [png_w, png_h] = pngDimensions(data, size);
     if (png_w == 0) throw DecodeError(strCat("not a JPEG or PNG (", why, "); aiacc decodes those two"));
-    checkPixels(png_w, png_h, max_pixels);
-    if (png_w * png_h > 8 * 1032 * static_cast<int64_t>(size)) {
-      throw DecodeError(strCat("PNG claims ", png_w, "x", png_h, " pixels in ", size, " bytes: truncated or crafted"));
+    if (std::string refusal = pngRefusal(png_w, png_h, size, max_pixels); !refusal.empty()) {
+      throw DecodeError(refusal);
     }
   }
   if (size > static_cast<size_t>(std::numeric_limits<int>::max())) throw DecodeError("an image file over 2 GiB");

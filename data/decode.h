@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "aiacc/common/error.h"
+#include "data/decode_bounds.h"
 
 namespace aiacc::data {
 
@@ -95,21 +96,10 @@ struct IndexBuild {
 // An output size for decodeCrop that no DCT scale reaches: the crop decodes at full size.
 inline constexpr int kFullResolution = 1 << 30;
 
-// Decompression bombs. decodeCrop refuses with a DecodeError (the loader's counted skip), before
-// it allocates anything for pixels, an image whose header claims
-//   - more than max_pixels pixels (width x height): by default PIL's own refusal point,
-//     2 x Image.MAX_IMAGE_PIXELS = 178,956,970 (aiacc_train --max-image-pixels sets it);
-//   - or, for a Huffman-coded JPEG, more 8x8 blocks than its file has bits: every block codes its
-//     DC difference in one bit at least, so such a file is truncated or crafted (a 677-byte file
-//     claiming 30000 x 30000 pixels). An arithmetic-coded JPEG, which can code a block in less,
-//     may claim 512 blocks a byte (1/64 bit each);
-//   - or a PNG claiming more than 8 x 1032 pixels a byte (deflate's largest ratio, 1 bit a pixel).
-// A progressive JPEG of more than 500 scans (each scan visits every block) is refused as its
-// 501st scan starts, as TurboJPEG does. Formats other than JPEG and PNG are refused: OpenCV,
-// which decodes CMYK JPEGs and PNGs here, sizes other formats' buffers from a few header bytes.
-// So a hostile Huffman JPEG of N bytes decodes at most 8N blocks in at most 500 scans, what a
-// valid file of N bytes at the densest coding costs, and a larger claim costs nothing.
-inline constexpr int64_t kDefaultMaxImagePixels = 178956970;
+// Decompression bombs: decodeCrop refuses with a DecodeError (the loader's counted skip), before
+// it allocates anything for pixels, an image whose header claims more than max_pixels pixels
+// (kDefaultMaxImagePixels by default, PIL's refusal point), more blocks than a JPEG's bytes can
+// code, or more pixels than a PNG's bytes can expand to; data/decode_bounds.h states the bounds.
 
 // Decodes the crop of an encoded image (file bytes) that will be resized to out_w x out_h.
 // With an index of the file (data/jpeg_index.h), only the crop's MCUs (plus a margin) are

@@ -1,5 +1,6 @@
 #include "data/jpeg_index.h"
 
+#include "data/decode_bounds.h"
 #include "data/jpeg_entropy.h"
 
 #include <algorithm>
@@ -75,15 +76,14 @@ std::unique_ptr<JpegIndexBuilder> JpegIndexBuilder::start(const uint8_t* data, s
     ix->mcus_x_ = (h.width + ix->mcu_w_ - 1) / ix->mcu_w_;
     ix->mcus_y_ = (h.height + ix->mcu_h_ - 1) / ix->mcu_h_;
   }
-  // Every block codes its DC difference in one bit at least: a header that claims more blocks
-  // than the scan has bits belongs to a truncated or crafted file, refused before the index's
-  // tables (about 10 bytes per checkpoint) are sized from it.
+  // A header that claims more blocks than the scan has bits (data/decode_bounds.h) belongs to a
+  // truncated or crafted file, refused before the index's tables (about 10 bytes per checkpoint)
+  // are sized from it.
   int mcu_blocks = 0;
   for (const auto& c : h.comps) mcu_blocks += c.blocks;
-  if (static_cast<uint64_t>(ix->mcus_x_) * static_cast<uint64_t>(ix->mcus_y_) * static_cast<uint64_t>(mcu_blocks) >
-      8 * static_cast<uint64_t>(size - h.scan_at)) {
-    return nullptr;
-  }
+  const uint64_t blocks = static_cast<uint64_t>(ix->mcus_x_) * static_cast<uint64_t>(ix->mcus_y_) *
+                          static_cast<uint64_t>(mcu_blocks);
+  if (!jpegBlockRefusal(h.width, h.height, blocks, /*arith_code=*/false, size - h.scan_at).empty()) return nullptr;
   ix->k_ = b->k_ = cols_per_checkpoint;
   b->mcus_x_ = ix->mcus_x_;
   ix->per_row_ = (ix->mcus_x_ + ix->k_ - 1) / ix->k_;

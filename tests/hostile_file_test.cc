@@ -51,12 +51,7 @@ const StorageLoader kArange = [](const std::string&, at::ScalarType, int64_t) { 
 
 // What unpickleTorch says of a pickle: "ok" or the InputError's message.
 std::string verdict(const std::string& pickle, const StorageLoader& load = kArange) {
-  try {
-    unpickleTorch(pickle, load);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "ok";
+  return test::messageOf<InputError>([&] { unpickleTorch(pickle, load); });
 }
 
 // torch._utils._rebuild_tensor_v2(storage '0' of 6 floats, offset 0, size, stride, False, ()).
@@ -231,38 +226,28 @@ TEST(HostilePickle, AZipEntryClaimingMoreThanTheArchiveIsRefused) {
   EXPECT_TRUE(contains(archiveVerdict(zip.substr(0, zip.size() - 30)), "is not a valid zip archive"));
 }
 
-TEST(HostilePickle, AWeightsFileShapeIsCheckedAgainstItsSizeBeforeAllocating) {
-  test::TempDir d;
+// An AIACCW01 weights file (models/weights.h) of one tensor: its name, dtype code and shape.
+std::string weightsFile(const std::string& name, uint32_t dtype, const std::vector<int64_t>& shape) {
   std::string f = "AIACCW01";
   auto put = [&](auto v) { f.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(uint64_t{1});
-  put(uint32_t{1});
-  f += "w";
-  put(uint32_t{0});
-  put(uint32_t{2});
-  put(int64_t{1} << 40);
-  put(int64_t{1} << 40);
-  test::writeText(d / "w.bin", f);
-  auto read = [&]() -> std::string {
-    try {
-      readNamedTensors(d / "w.bin");
-    } catch (const InputError& e) {
-      return e.what();
-    }
-    return "ok";
-  };
+  put(static_cast<uint32_t>(name.size()));
+  f += name;
+  put(dtype);
+  put(static_cast<uint32_t>(shape.size()));
+  for (int64_t n : shape) put(n);
+  return f;
+}
+
+TEST(HostilePickle, AWeightsFileShapeIsCheckedAgainstItsSizeBeforeAllocating) {
+  test::TempDir d;
+  test::writeText(d / "w.bin", weightsFile("w", 0, {int64_t{1} << 40, int64_t{1} << 40}));
+  auto read = [&] { return test::messageOf<InputError>([&] { readNamedTensors(d / "w.bin"); }); };
   const std::string e = read();
   EXPECT_TRUE(contains(e, "is corrupt at 'w' (a shape larger than the file)")) << e;
   EXPECT_EQ(withinMemory(kHeadroom, read), e);
   // A name with a line break (found by fuzz/fuzz_torch_save): the error stays one line.
-  std::string g = "AIACCW01";
-  auto put2 = [&](auto v) { g.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put2(uint64_t{1});
-  put2(uint32_t{4});
-  g += "a\nb\x01";
-  put2(uint32_t{7});
-  put2(uint32_t{0});
-  test::writeText(d / "w.bin", g);
+  test::writeText(d / "w.bin", weightsFile("a\nb\x01", 7, {}));
   const std::string e2 = read();
   EXPECT_EQ(e2, "weights file '" + (d / "w.bin") + "' is corrupt at 'a\\nb?'");
 }

@@ -175,12 +175,7 @@ TEST(HostileJpeg, OnlyJpegAndPngReachOpenCvAndAPngHeaderIsBounded) {
 
 TEST(HostileJpeg, ABombInADatasetIsACountedSkip) {
   test::TempDir d;
-  SampleSpec spec;
-  spec.classes = 2;
-  spec.train_per_class = 4;
-  spec.val_per_class = 1;
-  makeSampleDataset(d / "ds", spec);
-  const std::string cls = d / "ds/train/c00_disc_h0";
+  const std::string cls = test::twoClassDataset(d / "ds");
   const std::vector<uint8_t> good = readFile(cls + "/train_00000.JPEG");
   test::writeFile(cls + "/bomb.JPEG", withFrameSize(good, 30000, 30000));
   test::writeFile(cls + "/dht.JPEG", withSegmentAfterSoi(good, overSubscribedDht()));
@@ -196,6 +191,33 @@ TEST(HostileJpeg, ABombInADatasetIsACountedSkip) {
   while (auto b = ld.next()) images += b->labels.numel();
   EXPECT_EQ(images, 9) << "the file with the unused bad table decodes";
   EXPECT_EQ(skips->paths(), std::vector<std::string>{cls + "/bomb.JPEG"});
+}
+
+TEST(DecodeBounds, AJpegMayClaimEightBlocksAByteOr512Arithmetic) {
+  EXPECT_EQ(jpegBlockRefusal(8, 8, 800, false, 100), "");
+  EXPECT_EQ(jpegBlockRefusal(8, 8, 801, false, 100),
+            "JPEG claims 8x8 pixels (801 blocks) in 100 bytes: truncated or crafted");
+  EXPECT_EQ(jpegBlockRefusal(8, 8, 51200, true, 100), "");
+  EXPECT_NE(jpegBlockRefusal(8, 8, 51201, true, 100), "");
+  // No product is formed: the largest claim against the largest size is still decided.
+  EXPECT_NE(jpegBlockRefusal(1, 1, UINT64_MAX, false, UINT64_MAX / 8), "");
+  EXPECT_EQ(jpegBlockRefusal(1, 1, UINT64_MAX - 7, false, UINT64_MAX / 8), "");
+  EXPECT_EQ(jpegBlockRefusal(1, 1, 0, false, 0), "");
+  EXPECT_NE(jpegBlockRefusal(1, 1, 1, false, 0), "");
+}
+
+TEST(DecodeBounds, PixelsAreBoundedWithoutOverflow) {
+  EXPECT_EQ(pixelRefusal(13377, 13377, kDefaultMaxImagePixels), "");
+  EXPECT_EQ(pixelRefusal(13377, 13378, kDefaultMaxImagePixels),
+            "image of 13377x13378 pixels, above the limit of 178956970 (--max-image-pixels): a decompression bomb?");
+  // A PNG's sides go to 2^32 - 1: their product overflows int64, whatever the limit.
+  const int64_t side = (int64_t{1} << 32) - 1;
+  EXPECT_NE(pixelRefusal(side, side, INT64_MAX), "");
+  EXPECT_NE(pixelRefusal(1, side, 1000), "");
+  EXPECT_EQ(pngRefusal(1032, 8, 1, kDefaultMaxImagePixels), "");
+  EXPECT_EQ(pngRefusal(1032, 9, 1, kDefaultMaxImagePixels),
+            "PNG claims 1032x9 pixels in 1 bytes: truncated or crafted");
+  EXPECT_NE(pngRefusal(side, side, 1 << 30, kDefaultMaxImagePixels).find("--max-image-pixels"), std::string::npos);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <jpeglib.h>
 
 #include "data/decode.h"
+#include "data/sample_gen.h"
 #include "data/transforms.h"
 
 // In aiacc::test beside test_util.h's helpers: a namespace aiacc::data::test would hide
@@ -95,6 +96,17 @@ inline std::vector<Picture> samplings() {
       {"4:4:0", {1, 2}, 227, 260}, {"4:1:1-like 4x1", {4, 1}, 270, 140}, {"grayscale", {1, 1, true}, 241, 199},
       {"tiny", {2, 2}, 19, 13},
   };
+}
+
+// A sample dataset at root of two classes, four training JPEGs and one validation JPEG each;
+// returns the first class's training folder, where tests add bad files beside good ones.
+inline std::string twoClassDataset(const std::string& root) {
+  data::SampleSpec spec;
+  spec.classes = 2;
+  spec.train_per_class = 4;
+  spec.val_per_class = 1;
+  data::makeSampleDataset(root, spec);
+  return root + "/train/c00_disc_h0";
 }
 
 }  // namespace aiacc::test

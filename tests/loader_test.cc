@@ -10,6 +10,7 @@
 #include "data/entropy_gate.h"
 #include "data/entropy_hook.h"
 #include "data/sample_gen.h"
+#include "tests/jpeg_test_util.h"
 #include "tests/test_util.h"
 
 namespace aiacc::data {
@@ -338,12 +339,7 @@ TEST_F(LoaderTest, BytesNormalizedOnDeviceEqualTheFloatPath) {
 
 TEST_F(LoaderTest, BadFilesAreSkippedAndCounted) {
   test::TempDir d;
-  SampleSpec spec;
-  spec.classes = 2;
-  spec.train_per_class = 4;
-  spec.val_per_class = 1;
-  makeSampleDataset(d / "ds", spec);
-  const std::string cls = d / "ds/train/c00_disc_h0";
+  const std::string cls = test::twoClassDataset(d / "ds");
   test::writeText(cls + "/zero.JPEG", "");
   test::writeText(cls + "/text.JPEG", "plain text, not an image");
   const std::vector<uint8_t> good = readFile(cls + "/train_00000.JPEG");

@@ -82,6 +82,17 @@ inline int occurrences(const std::string& s, const std::string& part) {
   return n;
 }
 
+// What fn() throws as an E (its what()), or `none` when it returns: a refusal's message.
+template <class E, class F>
+std::string messageOf(F&& fn, const std::string& none = "ok") {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return none;
+}
+
 // Runs a shell command; returns its exit code and stdout.
 inline std::pair<int, std::string> runShell(const std::string& cmd) {
   FILE* p = ::popen(cmd.c_str(), "r");

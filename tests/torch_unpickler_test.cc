@@ -56,12 +56,7 @@ const StorageLoader kNoStorage = [](const std::string& key, at::ScalarType, int6
 };
 
 std::string refusal(const std::string& bytes, const StorageLoader& load = kNoStorage) {
-  try {
-    unpickleTorch(bytes, load);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no InputError";
+  return test::messageOf<InputError>([&] { unpickleTorch(bytes, load); }, "no InputError");
 }
 
 using test::contains;
