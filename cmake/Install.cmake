@@ -7,8 +7,8 @@
 # find_package(aiacc 0.1) then gives aiacc::comm (static) and aiacc::comm_shared; both bring
 # LibTorch (found again, and refused when it is not the version and C++ ABI aiacc was built
 # with) and, in a build with the system's Gloo, Gloo. Only aiacc/ is installed under include/:
-# tests/install_test.sh checks that, compiles every installed header on its own against the
-# prefix, and builds and runs a consumer project (tests/consumer/) with both libraries.
+# tests/install_test.sh checks that and builds and runs a consumer project (tests/consumer/) with
+# both libraries; cmake/HeadersAlone.cmake compiles every installed header on its own.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 

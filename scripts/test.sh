@@ -14,6 +14,8 @@
 #      (-DAIACC_SANITIZE builds only the comm and data libraries and their tests). The
 #      dependencies (LibTorch, Gloo, libjpeg-turbo, OpenCV) are not instrumented;
 #      tests/sanitizers/ holds the suppressions, each naming the dependency it is about.
+# Each configuration's ctest output is kept in its build folder (ctest.log), and its five slowest
+# tests are printed after it.
 # AIACC_CONFIGS="debian" (or "torch2", "asan tsan", ...) runs those; extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +29,18 @@ scripts/setup.sh
 # Formatting first: every C++ file follows .clang-format (scripts/format_check.sh names the ones
 # that do not, with the command that fixes them).
 scripts/format_check.sh
+# ctest in DIR with the given arguments, its output kept in DIR/ctest.log; then the five slowest
+# tests, from that output, whether or not every test passed.
+run_ctest() {
+  local dir=$1 rc=0
+  shift
+  (cd "$dir" && ctest --output-on-failure -j "${AIACC_TEST_JOBS:-2}" --timeout 600 "$@") 2>&1 | tee "$dir/ctest.log" ||
+    rc=$?
+  echo "test.sh: the five slowest tests in $dir:"
+  sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$dir/ctest.log" |
+    sort -rn | head -5 | awk '{ printf "  %7.1f s  %s\n", $1, $2 }'
+  return $rc
+}
 t0=$SECONDS
 for c in $CONFIGS; do
   case "$c" in
@@ -34,7 +48,7 @@ for c in $CONFIGS; do
       s=$SECONDS
       scripts/build.sh
       echo "test.sh: debian build: $((SECONDS - s)) s"
-      (cd "${AIACC_BUILD_DIR:-build}" && ctest --output-on-failure -j "${AIACC_TEST_JOBS:-2}" --timeout 600 "$@")
+      run_ctest "${AIACC_BUILD_DIR:-build}" "$@"
       ;;
     torch2)
       s=$SECONDS
@@ -42,7 +56,7 @@ for c in $CONFIGS; do
       [ -x build/tests/aiacc_checkpoint_tool ] && peer=(-DAIACC_PEER_BUILD_DIR="$PWD/build")
       AIACC_BUILD_DIR=build-torch2 scripts/build.sh --torch2 "${peer[@]}"
       echo "test.sh: torch2 build: $((SECONDS - s)) s"
-      (cd build-torch2 && ctest --output-on-failure -j "${AIACC_TEST_JOBS:-2}" --timeout 600 "$@")
+      run_ctest build-torch2 "$@"
       ;;
     asan|tsan)
       s=$SECONDS
@@ -70,7 +84,7 @@ for c in $CONFIGS; do
       AIACC_BUILD_DIR=build-$c scripts/build.sh -DAIACC_SANITIZE=$san -DAIACC_UNITY_BUILD=$unity
       echo "test.sh: $c build: $((SECONDS - s)) s"
       s=$SECONDS
-      (cd build-$c && env "${env[@]}" ctest --output-on-failure -j "${AIACC_TEST_JOBS:-2}" --timeout 600 -L '^(comm|data)$' "$@")
+      (export "${env[@]}" && run_ctest "build-$c" -L '^(comm|data)$' "$@")
       echo "test.sh: $c tests: $((SECONDS - s)) s"
       ;;
     fuzz)
