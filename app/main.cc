@@ -25,7 +25,7 @@
 #include "app/report.h"
 #include "app/run_records.h"
 #include "app/stop_signal.h"
-#include "app/test_hooks.h"
+#include "app/binary_hooks.h"
 #include "app/trainer.h"
 #include "aiacc/comm/data_parallel.h"
 #include "aiacc/comm/membership.h"
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
     trainer.setTimeline(timeline);
     if (elastic) trainer.setElastic(elastic);
     {
-      const aiacc::app::TestHooks hooks = aiacc::app::testHooksFromEnvironment();  // app/test_hooks.h
+      const aiacc::app::TestHooks hooks = aiacc::app::hooksOfThisBinary();  // none but in aiacc_train_hooked
       trainer.setTestHooks(hooks);
       if (world.rank == 0) {
         for (const std::string& note : hooks.notes) LOG(WARNING) << note;

@@ -25,10 +25,12 @@
 #            checkpoint first (kill after step KILL_AT, a checkpoint every EVERY: 5 of them, the
 #            average a kill at a random step costs), the elastic job only the step in flight.
 #   scripts/bench_elastic.sh [--lab] [AIACC_TRAIN] [ROUNDS]
+# (AIACC_TRAIN: build/app/aiacc_train_hooked by default, the build that reads AIACC_BENCH_*:
+# app/binary_hooks.h; every run of the comparison uses it.)
 set -uo pipefail
 LAB=0
 [ "${1:-}" = "--lab" ] && { LAB=1; shift; }
-BIN=${1:-build/app/aiacc_train}; ROUNDS=${2:-3}; KILL_AT=15; EVERY=10
+BIN=${1:-build/app/aiacc_train_hooked}; ROUNDS=${2:-3}; KILL_AT=15; EVERY=10
 here=$(cd "$(dirname "$0")" && pwd)
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")  # (absolute: the lab's nodes run it too)
 tmp=$(mktemp -d)

@@ -13,9 +13,10 @@
 #   3. signal to exit: SIGTERM to the launcher mid-epoch until it has exited 75 (checkpoint written);
 #   4. work lost: steps trained after the saved one (redone after --resume auto) against what
 #      epoch-end checkpoints alone would lose at the same stop (the steps since the epoch began).
-#   scripts/bench_preempt.sh [BIN] [ROUNDS]        (default build/app/aiacc_train, 3 rounds)
+#   scripts/bench_preempt.sh [BIN] [ROUNDS]        (default build/app/aiacc_train_hooked, 3 rounds)
+# (aiacc_train_hooked: the build that reads AIACC_BENCH_*, app/binary_hooks.h; every run uses it.)
 set -uo pipefail
-AFTER=${1:-build/app/aiacc_train}; ROUNDS=${2:-3}; STEPS=40; AB_STEPS=120; N=2; BATCH=32; EVERY=5
+AFTER=${1:-build/app/aiacc_train_hooked}; ROUNDS=${2:-3}; STEPS=40; AB_STEPS=120; N=2; BATCH=32; EVERY=5
 [ -x "$AFTER" ] || { sed -n '2,16p' "$0" >&2; exit 2; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 job() {  # bin flags...: the common job (exec: in the background, $! is the launcher itself)

@@ -82,8 +82,8 @@ Job runKilledJob(const test::TempDir& d, const JobSpec& spec) {
                                            server ? " --rdzv-endpoint " : " --master ", spec.master_host, ":", port);
     std::string prefix = spec.node_prefix;
     for (size_t at; (at = prefix.find("%N")) != std::string::npos;) prefix.replace(at, 2, std::to_string(n));
-    return strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", prefix, " ", AIACC_TRAIN_BIN, " --data ", data,
-                  " --arch resnet18 --image-size 32 --rdzv-timeout 60 --rdzv-last-call 10 --batch-size ", kBatch,
+    return strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", prefix, " ", AIACC_HOOKED_TRAIN_BIN, " --data ",
+                  data, " --arch resnet18 --image-size 32 --rdzv-timeout 60 --rdzv-last-call 10 --batch-size ", kBatch,
                   " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags, " ",
                   extra, more, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
                   n == 0 || server ? strCat(" --report-file ", d / (n == 0 ? "r.json" : strCat("r", n, ".json")))

@@ -344,9 +344,10 @@ TEST_F(Preemption, ResumeAutoStartsAfreshAndRefusesOtherSettings) {
 namespace aiacc::app {
 namespace {
 
-// 2 ranks x batch 8 on 320 synthetic images: 20 steps an epoch, 2 epochs.
-std::string twoRankJob(const std::string& dir, bool shm) {
-  return std::string(AIACC_TRAIN_BIN) + " --nproc 2 --master 127.0.0.1:" + std::to_string(test::freePort()) +
+// 2 ranks x batch 8 on 320 synthetic images: 20 steps an epoch, 2 epochs; bin: aiacc_train, or
+// aiacc_train_hooked for a test's fault (app/binary_hooks.h).
+std::string twoRankJob(const std::string& dir, bool shm, const std::string& bin = AIACC_TRAIN_BIN) {
+  return bin + " --nproc 2 --master 127.0.0.1:" + std::to_string(test::freePort()) +
          " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 320 --batch-size 8"
          " --image-size 32 --epochs 2 --warmup-epochs 0 --threads 1 --noautotune --streams 1 --progress-seconds 1000" +
          (shm ? "" : " --noshm") + " --checkpoint-dir " + dir + "/ck --metrics-file " + dir + "/m.jsonl";
@@ -517,7 +518,7 @@ TEST(PreemptedJobSignals, Sigusr1StopsAndSavesPromptly) {
 TEST(PreemptedJobSignals, SigtermDuringACheckpointWrite) {
   test::TempDir d;
   const std::string release = d / "release";
-  const std::string job = twoRankJob(d.path(), true) + " --checkpoint-every 4";
+  const std::string job = twoRankJob(d.path(), true, AIACC_HOOKED_TRAIN_BIN) + " --checkpoint-every 4";
   const std::string script = "AIACC_TEST_HOLD_CHECKPOINT=4:" + release + " " + job + " > " + d.path() +
                              "/log 2>&1 & L=$!; for i in $(seq 600); do [ -f " + release +
                              ".held ] && break; sleep 0.2; done; kill -TERM $L; "
