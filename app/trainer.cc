@@ -241,6 +241,8 @@ void Trainer::State::setUp() {
   setupModel();  // and the resumed position
   // A run resumed at its end (--max-steps reached, or the target) trains no further step.
   if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached) run.stop = true;
+  run.checkpoint_step = pos.step;
+  run.checkpoint_evals = pos.evals.size();
   openRank0Outputs();
   if (!sample_log_path.empty()) {  // tests: which samples each step trained (app/test_hooks.h)
     sample_log = std::make_unique<std::ofstream>(strCat(sample_log_path, ".", ::getpid()), std::ios::app);
@@ -352,6 +354,9 @@ void Trainer::State::trainEpochs() {
           evaluateAndRecord();
           continue;
         }
+        // A run that ended within an epoch (--max-steps, a target) is saved where it ended, its
+        // final evaluation with it: the same command run again then has nothing left to do.
+        if (run.checkpoint_step != pos.step || run.checkpoint_evals != pos.evals.size()) checkpoint();
         // A rank lost within the last evaluation's sum may have let some ranks finish it and
         // failed the others, which regroup: one more collective takes those that finished with
         // them. (Only a loss within this one can still part them; see finishReport.)

@@ -181,6 +181,8 @@ void Trainer::State::checkpoint() {
   if (cfg.checkpoint_dir.empty()) return;
   writeCheckpoint(CheckpointWait::kQueue);
   run.last_checkpoint_s = now();
+  run.checkpoint_step = pos.step;
+  run.checkpoint_evals = pos.evals.size();
 }
 
 Report Trainer::State::finishPreempted() {

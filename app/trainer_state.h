@@ -84,6 +84,11 @@ struct RunTotals {
   // has asked for the next one (it is taken at the step the vote brings the flag back).
   double last_checkpoint_s = 0;
   bool checkpoint_asked = false;
+  // What the newest checkpoint of this run holds: its start's (resumed or 0) until it writes one,
+  // then that one's step and evaluations. A run that ends past it (--max-steps or a target within
+  // an epoch, or a final evaluation) writes one there.
+  int64_t checkpoint_step = 0;
+  size_t checkpoint_evals = 0;
   Clock::time_point last_progress;
   double epoch_pos = 0;                // fractional epoch of the training position
   bool nonfinite_loss_logged = false;  // the first non-finite training loss, said once

@@ -263,7 +263,8 @@ TEST_F(Preemption, StepsGoOnWhileACheckpointIsWritten) {
 
 // --checkpoint-every by time (here: always due): rank 0's request comes back through the vote
 // and a checkpoint is taken at that step, or counted as skipped when the previous write is still
-// going (how many of each depends on the disk's speed; their sum does not).
+// going (how many of each depends on the disk's speed; their sum does not). The run's end, within
+// its epoch, writes one more: step 5 with its final evaluation.
 TEST_F(Preemption, CheckpointEveryTimeTakesCheckpoints) {
   test::TempDir d;
   Config c = config();
@@ -273,22 +274,24 @@ TEST_F(Preemption, CheckpointEveryTimeTakesCheckpoints) {
   c.checkpoint_every_s = 1e-9;
   c.keep_checkpoints = 10;
   std::mutex mu;
-  std::set<int64_t> written;
+  std::vector<int64_t> writes;  // the step of each write, in order
   Trainer t(c, {}, localSync(), Trainer::Clock::now());
   t.setCheckpointFaultHook([&](CheckpointPhase phase, int64_t step) {
     if (phase != CheckpointPhase::kBeforePayload) return;
     std::lock_guard<std::mutex> lock(mu);
-    written.insert(step);
+    writes.push_back(step);
   });
   const Report r = t.run();
   std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(static_cast<int64_t>(written.size()) + r.checkpoint_skips, 5)
+  ASSERT_FALSE(writes.empty());
+  EXPECT_EQ(writes.back(), 5) << "the end's checkpoint";
+  EXPECT_EQ(static_cast<int64_t>(writes.size()) - 1 + r.checkpoint_skips, 5)
       << "alone, the vote answers at once: every step asks for a checkpoint";
-  EXPECT_TRUE(written.count(1)) << "the first request finds the writer idle";
+  EXPECT_EQ(writes.front(), 1) << "the first request finds the writer idle";
   EXPECT_EQ(r.checkpoint_failures, 0);
   int n = 0;
   for (const auto& f : std::filesystem::directory_iterator(c.checkpoint_dir)) n += f.path().extension() == ".ckpt";
-  EXPECT_EQ(n, static_cast<int>(written.size()));
+  EXPECT_EQ(n, static_cast<int>(std::set<int64_t>(writes.begin(), writes.end()).size()));
 }
 
 // Stopped at the last step --max-steps allows (the stop vote comes before that limit): the
@@ -311,6 +314,31 @@ TEST_F(Preemption, ResumedAtMaxStepsTrainsNoFurther) {
   EXPECT_EQ(rest.steps, 5);
   ASSERT_EQ(rest.evals.size(), 1u);
   EXPECT_EQ(rest.evals.back().step, 5);
+}
+
+// A run that ends within an epoch at --max-steps (issue: resubmitting a finished job redid steps
+// from the last epoch's checkpoint) leaves a checkpoint of its last step, its final evaluation in
+// it: the same command run again trains nothing, evaluates nothing and writes nothing.
+TEST_F(Preemption, AMaxStepsRunEndsSavedAndRunAgainDoesNothing) {
+  test::TempDir d;
+  Config c = config();
+  c.max_steps = 7;  // within the first epoch of 20 steps
+  c.checkpoint_dir = d / "ck";
+  c.resume = "auto";
+  const Report first = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  ASSERT_FALSE(first.preempted);
+  ASSERT_EQ(first.evals.size(), 1u);
+  EXPECT_EQ(first.evals.back().step, 7);
+  const std::string saved = newest(c.checkpoint_dir);
+  ASSERT_NE(saved.find("step-000000000007"), std::string::npos) << saved;
+  const auto names = test::namesIn(c.checkpoint_dir);
+  const std::string bytes = test::readText(saved);
+  const Report again = Trainer(c, {}, localSync(), Trainer::Clock::now()).run();
+  EXPECT_EQ(again.steps, 7);
+  ASSERT_EQ(again.evals.size(), 1u) << "the saved evaluation, not another";
+  EXPECT_EQ(again.evals.back().step, 7);
+  EXPECT_EQ(test::namesIn(c.checkpoint_dir), names);
+  EXPECT_EQ(test::readText(saved), bytes) << "written again";
 }
 
 // --resume auto with no checkpoint yet: a fresh start, said once; a checkpoint written with
