@@ -76,9 +76,10 @@ DEFINE_string(job_id, "",
               "Open MPI job id), a fresh one for a one-node --nproc/--gpus job, else one derived from the layout");
 DEFINE_string(master, "127.0.0.1:29500",
               "host:port of the rendezvous store (with --nproc/--gpus node 0's launcher hosts it, else rank 0); "
-              "under torchrun / "
-              "Kubeflow MASTER_ADDR:MASTER_PORT (torchrun's agent hosts the store there), in a Slurm step "
-              "the step's first host, with mpirun / horovodrun MASTER_ADDR:MASTER_PORT when exported");
+              "not given: a free port for a one-node --nproc/--gpus job, under torchrun / Kubeflow "
+              "MASTER_ADDR:MASTER_PORT (torchrun's agent hosts the store there), in a Slurm step the step's first "
+              "host at 29500 + the job id % 1000, with mpirun / mpiexec MASTER_ADDR:MASTER_PORT when exported, "
+              "else on one node loopback at a port of the MPI job's id, with horovodrun its driver's host");
 DEFINE_string(bind_host, "",
               "address this worker's Gloo transport listens on; default: "
               "127.0.0.1 for a local job, else the local address that routes to the --master host");

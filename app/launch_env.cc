@@ -79,7 +79,16 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
   LaunchPlan p;
   p.source = env.source;
   if (env.source == LaunchSource::kNone) {
+    // A batch script's one process in an allocation of several tasks would train alone.
+    if (env.allocated_tasks > 1 && !flags.nproc && !flags.gpus && !flags.nnodes) {
+      AIACC_THROW(InputError, env.allocated_from, ": this Slurm job has ", env.allocated_tasks,
+                  " tasks, but aiacc_train runs here as one process (its batch script, not a job step): start a "
+                  "rank per task with `srun aiacc_train ...`, or the workers itself with --nproc N (--nproc 1: one "
+                  "process on purpose)");
+    }
     p.spawn = flags.values;
+    // One node and no --master: the launcher hosts the store at a free port and tells its workers.
+    p.spawn.pick_port = !flags.master && p.spawn.nnodes == 1;
     p.role = p.spawn.nproc > 1 || p.spawn.nnodes > 1 ? LaunchPlan::Role::kSpawn : LaunchPlan::Role::kSingle;
     return p;
   }
@@ -123,7 +132,8 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
   p.store.job = jobId(env, flags, p.world);
   // Ranks on several nodes cannot meet at a loopback address nobody chose.
   const bool several_nodes = env.nnodes > 1 || (!env.local_from.empty() && env.world.local_size < env.world.world);
-  if (several_nodes && env.master.empty() && !flags.master && comm::isLoopbackHost(hostOf(p.store.master))) {
+  const bool chosen = flags.master || (!env.master.empty() && !env.master_is_default);
+  if (several_nodes && !chosen && comm::isLoopbackHost(hostOf(p.store.master))) {
     AIACC_THROW(InputError, env.world_from, " from ", sourceName(env.source), " spans several nodes (",
                 env.local_from.empty() ? env.nodes_from : env.local_from,
                 "): give --master HOST:PORT of rank 0's node (or export MASTER_ADDR and MASTER_PORT to every rank)");

@@ -285,7 +285,9 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   // SIGINT reach only the signalfd.
   c10::intrusive_ptr<c10d::Store> store;
   if (spec.host_store && !spec.external_store && spec.node_rank == 0) {
-    store = comm::hostStore(parseHostPort(spec.master).second, spec.nproc * spec.nnodes, spec.store_timeout);
+    const bool pick = spec.pick_port && spec.nnodes == 1;
+    store = comm::hostStore(pick ? 0 : parseHostPort(spec.master).second, spec.nproc * spec.nnodes, spec.store_timeout);
+    if (pick) spec.master = strCat(parseHostPort(spec.master).first, ":", comm::hostedPort(*store));
   }
 
   const pid_t launcher = ::getpid();

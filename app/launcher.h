@@ -71,6 +71,9 @@ struct LaunchSpec {
   // every worker (of every node) connects to it as a client (AIACC_LAUNCHER_STORE=1): the
   // rendezvous outlives any one worker, rank 0's included. aiacc_train sets it; off, rank 0 hosts.
   bool host_store = false;
+  // With host_store on one node: the store takes a free port (master's is ignored), and master
+  // names it to the workers, so that jobs sharing a node never meet on one port.
+  bool pick_port = false;
   // The store is served outside the job (--rdzv-endpoint: aiacc_train --rendezvous-server, or any
   // TCPStore): no launcher hosts it, every worker connects to `master` as a client, and losing
   // any node, node 0 included, leaves the rendezvous standing.

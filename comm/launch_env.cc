@@ -60,6 +60,22 @@ std::string valueOr(const EnvMap& env, const char* name, const std::string& fall
   return v ? *v : fallback;
 }
 
+// A store port of the job `id` names, the same on every rank, so that two jobs sharing a node do
+// not meet on one port: kDefaultStorePort + the id modulo 1000 (a numeric id; other ids: their
+// FNV-1a hash's).
+int jobPort(const std::string& id) {
+  uint64_t v = 0;
+  bool digits = !id.empty() && id.size() <= 18;
+  for (char c : id) digits = digits && c >= '0' && c <= '9';
+  if (digits) {
+    v = std::strtoull(id.c_str(), nullptr, 10);
+  } else {
+    v = 2166136261u;
+    for (unsigned char c : id) v = ((v ^ c) * 16777619u) & 0xffffffffu;
+  }
+  return kDefaultStorePort + static_cast<int>(v % 1000);
+}
+
 // MASTER_ADDR[:MASTER_PORT] (port default 29500) into `e`; false when MASTER_ADDR is unset.
 bool masterFromVars(const EnvMap& env, const char* addr, const char* port, LaunchEnv& e) {
   const std::string* a = find(env, addr);
@@ -208,8 +224,16 @@ LaunchEnv fromMpi(const EnvMap& env, LaunchSource source, const char* rank, cons
   e.source = source;
   readWorld(env, e, rank, world, local_rank, local_size);
   nodesFromLocalSize(e);
-  masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e);
-  if (const std::string* id = find(env, "OMPI_MCA_ess_base_jobid")) e.job_id = "ompi-" + *id;
+  const char* id_name = has(env, "OMPI_MCA_ess_base_jobid") ? "OMPI_MCA_ess_base_jobid" : "PMI_JOBID";
+  const std::string* id = find(env, id_name);
+  if (id) e.job_id = (source == LaunchSource::kOpenMpi ? "ompi-" : "pmi-") + *id;
+  if (!masterFromVars(env, "MASTER_ADDR", "MASTER_PORT", e) && id) {
+    // On one node, rank 0's store on loopback, at a port of this job (several nodes need an
+    // address: app/launch_env.h says so).
+    e.master = strCat("127.0.0.1:", jobPort(*id));
+    e.master_from = strCat(id_name, "=", *id);
+    e.master_is_default = true;
+  }
   return e;
 }
 
@@ -249,6 +273,17 @@ bool inSlurmStep(const EnvMap& env) {
   char* end = nullptr;
   const unsigned long long v = std::strtoull(id->c_str(), &end, 10);
   return end != id->c_str() && *end == '\0' && v < 0xfffffff0ULL;
+}
+
+// srun --mpi=pmi2 (or pmix) sets an MPI's variables beside the step's own, for the same task: the
+// step's then describe it, with the per-node layout and the store's host that PMI's lack. An MPI
+// launcher inside a step (mpirun's or mpiexec's daemons, which srun starts one per node) sets its
+// own for other tasks than the step's: its variables describe the rank.
+bool slurmStepIsTheTask(const EnvMap& env, const char* rank, const char* world) {
+  if (!inSlurmStep(env) || !has(env, "SLURM_PROCID")) return false;
+  const auto tasks = firstInt(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
+  return tasks && intVar(env, "SLURM_PROCID") == intVar(env, rank) &&
+         std::optional<int>(tasks->value) == intVar(env, world);
 }
 
 LaunchEnv fromSlurm(const EnvMap& env) {
@@ -295,8 +330,7 @@ LaunchEnv fromSlurm(const EnvMap& env) {
     if (const std::string* list = find(env, list_name)) {
       // Task 0 runs on the step's first node. The port: MASTER_PORT, else one per job, so that
       // two jobs sharing a node do not meet on one port.
-      const int port =
-          intVar(env, "MASTER_PORT").value_or(kDefaultStorePort + intVar(env, "SLURM_JOB_ID").value_or(0) % 1000);
+      const int port = intVar(env, "MASTER_PORT").value_or(jobPort(valueOr(env, "SLURM_JOB_ID", "0")));
       e.master = strCat(firstSlurmHost(*list), ":", port);
       e.master_from = strCat(list_name, "=", *list);
       e.master_is_default = true;
@@ -343,15 +377,25 @@ LaunchEnv detectLaunch(const EnvMap& env) {
   if (pet && !(rank_vars && (!pet_nproc || *pet_nproc == "1"))) return fromKubeflow(env);
   if (rank_vars) return fromEnv(env);
   if (has(env, "OMPI_COMM_WORLD_RANK") && has(env, "OMPI_COMM_WORLD_SIZE")) {
+    if (slurmStepIsTheTask(env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")) return fromSlurm(env);
     return fromMpi(env, LaunchSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
   }
   if (has(env, "PMI_RANK") && has(env, "PMI_SIZE")) {
+    if (slurmStepIsTheTask(env, "PMI_RANK", "PMI_SIZE")) return fromSlurm(env);
     return fromMpi(env, LaunchSource::kMpich, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
   }
   if (has(env, "HOROVOD_RANK")) return fromHorovod(env);
   if (inSlurmStep(env) && has(env, "SLURM_PROCID")) return fromSlurm(env);
-  return LaunchEnv{};
+  LaunchEnv none;
+  // A Slurm job's batch script (no job step) in an allocation of several tasks.
+  if (has(env, "SLURM_JOB_ID") && !inSlurmStep(env)) {
+    if (auto tasks = firstInt(env, {"SLURM_NTASKS", "SLURM_NPROCS"}); tasks && tasks->value > 1) {
+      none.allocated_tasks = tasks->value;
+      none.allocated_from = tasks->from;
+    }
+  }
+  return none;
 }
 
 int gpuForLocalRank(int local_rank, int visible) {

@@ -21,8 +21,13 @@
 //              HOROVOD_GLOO_RENDEZVOUS_ADDR (horovodrun --gloo)
 //   Slurm      a job step only (SLURM_STEP_ID, not the batch or extern step): SLURM_PROCID,
 //              SLURM_STEP_NUM_TASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE,
-//              SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST (the master: its first host)
-// For the MPI, Horovod and Slurm sources, MASTER_ADDR / MASTER_PORT, when set, name the store.
+//              SLURM_STEP_NUM_NODES, SLURM_STEP_NODELIST (the master: its first host, at a port
+//              of the job: 29500 + SLURM_JOB_ID % 1000). A step whose task is the MPI rank (srun
+//              --mpi=pmi2 or pmix: SLURM_PROCID and the step's task count equal the MPI's rank and
+//              size) is read as the Slurm step it is, before the MPI sources.
+// For the MPI, Horovod and Slurm sources, MASTER_ADDR / MASTER_PORT, when set, name the store;
+// else Open MPI and MPICH ranks with a job id (OMPI_MCA_ess_base_jobid, PMI_JOBID) meet on
+// loopback at a port of that job (one node; several need MASTER_ADDR or --master).
 #pragma once
 
 #include <map>
@@ -66,6 +71,11 @@ struct LaunchEnv {
   std::string job_id;        // the launcher's id of the job (torchrun run id, Slurm job.step, ...)
   // The variables behind the numbers, as NAME=VALUE, for conflict messages.
   std::string world_from, local_from, nodes_from, node_rank_from, master_from;
+  // source kNone inside a Slurm job's batch script (no job step) whose allocation has several
+  // tasks: their number (else 0) and the variable that says it. One process started there is
+  // not a rank of a launcher: the caller says what starts the others (srun, or its own launch).
+  int allocated_tasks = 0;
+  std::string allocated_from;
 };
 
 // Detects the launcher from `env`. Throws InputError when its variables are malformed or

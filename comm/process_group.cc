@@ -46,17 +46,17 @@ ProcessGroup initProcessGroup(ProcessGroupOptions options, const EnvMap& env) {
     return g;
   }
   const WorldInfo& w = launch.world;
-  std::string master = launch.master;
-  if (master.empty()) {
-    // As aiacc_train's launch plan: ranks known to span hosts cannot meet at a loopback address.
+  const std::string master = launch.master.empty() ? strCat("127.0.0.1:", kDefaultStorePort) : launch.master;
+  const auto [host, port] = parseHostPort(master, strCat("the store address from ", sourceName(launch.source)));
+  if ((launch.master.empty() || launch.master_is_default) && isLoopbackHost(host)) {
+    // As aiacc_train's launch plan: ranks known to span hosts cannot meet at a loopback address
+    // nobody named (the default, or an MPI job's port on loopback).
     const bool several_hosts = launch.nnodes > 1 || (!launch.local_from.empty() && w.local_size < w.world);
     AIACC_CHECK_INPUT(!several_hosts, sourceName(launch.source), " gives ", launch.world_from, " on several hosts (",
                       launch.local_from.empty() ? launch.nodes_from : launch.local_from,
                       ") and no store address: export MASTER_ADDR and MASTER_PORT (rank 0's host and a free port) "
                       "to every rank");
-    master = strCat("127.0.0.1:", kDefaultStorePort);
   }
-  const auto [host, port] = parseHostPort(master, strCat("the store address from ", sourceName(launch.source)));
   options.transports.world = w;
   // Left at its default, Gloo listens on the interface that reaches the store's host.
   if (!isLoopbackHost(host) && options.transports.bind_host == TransportSpec{}.bind_host) {

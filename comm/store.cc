@@ -56,6 +56,12 @@ c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::mill
   }
 }
 
+int hostedPort(const c10d::Store& store) {
+  const auto* tcp = dynamic_cast<const c10d::TCPStore*>(&store);
+  AIACC_CHECK(tcp != nullptr, "hostedPort: not a TCPStore");
+  return tcp->getPort();
+}
+
 void claimForJob(c10d::Store& store, const std::string& job, const std::string& where) {
   const std::vector<uint8_t> mine(job.begin(), job.end());
   const std::vector<uint8_t> owner = store.compareSet(kJobKey, {}, mine);

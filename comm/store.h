@@ -40,11 +40,14 @@ struct StoreOptions {
 // o.job. A port already in use, or a store of another job, is a CommError saying so.
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o);
 
-// For a launcher that starts the ranks: hosts the store's server at `port` (every interface) in
-// this process, for `world` ranks that connect with client_only. The rendezvous then outlives
-// any one rank (rank 0's death no longer takes the store with it). A port in use is a CommError
-// saying so. Keep the returned store alive for as long as the ranks run.
+// For a launcher that starts the ranks: hosts the store's server at `port` (every interface; 0:
+// a free port, hostedPort says which) in this process, for `world` ranks that connect with client_only. The rendezvous
+// then outlives any one rank (rank 0's death no longer takes the store with it). A port in use is a CommError saying
+// so. Keep the returned store alive for as long as the ranks run.
 c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::milliseconds timeout);
+
+// The port a store from hostStore listens on: with port 0 there, the free one the system chose.
+int hostedPort(const c10d::Store& store);
 
 // The claim itself, on an unprefixed store (makeTcpStore calls it; tests call it directly).
 void claimForJob(c10d::Store& store, const std::string& job, const std::string& where);

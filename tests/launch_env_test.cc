@@ -416,6 +416,118 @@ TEST(LaunchEnv, SlurmOneTaskPerNodeStartsTheNodesWorkers) {
   EXPECT_EQ(p.spawn.master, "a1:29507");
 }
 
+// srun --mpi=pmi2 (sites with MpiDefault=pmi2): Slurm's pmi2 plugin sets PMI_RANK, PMI_SIZE,
+// PMI_FD and PMI_JOBID beside the step's variables, for the same task. It is the Slurm step it
+// is, with its per-node layout (the GPU of each local rank) and its first host's store, not an
+// MPICH job of one rank per node on loopback.
+TEST(LaunchEnv, SrunWithPmi2IsTheSlurmStep) {
+  EnvMap env = slurmStep();
+  env["PMI_RANK"] = "5";
+  env["PMI_SIZE"] = "7";
+  env["PMI_FD"] = "4";
+  env["PMI_JOBID"] = "4242.0";
+  const LaunchEnv e = detectLaunch(env);
+  EXPECT_EQ(e.source, LaunchSource::kSlurm);
+  const LaunchPlan p = planLaunch(e, noFlags());
+  EXPECT_EQ(p.world.rank, 5);
+  EXPECT_EQ(p.world.world, 7);
+  EXPECT_EQ(p.world.local_rank, 1);
+  EXPECT_EQ(p.world.local_size, 2);
+  EXPECT_EQ(p.store.master, "gpu07:29742");
+  // The same under pmix with Open MPI's names.
+  EnvMap ompi = slurmStep();
+  ompi["OMPI_COMM_WORLD_RANK"] = "5";
+  ompi["OMPI_COMM_WORLD_SIZE"] = "7";
+  EXPECT_EQ(detectLaunch(ompi).source, LaunchSource::kSlurm);
+  // mpiexec (Hydra) inside an allocation starts its proxies with srun, one task per node: the
+  // proxy's step describes other tasks than the rank's, and the MPI's variables win.
+  EnvMap hydra = {{"SLURM_JOB_ID", "4242"},
+                  {"SLURM_STEP_ID", "0"},
+                  {"SLURM_PROCID", "1"},
+                  {"SLURM_STEP_NUM_TASKS", "2"},
+                  {"SLURM_STEP_NUM_NODES", "2"},
+                  {"SLURM_STEP_NODELIST", "n[1-2]"},
+                  {"PMI_RANK", "5"},
+                  {"PMI_SIZE", "8"},
+                  {"MPI_LOCALRANKID", "1"},
+                  {"MPI_LOCALNRANKS", "4"},
+                  {"MASTER_ADDR", "n1"}};
+  const LaunchEnv h = detectLaunch(hydra);
+  EXPECT_EQ(h.source, LaunchSource::kMpich);
+  EXPECT_EQ(planLaunch(h, noFlags()).world.rank, 5);
+  // mpirun inside an allocation of one node: its daemon's step has one task.
+  EnvMap mpirun = {{"SLURM_JOB_ID", "4242"},
+                   {"SLURM_STEP_ID", "0"},
+                   {"SLURM_PROCID", "0"},
+                   {"SLURM_STEP_NUM_TASKS", "1"},
+                   {"OMPI_COMM_WORLD_RANK", "0"},
+                   {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  EXPECT_EQ(detectLaunch(mpirun).source, LaunchSource::kOpenMpi);
+}
+
+// Two mpirun jobs on one node meet at ports of their own: the job id's, not 29500; on several
+// nodes the loopback default is refused as before, and MASTER_ADDR or --master wins over it.
+TEST(LaunchEnv, MpiRanksOfOneNodeMeetAtAPortOfTheirJob) {
+  const EnvMap one = {{"OMPI_COMM_WORLD_RANK", "1"},
+                      {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                      {"OMPI_MCA_ess_base_jobid", "2745499649"}};
+  EXPECT_EQ(planLaunch(detectLaunch(one), noFlags()).store.master, "127.0.0.1:30149");
+  EnvMap other = one;
+  other["OMPI_MCA_ess_base_jobid"] = "2745565185";
+  EXPECT_EQ(planLaunch(detectLaunch(other), noFlags()).store.master, "127.0.0.1:29685");
+  LaunchFlags f;
+  f.master = "127.0.0.1:31000";
+  f.values.master = *f.master;
+  EXPECT_EQ(planLaunch(detectLaunch(one), f).store.master, "127.0.0.1:31000");
+  const EnvMap pmi = {{"PMI_RANK", "0"},
+                      {"PMI_SIZE", "2"},
+                      {"MPI_LOCALRANKID", "0"},
+                      {"MPI_LOCALNRANKS", "2"},
+                      {"PMI_JOBID", "kvs_1234_0"}};
+  const std::string master = planLaunch(detectLaunch(pmi), noFlags()).store.master;
+  EXPECT_EQ(master.rfind("127.0.0.1:", 0), 0u) << master;
+  EXPECT_NE(master, "127.0.0.1:29500");
+  EnvMap two = one;  // two nodes of two ranks
+  two["OMPI_COMM_WORLD_SIZE"] = "4";
+  EXPECT_NE(errorOf([&] { planLaunch(detectLaunch(two), noFlags()); }).find("spans several nodes"), std::string::npos);
+}
+
+// sbatch -n2 whose script runs aiacc_train with neither srun nor --nproc: one process of a
+// two-task allocation would train alone (world 1). It is an error that says what to type;
+// --nproc (1 included: on purpose) or --gpus launch as asked.
+TEST(LaunchEnv, ABatchScriptOfSeveralTasksRunAsOneProcessIsAnError) {
+  const EnvMap batch = {{"SLURM_JOB_ID", "4242"},    {"SLURM_STEP_ID", "4294967291"}, {"SLURM_NTASKS", "2"},
+                        {"SLURM_NPROCS", "2"},       {"SLURM_PROCID", "0"},           {"SLURM_TASKS_PER_NODE", "2"},
+                        {"SLURM_JOB_NODELIST", "n1"}};
+  const LaunchEnv e = detectLaunch(batch);
+  EXPECT_EQ(e.source, LaunchSource::kNone);
+  EXPECT_EQ(errorOf([&] { planLaunch(e, noFlags()); }),
+            "SLURM_NTASKS=2: this Slurm job has 2 tasks, but aiacc_train runs here as one process (its batch script, "
+            "not a job step): start a rank per task with `srun aiacc_train ...`, or the workers itself with --nproc N "
+            "(--nproc 1: one process on purpose)");
+  LaunchFlags f;
+  f.nproc = 1;
+  EXPECT_EQ(planLaunch(e, f).role, Role::kSingle);
+  f.nproc = 2;
+  f.values.nproc = 2;
+  const LaunchPlan p = planLaunch(e, f);
+  EXPECT_EQ(p.role, Role::kSpawn);
+  EXPECT_TRUE(p.spawn.pick_port) << "one node, no --master: a free port";
+  EnvMap one_task = batch;
+  one_task["SLURM_NTASKS"] = "1";
+  one_task["SLURM_NPROCS"] = "1";
+  EXPECT_EQ(planLaunch(detectLaunch(one_task), noFlags()).role, Role::kSingle);
+  LaunchFlags given;
+  given.nproc = 2;
+  given.values.nproc = 2;
+  given.master = "127.0.0.1:29600";
+  EXPECT_FALSE(planLaunch(e, given).spawn.pick_port) << "--master given: its port";
+}
+
 TEST(LaunchEnv, GpuOfALocalRank) {
   EXPECT_EQ(gpuForLocalRank(3, 8), 3);
   EXPECT_EQ(gpuForLocalRank(3, 1), 0) << "one GPU per task (CUDA_VISIBLE_DEVICES)";

@@ -199,6 +199,18 @@ TEST(Launcher, OutputPrefixedByRankOrFiledPerRank) {
   EXPECT_NE(test::readText(logs + "/rank-0.log").find("(2 processes)"), std::string::npos);
 }
 
+// Two one-node jobs at once on one machine, neither given --master (a batch script's --nproc on
+// a shared node): each launcher hosts its store at a free port and tells its workers, and both
+// train (they met on 127.0.0.1:29500, and the second failed, before).
+TEST(Launcher, TwoOneNodeJobsAtOnceEachHostTheirOwnStore) {
+  test::TempDir d;
+  const std::string job = std::string(AIACC_TRAIN_BIN) + " --nproc 2" + smallJob(3);
+  const auto [rc, out] = run("(" + job + " > " + (d / "a.log") + " 2>&1; echo a=$?) & (" + job + " > " + (d / "b.log") +
+                             " 2>&1; echo b=$?) & wait");
+  EXPECT_NE(out.find("a=0"), std::string::npos) << out << test::readText(d / "a.log");
+  EXPECT_NE(out.find("b=0"), std::string::npos) << out << test::readText(d / "b.log");
+}
+
 // SIGKILL to the launcher: its workers die with it (PR_SET_PDEATHSIG), none is left after 5 s.
 TEST(Launcher, SigkilledLauncherLeavesNoWorker) {
   test::TempDir d;

@@ -134,6 +134,15 @@ TEST(ProcessGroup, VariablesThatDoNotDescribeARankAreRefused) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("export MASTER_ADDR and MASTER_PORT"), std::string::npos) << e.what();
   }
+  // The same with Open MPI's job id, whose port on loopback serves one host only.
+  EnvMap with_id = mpi;
+  with_id["OMPI_MCA_ess_base_jobid"] = "2745499649";
+  try {
+    initProcessGroup(quick(), with_id);
+    FAIL() << "accepted ranks on several hosts at the job's loopback port";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("export MASTER_ADDR and MASTER_PORT"), std::string::npos) << e.what();
+  }
   // A malformed port.
   EnvMap bad = torchrunRank(0, 2, 1);
   bad["MASTER_PORT"] = "99999";
