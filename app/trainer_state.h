@@ -1,5 +1,5 @@
-// Trainer::State, the trainer's working set, shared by its parts: trainer.cc (set-up, the
-// epoch loop, one step), trainer_eval.cc (evaluation and the report), trainer_checkpoint.cc
+// Trainer::State, the trainer's working set, shared by its parts: trainer_setup.cc (set-up),
+// trainer.cc (the epoch loop, one step), trainer_eval.cc (evaluation and the report), trainer_checkpoint.cc
 // (checkpoints, the preemption stop, resume). Private to app/: nothing outside includes it.
 #pragma once
 
