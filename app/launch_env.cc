@@ -75,6 +75,14 @@ LaunchPlan planNode(const LaunchEnv& env, const LaunchFlags& flags, int nnodes, 
 
 }  // namespace
 
+std::string batchScriptWarning(const LaunchEnv& env, const std::string& parent) {
+  if (env.source != LaunchSource::kNone || !env.slurm_batch || parent == "slurmstepd") return "";
+  return strCat("aiacc_train runs under its Slurm batch script's shell (", parent.empty() ? "?" : parent,
+                "), not as the batch step: Slurm's signals (scancel, scancel --signal, --signal=B:...) reach the "
+                "shell, and the job would stop without saving; start it with `exec aiacc_train ...` (or `srun "
+                "aiacc_train ...`) in the script");
+}
+
 LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
   LaunchPlan p;
   p.source = env.source;

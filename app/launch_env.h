@@ -52,6 +52,14 @@ struct LaunchPlan {
   int min_nodes = 0;      // kWorker of an elastic job: its MIN nodes (its MAX: world / local size)
 };
 
+// In a Slurm batch script, Slurm's signals (scancel, scancel --signal, --signal=B:SIG@T) go to the
+// batch step's own process: the script's shell, unless it exec'ed aiacc_train (whose parent is
+// then slurmstepd). Run by the shell, aiacc_train never sees them: the shell dies, and the job
+// ends without its checkpoint (with proctrack/linuxproc its processes even train on outside the
+// job). The warning to print at start for a process whose parent is `parent` (its name, as in
+// /proc/PID/comm), or "" when there is none to give.
+std::string batchScriptWarning(const LaunchEnv& env, const std::string& parent);
+
 // Combines the environment with the flags. Explicit flags that contradict the launcher are an
 // InputError naming both, e.g. "WORLD_SIZE=4 from torchrun conflicts with --nproc 2: drop --nproc
 // under a launcher". --nproc / --gpus equal to the launcher's processes per node are accepted.

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 
 #include "app/cli.h"
@@ -134,6 +135,14 @@ int preemptedExit(const aiacc::app::Report& r, const aiacc::app::Config& c, int 
   return saved ? aiacc::app::kExitPreempted : 128 + (r.stop_signal != 0 ? r.stop_signal : SIGTERM);
 }
 
+// The name of this process's parent (/proc/PPID/comm), "" when it cannot be read.
+std::string parentProcessName() {
+  std::ifstream comm("/proc/" + std::to_string(::getppid()) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -195,6 +204,9 @@ int main(int argc, char** argv) {
     const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
     const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
     const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
+    if (const std::string w = aiacc::app::batchScriptWarning(launch_env, parentProcessName()); !w.empty()) {
+      std::cerr << "aiacc_train: warning: " << w << "\n";
+    }
     AIACC_CHECK_INPUT(dist.launch.max_restarts == 0 || plan.role == aiacc::app::LaunchPlan::Role::kWorker ||
                           (plan.role == aiacc::app::LaunchPlan::Role::kSpawn && plan.spawn.min_nodes > 0),
                       "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");

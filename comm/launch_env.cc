@@ -384,8 +384,9 @@ LaunchEnv detectLaunch(const EnvMap& env) {
   if (has(env, "HOROVOD_RANK")) return fromHorovod(env);
   if (inSlurmStep(env) && has(env, "SLURM_PROCID")) return fromSlurm(env);
   LaunchEnv none;
-  // A Slurm job's batch script (no job step) in an allocation of several tasks.
+  // A Slurm job's batch script (no job step), in an allocation of several tasks or not.
   if (has(env, "SLURM_JOB_ID") && !inSlurmStep(env)) {
+    none.slurm_batch = true;
     if (auto tasks = firstInt(env, {"SLURM_NTASKS", "SLURM_NPROCS"}); tasks && tasks->value > 1) {
       none.allocated_tasks = tasks->value;
       none.allocated_from = tasks->from;

@@ -76,6 +76,7 @@ struct LaunchEnv {
   // not a rank of a launcher: the caller says what starts the others (srun, or its own launch).
   int allocated_tasks = 0;
   std::string allocated_from;
+  bool slurm_batch = false;  // source kNone inside a Slurm job's batch script (SLURM_JOB_ID, no step)
 };
 
 // Detects the launcher from `env`. Throws InputError when its variables are malformed or

@@ -24,6 +24,7 @@ PKGS=(
   clang-format            # clang-format 14: .clang-format, scripts/format_check.sh
   clang libclang-rt-14-dev  # the fuzz targets: clang's libFuzzer, ASan and UBSan (scripts/fuzz.sh)
   python3-venv            # the venv of the LibTorch 2.x configuration
+  slurm-wlm munge openmpi-bin  # the real launchers of tests/slurm_test.cc (scripts/slurmlab.sh)
 )
 
 SUDO=""

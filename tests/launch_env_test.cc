@@ -528,6 +528,23 @@ TEST(LaunchEnv, ABatchScriptOfSeveralTasksRunAsOneProcessIsAnError) {
   EXPECT_FALSE(planLaunch(e, given).spawn.pick_port) << "--master given: its port";
 }
 
+// In a batch script, run by its shell rather than exec'ed: Slurm's signals would never reach
+// aiacc_train, which warns at start and names the fix; exec'ed (parent slurmstepd), under srun or
+// outside Slurm, no warning.
+TEST(LaunchEnv, ABatchScriptsShellIsWarnedAbout) {
+  const EnvMap batch = {{"SLURM_JOB_ID", "4242"}, {"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}};
+  const LaunchEnv e = detectLaunch(batch);
+  EXPECT_TRUE(e.slurm_batch);
+  EXPECT_EQ(batchScriptWarning(e, "bash"),
+            "aiacc_train runs under its Slurm batch script's shell (bash), not as the batch step: Slurm's signals "
+            "(scancel, scancel --signal, --signal=B:...) reach the shell, and the job would stop without saving; "
+            "start it with `exec aiacc_train ...` (or `srun aiacc_train ...`) in the script");
+  EXPECT_EQ(batchScriptWarning(e, "slurmstepd"), "");
+  EXPECT_EQ(batchScriptWarning(detectLaunch(slurmStep()), "bash"), "");
+  EXPECT_EQ(batchScriptWarning(detectLaunch({}), "bash"), "");
+  EXPECT_FALSE(detectLaunch(slurmStep()).slurm_batch);
+}
+
 TEST(LaunchEnv, GpuOfALocalRank) {
   EXPECT_EQ(gpuForLocalRank(3, 8), 3);
   EXPECT_EQ(gpuForLocalRank(3, 1), 0) << "one GPU per task (CUDA_VISIBLE_DEVICES)";

@@ -1,0 +1,161 @@
+// aiacc_train under a real Slurm (Debian's slurm-wlm, on this machine: scripts/slurmlab.sh starts
+// munged, slurmctld and slurmd in a folder of the test's own) and a real Open MPI mpirun: the
+// launchers as a cluster user runs them, not their variables set by hand (tests/launch_env_test.cc
+// does that). Root only (SlurmUser=root; Open MPI's --allow-run-as-root); skipped where the
+// packages are missing (scripts/setup.sh installs them).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "aiacc/common/error.h"
+#include "tests/json_util.h"
+#include "tests/test_util.h"
+
+namespace aiacc::test_slurm {
+namespace {
+
+using test::contains;
+using test::readText;
+
+// A short CPU job: batch 8, 32 px, `steps` steps (a long one: until stopped).
+std::string job(int steps) {
+  return strCat(AIACC_TRAIN_BIN,
+                " --data synthetic --arch resnet18 --synthetic-classes 2 --synthetic-images 64 --batch-size 8 "
+                "--image-size 32 --epochs 100 --warmup-epochs 0 --threads 1 --noautotune --max-steps ",
+                steps);
+}
+
+bool haveCommand(const std::string& name) { return test::runShell("command -v " + name + " > /dev/null").first == 0; }
+
+// A single-node Slurm of the test's own, up for the test's life. Each test runs in a process of
+// its own (ctest -j2 runs two at once): the lab's folder sets its ports, the process id its job
+// ids (aiacc_train under srun meets at port 29500 + job id % 1000).
+class Slurm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "not root: the lab runs slurmd as root";
+    if (!haveCommand("slurmctld") || !haveCommand("munged")) GTEST_SKIP() << "no slurm-wlm/munge (scripts/setup.sh)";
+    const auto [rc, out] = test::runShell(strCat(test::sourceDir(), "/scripts/slurmlab.sh up ", lab_.path(),
+                                                 " --first-job-id ", 1000 + ::getpid() % 8000, " 2>&1"));
+    ASSERT_EQ(rc, 0) << out;
+    up_ = true;
+    env_ = "SLURM_CONF=" + (lab_ / "etc/slurm.conf") + " ";
+  }
+  void TearDown() override {
+    if (up_) test::runShell(strCat(test::sourceDir(), "/scripts/slurmlab.sh down ", lab_.path(), " > /dev/null 2>&1"));
+  }
+  // A command with the lab's SLURM_CONF; its exit code and output.
+  std::pair<int, std::string> slurm(const std::string& cmd) { return test::runShell(env_ + cmd + " 2>&1"); }
+  // Writes a batch script and submits it: its job id ("" when sbatch failed).
+  std::string submit(const std::string& name, const std::string& body, const std::string& options) {
+    test::writeText(lab_ / name, "#!/bin/bash\n" + body + "\n");
+    const auto [rc,
+                out] = slurm(strCat("sbatch --parsable ", options, " -o ", lab_ / (name + ".out"), " ", lab_ / name));
+    EXPECT_EQ(rc, 0) << out;
+    return rc == 0 ? out.substr(0, out.find_first_of(";\n")) : "";
+  }
+  // Waits until job `id` has ended, its processes too (squeue lists it no longer, not even as
+  // completing; at most 120 s); its line of DIR/log/jobcomp.txt.
+  std::string ended(const std::string& id) {
+    const std::string comp = lab_ / "log/jobcomp.txt";
+    for (int i = 0; i < 1200; ++i) {
+      const auto [rc, queued] = slurm("squeue -h -j " + id);
+      if (rc == 0 && queued.find_first_not_of(" \n") == std::string::npos) {
+        for (const std::string& line : lines(readText(comp))) {
+          if (contains(line, "JobId=" + id + " ")) return line;
+        }
+      }
+      ::usleep(100000);
+    }
+    return "job " + id + " never ended";
+  }
+  static std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> out;
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = text.find('\n', at);
+      out.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
+      at = end == std::string::npos ? text.size() : end + 1;
+    }
+    return out;
+  }
+  test::TempDir lab_;
+  bool up_ = false;
+  std::string env_;
+};
+
+// srun -n2 and srun -n2 --mpi=pmi2 (PMI_RANK, PMI_SIZE beside the step's variables): one job of
+// world 2 read from the Slurm step, its store on the step's first host.
+TEST_F(Slurm, SrunTasksWithAndWithoutPmi2FormOneJob) {
+  for (const std::string mpi : {"", " --mpi=pmi2"}) {
+    const std::string report = lab_ / "report.json";
+    const auto [rc, out] = slurm(strCat("srun -n2 -c1", mpi, " ", job(3), " --report-file ", report));
+    ASSERT_EQ(rc, 0) << mpi << "\n" << out;
+    EXPECT_TRUE(contains(out, "launched by the Slurm job step: 2 ranks")) << mpi << "\n" << out;
+    EXPECT_EQ(test::readJson(report).at("world_size"), 2) << mpi;
+  }
+}
+
+// sbatch -n2 whose script runs aiacc_train alone: refused, saying what to type, exit 1. The
+// script's shell is said too: run so, Slurm's signals would not reach aiacc_train.
+TEST_F(Slurm, ABatchScriptOfTwoTasksRunAloneIsRefused) {
+  const std::string id = submit("alone.sh", job(3), "-n2 -c1");
+  const std::string line = ended(id);
+  EXPECT_TRUE(contains(line, "ExitCode=1:0")) << line;
+  const std::string out = readText(lab_ / "alone.sh.out");
+  EXPECT_TRUE(contains(out, "aiacc_train: error: SLURM_NTASKS=2: this Slurm job has 2 tasks, but aiacc_train runs "
+                            "here as one process"))
+      << out;
+  EXPECT_TRUE(contains(out, "`srun aiacc_train ...`")) << out;
+}
+
+// A batch script that exec's aiacc_train --nproc 2: scancel stops it at a step every rank agrees
+// on, with that step's checkpoint, and the same script submitted again resumes there and ends;
+// no warning (its parent is the batch step). A script that runs aiacc_train without exec is
+// warned about at start (its parent: the script's shell, which Slurm names slurm_script).
+TEST_F(Slurm, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) {
+  const std::string ck = lab_ / "ck", metrics = lab_ / "m.jsonl";
+  const std::string body = strCat("exec ", job(30), " --nproc 2 --checkpoint-dir ", ck,
+                                  " --resume auto --metrics-file ", metrics);
+  const std::string id = submit("exec.sh", body, "-n1 -c2");
+  ASSERT_NE(id, "");
+  for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
+  ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "exec.sh.out");
+  slurm("scancel " + id);
+  ended(id);
+  const std::string out = readText(lab_ / "exec.sh.out");
+  EXPECT_FALSE(contains(out, "warning: aiacc_train runs under")) << out;
+  EXPECT_TRUE(contains(out, "2 of 2 worker(s) saved and stopped (exit 75)")) << out;
+  const std::string saved = test::newestCheckpoint(ck);
+  ASSERT_NE(saved, "") << out;
+  const size_t at = out.find("; saved " + saved);
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string stopped = out.substr(out.rfind("after step ", at) + 11, at - out.rfind("after step ", at) - 11);
+  // The same script again: it resumes at the saved step and trains to the end.
+  const std::string again = submit("exec.sh", body, "-n1 -c2");
+  EXPECT_TRUE(contains(ended(again), "ExitCode=0:0"));
+  const std::string out2 = readText(lab_ / "exec.sh.out");
+  EXPECT_TRUE(contains(out2, "resumed from " + saved + " at step " + stopped)) << out2;
+  EXPECT_TRUE(contains(out2, ", 30 steps, ")) << out2;
+  const std::string plain = submit("plain.sh", job(3), "-n1 -c1");
+  EXPECT_TRUE(contains(ended(plain), "ExitCode=0:0"));
+  EXPECT_TRUE(contains(readText(lab_ / "plain.sh.out"), "warning: aiacc_train runs under its Slurm batch script's "
+                                                        "shell (slurm_script), not as the batch step"))
+      << readText(lab_ / "plain.sh.out");
+}
+
+// mpirun -np 2 (outside Slurm): one job of world 2, its store on loopback at a port of the job.
+TEST(OpenMpi, MpirunTwoRanksFormOneJob) {
+  if (::geteuid() != 0) GTEST_SKIP() << "not root (the test runs mpirun --allow-run-as-root)";
+  if (!haveCommand("mpirun")) GTEST_SKIP() << "no openmpi-bin (scripts/setup.sh)";
+  test::TempDir d;
+  const std::string report = d / "report.json";
+  const auto [rc, out] = test::runShell(strCat("mpirun -np 2 --allow-run-as-root --oversubscribe ", job(3),
+                                               " --report-file ", report, " 2>&1"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "launched by Open MPI: 2 ranks")) << out;
+  EXPECT_EQ(test::readJson(report).at("world_size"), 2);
+}
+
+}  // namespace
+}  // namespace aiacc::test_slurm
