@@ -55,9 +55,9 @@ struct LaunchPlan {
 // In a Slurm batch script, Slurm's signals (scancel, scancel --signal, --signal=B:SIG@T) go to the
 // batch step's own process: the script's shell, unless it exec'ed aiacc_train (whose parent is
 // then slurmstepd). Run by the shell, aiacc_train never sees them: the shell dies, and the job
-// ends without its checkpoint (with proctrack/linuxproc its processes even train on outside the
-// job). The warning to print at start for a process whose parent is `parent` (its name, as in
-// /proc/PID/comm), or "" when there is none to give.
+// ends without its checkpoint (with proctrack/linuxproc its processes would even train on outside
+// the job: aiacc_train then stops on its parent's death, app/stop_signal.h). The warning to print at start for a
+// process whose parent is `parent` (its name, as in /proc/PID/comm), or "" when there is none to give.
 std::string batchScriptWarning(const LaunchEnv& env, const std::string& parent);
 
 // Combines the environment with the flags. Explicit flags that contradict the launcher are an

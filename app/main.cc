@@ -206,6 +206,8 @@ int main(int argc, char** argv) {
     const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
     if (const std::string w = aiacc::app::batchScriptWarning(launch_env, parentProcessName()); !w.empty()) {
       std::cerr << "aiacc_train: warning: " << w << "\n";
+      // Should Slurm's signal kill the shell, this process stops as signalled (app/stop_signal.h).
+      aiacc::app::stopWhenParentDies();
     }
     AIACC_CHECK_INPUT(dist.launch.max_restarts == 0 || plan.role == aiacc::app::LaunchPlan::Role::kWorker ||
                           (plan.role == aiacc::app::LaunchPlan::Role::kSpawn && plan.spawn.min_nodes > 0),

@@ -1,8 +1,11 @@
 #include "app/stop_signal.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "aiacc/common/error.h"
@@ -30,6 +33,12 @@ void installStopSignalHandlers() {
     AIACC_CHECK(::sigaction(sig, &sa, nullptr) == 0, "cannot install the handler for ", signalName(sig), ": ",
                 std::strerror(errno));
   }
+}
+
+void stopWhenParentDies() {
+  const pid_t parent = ::getppid();
+  AIACC_CHECK(::prctl(PR_SET_PDEATHSIG, SIGTERM) == 0, "prctl(PR_SET_PDEATHSIG): ", std::strerror(errno));
+  if (::getppid() != parent) ::raise(SIGTERM);  // it died before the call took effect
 }
 
 int stopSignalReceived() { return g_stop_signal.load(std::memory_order_relaxed); }

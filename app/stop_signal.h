@@ -21,6 +21,11 @@ namespace aiacc::app {
 // resume). Call once, in the worker process, before training starts.
 void installStopSignalHandlers();
 
+// Asks the kernel for SIGTERM when this process's parent dies (PR_SET_PDEATHSIG), at once when it
+// died already: a Slurm batch script's shell killed by Slurm's signal then stops this process as
+// that signal would have, saving its step, instead of leaving it to train on outside the job.
+void stopWhenParentDies();
+
 // The first stop signal received since installStopSignalHandlers (0: none).
 int stopSignalReceived();
 

@@ -144,6 +144,40 @@ TEST_F(Slurm, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) {
       << readText(lab_ / "plain.sh.out");
 }
 
+// A script that runs aiacc_train --nproc 2 without exec, sent Slurm's signal for the batch step
+// (scancel --batch --signal=USR1, as --signal=B:USR1@T would): the shell dies of it and the job
+// ends; with proctrack/linuxproc aiacc_train's processes used to train on outside it. Now the
+// launcher takes its parent's death as SIGTERM: it saves the step and stops, and no process of it
+// is left.
+TEST_F(Slurm, AScriptsShellKilledBySlurmsSignalLeavesItsJobSavedAndNoProcess) {
+  const std::string ck = lab_ / "ck", metrics = lab_ / "m.jsonl";
+  const std::string id = submit("shell.sh",
+                                strCat(job(400), " --nproc 2 --checkpoint-dir ", ck, " --resume auto --metrics-file ",
+                                       metrics),
+                                "-n1 -c2");
+  ASSERT_NE(id, "");
+  for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
+  ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "shell.sh.out");
+  slurm("scancel --batch --signal=USR1 " + id);
+  EXPECT_TRUE(contains(ended(id), "JobState=FAILED")) << "the shell died of SIGUSR1";
+  std::string out;
+  for (int i = 0; i < 600 && !contains(out, "worker(s) saved and stopped"); ++i) {
+    ::usleep(100000);
+    out = readText(lab_ / "shell.sh.out");
+  }
+  EXPECT_TRUE(contains(out, "aiacc_train: warning: aiacc_train runs under its Slurm batch script's shell")) << out;
+  EXPECT_TRUE(contains(out, "2 of 2 worker(s) saved and stopped (exit 75)")) << out;
+  EXPECT_NE(test::newestCheckpoint(ck), "");
+  // Every process of the job ends with it (the checkpoint folder is on each one's command line;
+  // "[-]" keeps pgrep's own shell, whose command line holds the pattern, from matching it).
+  std::string left = "?";
+  for (int i = 0; i < 100 && !left.empty(); ++i) {
+    left = test::runShell("pgrep -a -f -- '[-]-checkpoint-dir " + ck + " '").second;
+    if (!left.empty()) ::usleep(100000);
+  }
+  EXPECT_EQ(left, "") << "processes left after the job";
+}
+
 // mpirun -np 2 (outside Slurm): one job of world 2, its store on loopback at a port of the job.
 TEST(OpenMpi, MpirunTwoRanksFormOneJob) {
   if (::geteuid() != 0) GTEST_SKIP() << "not root (the test runs mpirun --allow-run-as-root)";
