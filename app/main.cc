@@ -202,20 +202,23 @@ int main(int argc, char** argv) {
     // or nobody) and what that makes it: a single process, a launcher, or one rank.
     const aiacc::app::Recipe recipe = aiacc::app::applyRecipeFlag();  // before any option is built
     const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
-    const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
-    const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
-    if (const std::string w = aiacc::app::batchScriptWarning(launch_env, parentProcessName()); !w.empty()) {
-      std::cerr << "aiacc_train: warning: " << w << "\n";
-      // Should Slurm's signal kill the shell, this process stops as signalled (app/stop_signal.h).
-      aiacc::app::stopWhenParentDies();
-    }
-    AIACC_CHECK_INPUT(dist.launch.max_restarts == 0 || plan.role == aiacc::app::LaunchPlan::Role::kWorker ||
-                          (plan.role == aiacc::app::LaunchPlan::Role::kSpawn && plan.spawn.min_nodes > 0),
-                      "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
+    // The store server of a job is no rank of it, whatever launched it (a batch script, say).
     if (dist.rendezvous_server) {
       return aiacc::app::serveRendezvous(dist.launch.master,
                                          std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000)));
     }
+    const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
+    const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
+    const std::string parent = parentProcessName();
+    if (const std::string w = aiacc::app::batchScriptWarning(launch_env, parent); !w.empty()) {
+      std::cerr << "aiacc_train: warning: " << w << "\n";
+      // Should Slurm's signal kill the script's shell, this process stops as signalled
+      // (app/stop_signal.h). (Slurm names a batch script's shell slurm_script.)
+      if (parent == "slurm_script") aiacc::app::stopWhenParentDies();
+    }
+    AIACC_CHECK_INPUT(dist.launch.max_restarts == 0 || plan.role == aiacc::app::LaunchPlan::Role::kWorker ||
+                          (plan.role == aiacc::app::LaunchPlan::Role::kSpawn && plan.spawn.min_nodes > 0),
+                      "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
     if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
       if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
       aiacc::app::LaunchSpec spec = plan.spawn;

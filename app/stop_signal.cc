@@ -37,8 +37,8 @@ void installStopSignalHandlers() {
 
 void stopWhenParentDies() {
   const pid_t parent = ::getppid();
-  AIACC_CHECK(::prctl(PR_SET_PDEATHSIG, SIGTERM) == 0, "prctl(PR_SET_PDEATHSIG): ", std::strerror(errno));
-  if (::getppid() != parent) ::raise(SIGTERM);  // it died before the call took effect
+  AIACC_CHECK(::prctl(PR_SET_PDEATHSIG, SIGUSR1) == 0, "prctl(PR_SET_PDEATHSIG): ", std::strerror(errno));
+  if (::getppid() != parent) ::raise(SIGUSR1);  // it died before the call took effect
 }
 
 int stopSignalReceived() { return g_stop_signal.load(std::memory_order_relaxed); }

@@ -21,9 +21,11 @@ namespace aiacc::app {
 // resume). Call once, in the worker process, before training starts.
 void installStopSignalHandlers();
 
-// Asks the kernel for SIGTERM when this process's parent dies (PR_SET_PDEATHSIG), at once when it
+// Asks the kernel for SIGUSR1 when this process's parent dies (PR_SET_PDEATHSIG), at once when it
 // died already: a Slurm batch script's shell killed by Slurm's signal then stops this process as
-// that signal would have, saving its step, instead of leaving it to train on outside the job.
+// a stop signal does, saving its step, instead of leaving it to train on outside the job. SIGUSR1,
+// not SIGTERM: a launcher that a cancel sent SIGTERM already takes the same signal again as
+// "kill now" (app/launcher.h), and another kind as one more stop request within the grace period.
 void stopWhenParentDies();
 
 // The first stop signal received since installStopSignalHandlers (0: none).

@@ -121,6 +121,9 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   }
   run.change_began = t_failed;
   run.last_step_end = Clock::now();
+  // What this rank's newest checkpoint holds is its own: after a regroup every rank writes one
+  // where the run ends, so that the ranks take the same collectives there (trainEpochs).
+  run.checkpoint_step = -1;
 }
 
 void Trainer::State::sayNoSurvivor() const {

@@ -230,7 +230,9 @@ void Trainer::State::setUp() {
   setupModel();  // and the resumed position
   // A run resumed at its end (--max-steps reached, or the target) trains no further step.
   if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached) run.stop = true;
-  run.checkpoint_step = pos.step;
+  // (A process that joined a running job holds no checkpoint of its own: -1, as the survivors
+  // hold after their regroup.)
+  run.checkpoint_step = joined_running ? -1 : pos.step;
   run.checkpoint_evals = pos.evals.size();
   openRank0Outputs();
   if (!sample_log_path.empty()) {  // tests: which samples each step trained (app/test_hooks.h)

@@ -85,8 +85,9 @@ struct RunTotals {
   double last_checkpoint_s = 0;
   bool checkpoint_asked = false;
   // What the newest checkpoint of this run holds: its start's (resumed or 0) until it writes one,
-  // then that one's step and evaluations. A run that ends past it (--max-steps or a target within
-  // an epoch, or a final evaluation) writes one there.
+  // then that one's step and evaluations; -1 after an elastic regroup (and in a process that
+  // joined), so that every rank of the generation decides alike. A run that ends past it
+  // (--max-steps or a target within an epoch, or a final evaluation) writes one there.
   int64_t checkpoint_step = 0;
   size_t checkpoint_evals = 0;
   Clock::time_point last_progress;

@@ -8,6 +8,15 @@
 set(aiacc_alone_include ${PROJECT_BINARY_DIR}/installed_headers/include)
 set(aiacc_alone_sources "")
 set(aiacc_alone_installed "")
+# A header no longer installed leaves no copy behind for another to include by mistake.
+file(GLOB_RECURSE aiacc_alone_stale RELATIVE ${aiacc_alone_include} ${aiacc_alone_include}/*)
+foreach(header ${aiacc_alone_stale})
+  get_filename_component(name ${header} NAME_WE)
+  if(NOT header MATCHES "^aiacc/(config|common/error)\\.h$" AND NOT "${PROJECT_SOURCE_DIR}/comm/${name}.h" IN_LIST
+                                                                AIACC_PUBLIC_HEADERS)
+    file(REMOVE ${aiacc_alone_include}/${header})
+  endif()
+endforeach()
 foreach(header ${AIACC_PUBLIC_HEADERS})
   get_filename_component(name ${header} NAME)
   configure_file(${header} ${aiacc_alone_include}/aiacc/comm/${name} COPYONLY)

@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <sstream>
 #include <string>
 
 #include "aiacc/common/error.h"
@@ -21,18 +20,10 @@
 
 namespace {
 
-// Whether a line of the flagfile names one of gflags' indirections.
+// Whether the text may name one of gflags' indirections. gflags' own line splitting (any leading
+// whitespace skipped, a line ended at any '\r') is not repeated here: any mention is passed over.
 bool usesIndirection(const std::string& text) {
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    size_t b = line.find_first_not_of(" \t\r");
-    if (b == std::string::npos || line[b] != '-') continue;
-    b = line.find_first_not_of('-', b);
-    if (b == std::string::npos) continue;
-    const std::string name = line.substr(b, line.find_first_of("= \t\r", b) - b);
-    if (name == "fromenv" || name == "tryfromenv" || name == "flagfile") return true;
-  }
-  return false;
+  return text.find("fromenv") != std::string::npos || text.find("flagfile") != std::string::npos;
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ run_ctest() {
     rc=$?
   echo "test.sh: the five slowest tests in $dir:"
   sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$dir/ctest.log" |
-    sort -rn | head -5 | awk '{ printf "  %7.1f s  %s\n", $1, $2 }'
+    sort -rn | awk 'NR <= 5 { printf "  %7.1f s  %s\n", $1, $2 }'
   return $rc
 }
 t0=$SECONDS

@@ -30,16 +30,19 @@ bool haveCommand(const std::string& name) { return test::runShell("command -v " 
 
 // A single-node Slurm of the test's own, up for the test's life. Each test runs in a process of
 // its own (ctest -j2 runs two at once): the lab's folder sets its ports, the process id its job
-// ids (aiacc_train under srun meets at port 29500 + job id % 1000).
+// ids (aiacc_train under srun meets at port 29500 + job id % 1000). Every srun and mpirun is
+// bounded (timeout 180), so that a hung job fails its test instead of outliving it.
 class Slurm : public ::testing::Test {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "not root: the lab runs slurmd as root";
     if (!haveCommand("slurmctld") || !haveCommand("munged")) GTEST_SKIP() << "no slurm-wlm/munge (scripts/setup.sh)";
+    // Job ids whose store ports (29500 + id % 1000) are 30100-30399, which no other test names.
+    const int first_job = 1000 * (1 + ::getpid() % 50) + 600 + (::getpid() / 50) % 290;
+    up_ = true;  // (down stops whatever a failed up started)
     const auto [rc, out] = test::runShell(strCat(test::sourceDir(), "/scripts/slurmlab.sh up ", lab_.path(),
-                                                 " --first-job-id ", 1000 + ::getpid() % 8000, " 2>&1"));
+                                                 " --first-job-id ", first_job, " 2>&1"));
     ASSERT_EQ(rc, 0) << out;
-    up_ = true;
     env_ = "SLURM_CONF=" + (lab_ / "etc/slurm.conf") + " ";
   }
   void TearDown() override {
@@ -89,7 +92,7 @@ class Slurm : public ::testing::Test {
 TEST_F(Slurm, SrunTasksWithAndWithoutPmi2FormOneJob) {
   for (const std::string mpi : {"", " --mpi=pmi2"}) {
     const std::string report = lab_ / "report.json";
-    const auto [rc, out] = slurm(strCat("srun -n2 -c1", mpi, " ", job(3), " --report-file ", report));
+    const auto [rc, out] = slurm(strCat("timeout 180 srun -n2 -c1", mpi, " ", job(3), " --report-file ", report));
     ASSERT_EQ(rc, 0) << mpi << "\n" << out;
     EXPECT_TRUE(contains(out, "launched by the Slurm job step: 2 ranks")) << mpi << "\n" << out;
     EXPECT_EQ(test::readJson(report).at("world_size"), 2) << mpi;
@@ -144,48 +147,56 @@ TEST_F(Slurm, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) {
       << readText(lab_ / "plain.sh.out");
 }
 
-// A script that runs aiacc_train --nproc 2 without exec, sent Slurm's signal for the batch step
-// (scancel --batch --signal=USR1, as --signal=B:USR1@T would): the shell dies of it and the job
-// ends; with proctrack/linuxproc aiacc_train's processes used to train on outside it. Now the
-// launcher takes its parent's death as SIGTERM: it saves the step and stops, and no process of it
-// is left.
+// A script that runs aiacc_train --nproc 2 without exec: Slurm's signal for the batch step
+// (scancel --batch --signal=USR1, as --signal=B:USR1@T would) kills the shell, and the job ends;
+// with proctrack/linuxproc aiacc_train's processes used to train on outside it. The launcher now
+// takes its parent's death as SIGUSR1: it saves the step and stops, and no process of it is left.
+// Plain scancel (SIGTERM to every process of the step, the shell too) saves as well: the launcher
+// takes the SIGUSR1 that follows as one more stop request, not as the same signal again (which
+// would kill the workers at once).
 TEST_F(Slurm, AScriptsShellKilledBySlurmsSignalLeavesItsJobSavedAndNoProcess) {
-  const std::string ck = lab_ / "ck", metrics = lab_ / "m.jsonl";
-  const std::string id = submit("shell.sh",
-                                strCat(job(400), " --nproc 2 --checkpoint-dir ", ck, " --resume auto --metrics-file ",
-                                       metrics),
-                                "-n1 -c2");
-  ASSERT_NE(id, "");
-  for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
-  ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "shell.sh.out");
-  slurm("scancel --batch --signal=USR1 " + id);
-  EXPECT_TRUE(contains(ended(id), "JobState=FAILED")) << "the shell died of SIGUSR1";
-  std::string out;
-  for (int i = 0; i < 600 && !contains(out, "worker(s) saved and stopped"); ++i) {
-    ::usleep(100000);
-    out = readText(lab_ / "shell.sh.out");
+  for (const std::string cancel : {"scancel --batch --signal=USR1 ", "scancel "}) {
+    SCOPED_TRACE(cancel);
+    const std::string run = cancel == "scancel " ? "plain" : "usr1";
+    const std::string ck = lab_ / (run + "-ck"), metrics = lab_ / (run + ".jsonl"), log = lab_ / (run + ".sh.out");
+    const std::string id = submit(run + ".sh",
+                                  strCat(job(400), " --nproc 2 --checkpoint-dir ", ck, " --resume auto --metrics-file ",
+                                         metrics),
+                                  "-n1 -c2");
+    ASSERT_NE(id, "");
+    for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
+    ASSERT_FALSE(readText(metrics).empty()) << readText(log);
+    slurm(cancel + id);
+    ended(id);
+    std::string out;
+    for (int i = 0; i < 600 && !contains(out, "worker(s) saved and stopped"); ++i) {
+      ::usleep(100000);
+      out = readText(log);
+    }
+    EXPECT_TRUE(contains(out, "aiacc_train: warning: aiacc_train runs under its Slurm batch script's shell")) << out;
+    EXPECT_TRUE(contains(out, "2 of 2 worker(s) saved and stopped (exit 75)")) << out;
+    EXPECT_NE(test::newestCheckpoint(ck), "");
+    // Every process of the job ends with it (the checkpoint folder is on each one's command line;
+    // "[-]" keeps pgrep's own shell, whose command line holds the pattern, from matching it).
+    std::string left = "?";
+    for (int i = 0; i < 100 && !left.empty(); ++i) {
+      left = test::runShell("pgrep -a -f -- '[-]-checkpoint-dir " + ck + " '").second;
+      if (!left.empty()) ::usleep(100000);
+    }
+    EXPECT_EQ(left, "") << "processes left after the job";
   }
-  EXPECT_TRUE(contains(out, "aiacc_train: warning: aiacc_train runs under its Slurm batch script's shell")) << out;
-  EXPECT_TRUE(contains(out, "2 of 2 worker(s) saved and stopped (exit 75)")) << out;
-  EXPECT_NE(test::newestCheckpoint(ck), "");
-  // Every process of the job ends with it (the checkpoint folder is on each one's command line;
-  // "[-]" keeps pgrep's own shell, whose command line holds the pattern, from matching it).
-  std::string left = "?";
-  for (int i = 0; i < 100 && !left.empty(); ++i) {
-    left = test::runShell("pgrep -a -f -- '[-]-checkpoint-dir " + ck + " '").second;
-    if (!left.empty()) ::usleep(100000);
-  }
-  EXPECT_EQ(left, "") << "processes left after the job";
 }
 
-// mpirun -np 2 (outside Slurm): one job of world 2, its store on loopback at a port of the job.
+// mpirun -np 2 (outside Slurm): one job of world 2.
 TEST(OpenMpi, MpirunTwoRanksFormOneJob) {
   if (::geteuid() != 0) GTEST_SKIP() << "not root (the test runs mpirun --allow-run-as-root)";
   if (!haveCommand("mpirun")) GTEST_SKIP() << "no openmpi-bin (scripts/setup.sh)";
   test::TempDir d;
   const std::string report = d / "report.json";
-  const auto [rc, out] = test::runShell(strCat("mpirun -np 2 --allow-run-as-root --oversubscribe ", job(3),
-                                               " --report-file ", report, " 2>&1"));
+  // (A free port: the job id's, 29500-30499, could meet a port another test names.)
+  const auto [rc, out] = test::runShell(strCat("timeout 180 mpirun -np 2 --allow-run-as-root --oversubscribe -x "
+                                               "MASTER_ADDR=127.0.0.1 -x MASTER_PORT=",
+                                               test::freePort(), " ", job(3), " --report-file ", report, " 2>&1"));
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(contains(out, "launched by Open MPI: 2 ranks")) << out;
   EXPECT_EQ(test::readJson(report).at("world_size"), 2);
