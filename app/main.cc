@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
     }
     const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
     const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
-    const std::string parent = parentProcessName();
+    const std::string parent = launch_env.slurm_batch ? parentProcessName() : "";  // (read only where it matters)
     if (const std::string w = aiacc::app::batchScriptWarning(launch_env, parent); !w.empty()) {
       std::cerr << "aiacc_train: warning: " << w << "\n";
       // Should Slurm's signal kill the script's shell, this process stops as signalled

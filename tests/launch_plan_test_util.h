@@ -5,18 +5,14 @@
 
 #include "aiacc/common/error.h"
 #include "app/launch_env.h"
+#include "tests/test_util.h"
 
 namespace aiacc::app::launch_test {
 
 // The message of the InputError `f` throws ("" when it throws none).
 template <typename F>
 std::string errorOf(F f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
+  return test::messageOf<InputError>(f, "");
 }
 
 inline LaunchFlags noFlags() { return LaunchFlags{}; }
