@@ -24,8 +24,16 @@ std::vector<std::string> normalizeFlagNames(int argc, char** argv);
 // "batch_size" -> "batch-size": a gflags name as users write it.
 std::string hyphens(std::string name);
 
+// The first problem gflags would end the process for (exit 1, with its own words) in `args`
+// (normalizeFlagNames' output, argv[0] first): an unknown flag, a flag without its value, or a
+// value its type (or a validator) refuses; "" when there is none. A usage error (exit 2,
+// app/exit_code.h). The values it checks are set as the command line sets them anyway.
+// Arguments after "--" and positional ones are left alone; with --undefok nothing is checked; a
+// --flagfile's (or --fromenv's) contents are gflags' to read: their problems still exit 1.
+std::string commandLineProblem(const std::vector<std::string>& args);
+
 // Parses flags (hyphens or underscores), starts logging, and returns the positional arguments
-// (argv[0] first).
+// (argv[0] first). A commandLineProblem ends the process with one line and exit code 2.
 std::vector<std::string> parseCommandLine(int argc, char** argv, const char* usage);
 
 // Whether flag `f` is defined in a source file whose path ends with one of `sources` (e.g.

@@ -1,6 +1,7 @@
 #include "app/flags.h"
 
 #include "app/cli.h"
+#include "app/exit_code.h"
 #include "app/option_names.h"
 
 #include <gflags/gflags.h>
@@ -225,6 +226,7 @@ void printHelp(const char* program) {
                                  : strCat("DataParallelOptions::", k.sets, ", no flag");
     std::cout << "  " << k.name << " (" << k.values << ")\n      " << what << "\n";
   }
+  std::cout << "\n" << exitCodeHelp();
 }
 
 std::vector<Stage> applyRecipe(const std::string& path, std::string* text) {

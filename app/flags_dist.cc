@@ -46,11 +46,12 @@ DEFINE_string(elastic_batch, "keep-per-rank",
               "size");
 DEFINE_int32(max_restarts, 0,
              "elastic jobs (--nnodes MIN:MAX): how many times each node's launcher starts a worker that "
-             "died again, to join the running job (not once the job failed on every rank: a worker that "
-             "finds so exits 76)");
+             "died again, to join the running job (not once the job's end is recorded in its rendezvous store: "
+             "finished, stopped, or failed on every rank)");
 DEFINE_double(rdzv_timeout, 600,
-              "elastic jobs: seconds the ranks wait for at least MIN of them to regroup before they save a "
-              "checkpoint and exit 75; also how long node 0's launcher keeps the rendezvous store up for "
+              "elastic jobs: seconds the ranks wait for at least MIN of them to regroup before they stop (the "
+              "first to arrive saves a checkpoint, with --checkpoint-dir, and they exit 75; without it, 1); also how "
+              "long node 0's launcher keeps the rendezvous store up for "
               "the other nodes after its own workers ended");
 DEFINE_double(rdzv_last_call, 1.0,
               "elastic jobs: once MIN ranks are there, seconds a forming generation waits for more (it "

@@ -19,7 +19,11 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <tuple>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "app/exit_code.h"
 #include "app/launch_env.h"
 #include "app/store_serving.h"
 #include "app/stop_signal.h"
@@ -135,28 +139,46 @@ std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int
 
 bool exitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 
-// The launcher's exit code once its workers have ended (launcher.h), with its line on stderr.
-// `failed`: a worker failed before any signal was forwarded; `first_signal`: the first signal
-// forwarded, 0 when none was.
+// Whether the job's end is recorded in its rendezvous store (comm::markJobEnded / markJobFailed:
+// an elastic job's last rank 0, a survivor that stopped it, or every rank of a generation
+// failing). A worker of an elastic job that ended after that is not started again: there is
+// nothing left to join. Asked of the store this launcher hosts, else as a client of the job's
+// (a store that cannot be reached within about kAskFor, twice for LibTorch's two connections,
+// says nothing, and the worker is started again to find out for itself).
+bool jobEndRecorded(const c10::intrusive_ptr<c10d::Store>& hosted, const LaunchSpec& spec) {
+  constexpr auto kAskFor = std::chrono::seconds(2);
+  try {
+    if (hosted) {
+      c10d::PrefixStore store(comm::StoreOptions{}.prefix, hosted);
+      return comm::jobEnded(store);
+    }
+    comm::StoreOptions o;
+    std::tie(o.host, o.port) = parseHostPort(spec.master);
+    o.client_only = true;
+    o.timeout = kAskFor;
+    return comm::jobEnded(*comm::makeTcpStore(o));
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// The launcher's exit code once its workers have ended (app/exit_code.h), with its line on stderr.
 int jobExitCode(const std::vector<Worker>& workers, bool failed, int first_signal) {
-  int saved = 0;
-  bool clean = true;  // every worker ended, with 0 or kExitPreempted
+  std::vector<WorkerExit> ends;
   for (const Worker& w : workers) {
-    const bool preempted = w.status && exitedWith(*w.status, kExitPreempted);
-    saved += preempted ? 1 : 0;
-    clean = clean && w.status && (preempted || exitedWith(*w.status, 0));
+    WorkerExit e;
+    if (!w.status) {
+      e.code = kExitError;  // (never reaped)
+    } else if (WIFSIGNALED(*w.status)) {
+      e.signal = WTERMSIG(*w.status);
+    } else {
+      e.code = WEXITSTATUS(*w.status);
+    }
+    ends.push_back(e);
   }
-  if (!failed && clean && saved > 0) {
-    std::cerr << "aiacc_train: preempted" << (first_signal != 0 ? " by " + signalName(first_signal) : "") << ": "
-              << saved << " of " << workers.size() << " worker(s) saved and stopped (exit " << kExitPreempted
-              << "); run the same command with --resume auto to continue\n";
-    return kExitPreempted;
-  }
-  const int code = failed ? 1 : first_signal != 0 ? 128 + first_signal : clean ? 0 : 1;
-  if (first_signal != 0) {
-    std::cerr << "aiacc_train: stopped by " << signalName(first_signal) << " (exit code " << code << ")\n";
-  }
-  return code;
+  const LauncherEnd end = launcherExitCode(ends, failed, first_signal);
+  if (!end.line.empty()) std::cerr << end.line << "\n";
+  return end.code;
 }
 
 }  // namespace
@@ -319,6 +341,11 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
               << "\n";
   };
   auto reap = [&]() {
+    std::optional<bool> ended;  // the store asked once per pass (several workers may end at once)
+    auto endRecorded = [&] {
+      if (!ended) ended = jobEndRecorded(store, spec);
+      return *ended;
+    };
     for (;;) {
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -334,10 +361,10 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
         // An elastic job: the job's other ranks regroup without it; it is started again to
         // join them while --max-restarts allows.
         if (!clean && spec.min_nodes > 0 && forwarded.empty()) {
-          if (exitedWith(status, kExitJobFailed)) {  // nothing left to join: no restart
+          if (endRecorded()) {  // nothing left to join: no restart
             failed = true;
-            std::cerr << "aiacc_train: rank " << w.rank << " found the job failed on every rank (exit "
-                      << kExitJobFailed << "); not starting it again\n";
+            std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status)
+                      << " after the job's end was recorded; not starting it again\n";
           } else if (w.starts <= spec.max_restarts) {
             std::cerr << "aiacc_train: rank " << w.rank << " " << describeStatus(status)
                       << "; starting it again to join the running job (restart " << w.starts << " of "

@@ -14,16 +14,11 @@
 // running grace period is kept. A worker that exits kExitPreempted (75) saved a checkpoint and
 // stopped; it is not a failure and does not stop the others.
 //
-// Exit code of the launcher (one line on stderr for each but 0):
-//   kExitPreempted  every worker exited 0 or 75, at least one 75 ("aiacc_train: preempted [by SIG]:
-//                   K of N worker(s) saved and stopped (exit 75); run the same command with
-//                   --resume auto to continue");
-//   1               a worker failed (another non-zero code, or killed) before any signal was
-//                   forwarded: the launcher names the rank and how it died and stops the others
-//                   (SIGTERM, SIGKILL after the grace period);
-//   128 + SIG       otherwise after a forwarded signal (SIG: the first one; "aiacc_train: stopped
-//                   by SIG (exit code C)");
-//   0               every worker exited 0.
+// Exit code of the launcher: app/exit_code.h (launcherExitCode), one line on stderr for each but
+// 0. A worker that fails before any signal was forwarded (another code than 0 or 75, or killed)
+// ends a job of fixed size: the launcher names the rank and how it ended and stops the others
+// (SIGTERM, SIGKILL after the grace period). In an elastic job the others go on without it, and
+// it is started again while --max-restarts allows and the job's end is not recorded in its store.
 // Worker output lines reach the launcher's stdout/stderr prefixed with "[rank R] ", or go to
 // LaunchSpec::log_dir/rank-R.log.
 #pragma once
@@ -33,17 +28,11 @@
 #include <string>
 #include <vector>
 
+#include "app/exit_code.h"
 #include "aiacc/comm/gradient_sync.h"
 #include "aiacc/comm/launch_env.h"
 
 namespace aiacc::app {
-
-// A worker's exit code for "preempted: checkpoint saved, resumable" (EX_TEMPFAIL), and the
-// launcher's when every worker stopped so.
-constexpr int kExitPreempted = 75;
-// A worker's exit code for "the elastic job failed on every rank while I waited to join it"
-// (comm::JobFailedError): its launcher does not start it again, whatever --max-restarts allows.
-constexpr int kExitJobFailed = 76;
 
 // --grace-seconds: below the 30 s that Kubernetes (terminationGracePeriodSeconds) and Slurm
 // (KillWait) wait between SIGTERM and SIGKILL by default, so that the launcher's SIGKILL comes first.

@@ -14,9 +14,11 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "app/cli.h"
 #include "app/elastic.h"
+#include "app/exit_code.h"
 #include "app/flags.h"
 #include "app/heap.h"
 #include "app/job_settings.h"
@@ -116,23 +118,27 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& launched, 
   };
 }
 
-// After a stop request: one line (rank 0) naming the saved step and how to go on; exit 75 when
-// the checkpoint was written ("preempted, resumable": rank 0 knows, the other ranks count on
-// --checkpoint-dir), else 128 + the signal, as if it had killed the process.
-int preemptedExit(const aiacc::app::Report& r, const aiacc::app::Config& c, int rank) {
+// After a stop request: one line (rank 0) naming the saved step and how to go on, or each other
+// rank's line; how the process ended: saved (exit 75) when rank 0 wrote the stop's checkpoint
+// (every rank knows: Report::saved_step), else stopped by the signal with nothing saved.
+aiacc::app::Ending preemptedEnd(const aiacc::app::Report& r, const aiacc::app::Config& c, int rank) {
   const std::string by = r.stop_signal != 0 ? aiacc::app::signalName(r.stop_signal) : "a stop request on another rank";
-  const bool saved = rank == 0 ? !r.checkpoint.empty() : !c.checkpoint_dir.empty();
+  const bool saved = r.saved_step >= 0;
+  const std::string unsaved = c.checkpoint_dir.empty() ? "no --checkpoint-dir" : "the checkpoint write failed";
   if (rank != 0) {  // each rank says where it stopped: the same step on every rank
     std::cerr << "aiacc_train: rank " << rank << " stopped by " << by << " after step " << r.steps
-              << (saved ? " (rank 0 saves the checkpoint)\n" : " (nothing saved: no --checkpoint-dir)\n");
+              << (saved ? " (rank 0 saved the checkpoint)\n" : " (nothing saved: " + unsaved + ")\n");
   } else if (saved) {
     std::cerr << "aiacc_train: stopped by " << by << " after step " << r.steps << "; saved " << r.checkpoint
               << "; run the same command with --resume auto to continue\n";
   } else {
-    std::cerr << "aiacc_train: stopped by " << by << " after step " << r.steps << "; nothing saved ("
-              << (c.checkpoint_dir.empty() ? "no --checkpoint-dir" : "the checkpoint write failed") << ")\n";
+    std::cerr << "aiacc_train: stopped by " << by << " after step " << r.steps << "; nothing saved (" << unsaved
+              << ")\n";
   }
-  return saved ? aiacc::app::kExitPreempted : 128 + (r.stop_signal != 0 ? r.stop_signal : SIGTERM);
+  aiacc::app::Ending e{aiacc::app::Ending::How::kStopped};
+  e.saved = saved;
+  e.signal = r.stop_signal != 0 ? r.stop_signal : SIGTERM;  // (another rank's: the launchers' usual)
+  return e;
 }
 
 // The name of this process's parent (/proc/PPID/comm), "" when it cannot be read.
@@ -159,8 +165,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> rest =
       aiacc::app::parseCommandLine(argc, argv, "trains ResNet v1.5 to a target accuracy; see --help");
   if (rest.size() > 1) {
-    std::cerr << "aiacc_train: unexpected argument '" << rest[1] << "' (flags start with --; see --help)\n";
-    return 2;
+    std::cerr << "aiacc_train: error: unexpected argument '" << rest[1] << "' (flags start with --; see --help)\n";
+    return aiacc::app::kExitUsage;
   }
   if (aiacc::app::keepFreedMemoryFlag() && !aiacc::keepFreedMemoryInHeap()) {
     LOG(WARNING) << "--keep-freed-memory: not supported by this C library; using its defaults";
@@ -200,8 +206,24 @@ int main(int argc, char** argv) {
     }
     // Who started this process (torchrun, Kubeflow, srun, mpirun, horovodrun, our own launcher,
     // or nobody) and what that makes it: a single process, a launcher, or one rank.
-    const aiacc::app::Recipe recipe = aiacc::app::applyRecipeFlag();  // before any option is built
-    const aiacc::app::DistSpec dist = aiacc::app::distSpecFromFlags();
+    // The options, parsed once before anything starts (the launcher checks them for its workers):
+    // a bad one is a usage error.
+    struct Options {
+      aiacc::app::Recipe recipe;
+      aiacc::app::DistSpec dist;
+      aiacc::app::Config config;
+    };
+    std::optional<Options> options;
+    try {
+      aiacc::app::Recipe recipe = aiacc::app::applyRecipeFlag();  // before any option is built
+      aiacc::app::DistSpec d = aiacc::app::distSpecFromFlags();
+      aiacc::app::Config c = aiacc::app::configFromFlags(recipe);
+      options = Options{std::move(recipe), std::move(d), std::move(c)};
+    } catch (const aiacc::InputError& e) {
+      std::cerr << "aiacc_train: error: " << e.what() << "\n";
+      return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kUsage});
+    }
+    const aiacc::app::DistSpec& dist = options->dist;
     // The store server of a job is no rank of it, whatever launched it (a batch script, say).
     if (dist.rendezvous_server) {
       return aiacc::app::serveRendezvous(dist.launch.master,
@@ -238,7 +260,7 @@ int main(int argc, char** argv) {
                 << world.local_size << " per node, store at " << plan.store.master
                 << (plan.store.agent_hosted ? " (hosted by the launcher's agent)" : " (hosted by rank 0)");
     }
-    aiacc::app::Config config = aiacc::app::configFromFlags(recipe);
+    const aiacc::app::Config& config = options->config;
     // From here a stop signal only sets a flag: the ranks agree on a step and stop there.
     aiacc::app::installStopSignalHandlers();
     std::shared_ptr<aiacc::comm::Timeline> timeline;
@@ -263,10 +285,12 @@ int main(int argc, char** argv) {
     if (timeline) timeline->flush();
     // (The store may be gone while every rank lived on: the job's end is its report all the same.)
     if (elastic && elastic->generation().rank == 0) {
-      endElastic(report.preempted ? aiacc::comm::JobEnd::kStopped : aiacc::comm::JobEnd::kFinished);
+      endElastic(!report.preempted        ? aiacc::comm::JobEnd::kFinished
+                 : report.saved_step >= 0 ? aiacc::comm::JobEnd::kStopped
+                                          : aiacc::comm::JobEnd::kStoppedUnsaved);
     }
     const int final_rank = elastic ? elastic->generation().rank : world.rank;  // (an elastic job's may change)
-    if (report.preempted) return preemptedExit(report, config, final_rank);
+    if (report.preempted) return exitCode(preemptedEnd(report, config, final_rank));
     if (final_rank == 0) {
       aiacc::app::printReport(report, std::cout);
       if (!config.report_file.empty()) {
@@ -275,33 +299,45 @@ int main(int argc, char** argv) {
       }
       if (!config.dawnbench_dir.empty()) aiacc::app::writeDawnbench(config.dawnbench_dir, report, config);
     }
-    const bool wanted_target = config.target_top1 > 0 || config.target_top5 > 0;
-    return wanted_target && !report.target_reached ? 3 : 0;
+    // A run that missed its target finished all the same: the report says so.
+    return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kFinished});
   } catch (const aiacc::app::SurvivorStop& e) {  // ranks lost (elastic: below MIN, or the store gone)
-    endElastic(aiacc::comm::JobEnd::kStopped);
+    endElastic(e.onDisk() ? aiacc::comm::JobEnd::kStopped : aiacc::comm::JobEnd::kStoppedUnsaved);
     std::cerr << "aiacc_train: " << e.what() << "; stopped; "
               << (e.checkpoint().empty()
                       ? e.unsaved()
                       : "saved " + e.checkpoint() + "; run the job again with --resume auto to continue")
               << "\n";
-    return aiacc::app::kExitPreempted;
+    aiacc::app::Ending end{aiacc::app::Ending::How::kStopped};
+    end.saved = e.onDisk();
+    return exitCode(end);
   } catch (const aiacc::comm::JobEndedError& e) {  // a process started again after the elastic job's end
-    std::cerr << "aiacc_train: " << e.what() << "; nothing left to do\n";
-    return 0;
+    // It ends as the job did: finished, stopped with its state saved (resumable), or not.
+    const aiacc::comm::JobEnd how = e.how();
+    std::cerr << "aiacc_train: " << e.what() << "; nothing left to do"
+              << (how == aiacc::comm::JobEnd::kStopped
+                      ? " (its survivors saved its state: run the job again with --resume auto to continue)"
+                  : how == aiacc::comm::JobEnd::kStoppedUnsaved ? " (nothing of its state was saved)"
+                                                                : "")
+              << "\n";
+    aiacc::app::Ending end{how == aiacc::comm::JobEnd::kFinished ? aiacc::app::Ending::How::kFinished
+                                                                 : aiacc::app::Ending::How::kStopped};
+    end.saved = how == aiacc::comm::JobEnd::kStopped;
+    return exitCode(end);
   } catch (const aiacc::comm::JobFailedError& e) {  // started again into a job that failed on every rank
     std::cerr << "aiacc_train: error: " << e.what() << "; nothing left to join\n";
-    return aiacc::app::kExitJobFailed;
+    return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kError});
   } catch (const aiacc::comm::CommError& e) {  // the library names the setting; this adds our flag for it
     failElastic();
     std::cerr << "aiacc_train: error: " << e.what() << aiacc::app::flagHint(e.remedy()) << "\n";
-    return 1;
+    return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kError});
   } catch (const aiacc::Error& e) {
     failElastic();
     std::cerr << "aiacc_train: error: " << e.what() << "\n";
-    return 1;
+    return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kError});
   } catch (const std::exception& e) {
     failElastic();
     std::cerr << "aiacc_train: internal error: " << aiacc::firstLine(e.what()) << "\n";
-    return 1;
+    return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kError});
   }
 }

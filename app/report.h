@@ -90,9 +90,9 @@ struct Report {
   MachineInfo machine;
   // Stopped on a stop request (a signal on some rank) at the step the ranks agreed on.
   bool preempted = false;
-  int stop_signal = 0;     // the signal this rank received (0: another rank's request)
-  std::string checkpoint;  // the checkpoint written at that step (rank 0; "" if none)
-  int64_t saved_step = -1;
+  int stop_signal = 0;                       // the signal this rank received (0: another rank's request)
+  std::string checkpoint;                    // the checkpoint written at that step (rank 0; "" if none)
+  int64_t saved_step = -1;                   // that checkpoint's step, on every rank (-1: none was written)
   std::vector<MembershipChange> membership;  // an elastic job's changes, in order
   // AIACC_BENCH_STEP_VOTE_AB=K (app/test_hooks.h): this rank's steady steps (wall time from the end
   // of the one before, which holds the vote) after a vote and after none. block 0: not measured.

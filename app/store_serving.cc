@@ -31,7 +31,7 @@ namespace {
 // given up kWaitersGrace after the end), or until `until`, or a stop signal (read from `sfd`).
 // `restarts`: the job's launchers start failed workers again (--max-restarts), so after an end
 // by failure on every rank the store stays kWaitersGrace for the workers they start to read it
-// (and exit 76, not started again) instead of meeting a closed store.
+// (and end as it did; their launchers read the end here and start them no more) instead of meeting a closed store.
 constexpr auto kWaitersGrace = std::chrono::seconds(10);
 void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, std::chrono::steady_clock::time_point until,
                           int sfd, bool restarts) {

@@ -83,30 +83,57 @@ Report Trainer::run() {
   return s.run.preempted ? s.finishPreempted() : s.finishReport();
 }
 
+// The driver of the run's phases (app/run_phase.h): it runs the current phase's work, which ends
+// with an event, and asks next() for the phase that follows, until a terminal one.
+// The one place an elastic job regroups, whatever failed (a step, the vote, a metrics line, an
+// evaluation, a checkpoint) or when the ranks voted to let a newcomer in. The new generation
+// goes on from its rank 0's state as a process joining it does: that state's pending
+// evaluation (a stop that cut one, or a failure did), then the epoch it is in, from its
+// position (any batches the new world can still make of it, then the epoch's end). Every rank
+// of the generation holds the same state, so they all take the same collectives. An epoch end
+// whose checkpoint a failure cut is not written again: the next one is.
+// After the last epoch, or a stop within one (target, --max-steps), the final state is
+// evaluated unless an epoch's end just was, or a stop request cut the run; in an elastic job
+// a rank lost meanwhile regroups as anywhere else, and the survivors evaluate it.
 void Trainer::State::trainEpochs() {
-  // The one place an elastic job regroups, whatever failed (a step, the vote, a metrics line, an
-  // evaluation, a checkpoint) or when the ranks voted to let a newcomer in. The new generation
-  // goes on from its rank 0's state as a process joining it does: that state's pending
-  // evaluation (a stop that cut one, or a failure did), then the epoch it is in, from its
-  // position (any batches the new world can still make of it, then the epoch's end). Every rank
-  // of the generation holds the same state, so they all take the same collectives. An epoch end
-  // whose checkpoint a failure cut is not written again: the next one is.
-  // After the last epoch, or a stop within one (target, --max-steps), the final state is
-  // evaluated unless an epoch's end just was, or a stop request cut the run; in an elastic job
-  // a rank lost meanwhile regroups as anywhere else, and the survivors evaluate it.
-  bool regrouped = true;  // at the start too: a resumed run, a newcomer
-  bool held = false;      // (run_end_hook: once)
-  while (true) {
-    const bool training = !run.stop && pos.epochs_done < cfg.epochs;
-    if (!training && run.preempted) break;
-    std::optional<std::string> cause;  // set: the ranks regroup ("": to let a newcomer in)
-    try {
-      if (!training) {
+  const auto workLeft = [this] { return !run.stop && pos.epochs_done < cfg.epochs; };
+  Phase phase = workLeft() ? Phase::kCatchUp : Phase::kRunEnd;  // (a resumed run may be at its end)
+  bool complete = false;                  // kTraining -> kEpochEnd: the epoch's last step was trained
+  bool held = false;                      // (run_end_hook: once)
+  std::optional<comm::CommError> failed;  // kCommFailed: what failed
+  const auto work = [&]() -> Event {
+    switch (phase) {
+      case Phase::kCatchUp:  // the evaluation the state holds pending (a stop or a failure cut it)
+        if (evaluationPending()) evaluateAndRecord();
+        return run.preempted ? Event::kStopAgreed : Event::kDone;
+      case Phase::kTraining: {
+        const std::optional<bool> segment = trainSegment(static_cast<int>(pos.epochs_done));
+        if (!segment) return Event::kRegroupAgreed;
+        if (run.preempted) return Event::kStopAgreed;
+        complete = *segment;
+        return complete ? Event::kEpochDone : Event::kEndWithinEpoch;
+      }
+      case Phase::kEpochEnd:  // its row, its evaluation, its checkpoint (after a stop within it: the evaluation)
+        if (complete) finishEpoch(static_cast<int>(pos.epochs_done));
+        if (cfg.eval_every == 0 && !pos.target_reached) {
+          if (epoch_eval_hook) epoch_eval_hook();
+          evaluateAndRecord();
+        }
+        if (run.preempted) return Event::kStopAgreed;
+        if (!complete) {  // stopped within the epoch (target, --max-steps): the final evaluation is left
+          run.stop = true;
+          return Event::kEndWithinEpoch;
+        }
+        checkpoint();
+        // A newcomer the epoch's last step let in (not when the run ends here: nothing is left to train).
+        if (std::exchange(run.regroup_after_epoch, false) && workLeft()) return Event::kRegroupAgreed;
+        return Event::kDone;
+      case Phase::kRunEnd: {
         const bool evaluated = !pos.evals.empty() && pos.evals.back().step == pos.step;
         if (!evaluated) {
           if (run_end_hook && !std::exchange(held, true)) run_end_hook();
           evaluateAndRecord();
-          continue;
+          return run.preempted ? Event::kStopAgreed : Event::kEvaluated;
         }
         // A run that ended within an epoch (--max-steps, a target) is saved where it ended, its
         // final evaluation with it: the same command run again then has nothing left to do.
@@ -116,44 +143,39 @@ void Trainer::State::trainEpochs() {
         // them. (Only a loss within this one can still part them; see finishReport.)
         if (elastic) endOfTraining();
         if (run_end_hook && !std::exchange(held, true)) run_end_hook();
-        break;
+        return Event::kDone;
       }
-      if (std::exchange(regrouped, false)) {
-        if (evaluationPending()) evaluateAndRecord();
-        if (run.stop) continue;
+      case Phase::kRegrouping: {
+        // Why: a failure's first line, or "" to let a newcomer in. (A failure within trainStep
+        // cut that step; one elsewhere cut none.)
+        const std::string cause = failed ? firstLine(failed->what()) : "";
+        regroup(cause, failed && run.in_step);
+        failed.reset();
+        run.in_step = false;
+        // The restored state decides whether the run is at its end: this rank may have passed a
+        // target or --max-steps the state does not hold, or fallen short of one it holds.
+        run.stop = (cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached;
+        return Event::kDone;
       }
-      const int epoch = static_cast<int>(pos.epochs_done);
-      const std::optional<bool> complete = trainSegment(epoch);
-      if (!complete) {
-        cause = "";
-      } else {
-        if (run.preempted) break;
-        if (*complete) finishEpoch(epoch);
-        if (cfg.eval_every == 0 && !pos.target_reached) {
-          if (epoch_eval_hook) epoch_eval_hook();
-          evaluateAndRecord();
-        }
-        if (run.preempted) break;
-        if (!*complete) {  // stopped within the epoch (target, --max-steps): the final evaluation is left
-          run.stop = true;
-          continue;
-        }
-        checkpoint();
-        // A newcomer the epoch's last step let in (not when the run ends here: nothing is left to train).
-        if (std::exchange(run.regroup_after_epoch, false) && !run.stop && pos.epochs_done < cfg.epochs) cause = "";
-      }
-    } catch (const comm::CommError& e) {
-      if (!elastic) stopAfterLostRank(e);
-      cause = firstLine(e.what());
+      default: AIACC_THROW(Error, "internal: the run's phase ", phaseName(phase), " has no work");
     }
-    if (!cause) continue;
-    // (A failure within trainStep cut that step; one elsewhere cut none.)
-    regroup(*cause, /*step_cut=*/!cause->empty() && run.in_step);
-    run.in_step = false;
-    // The restored state decides whether the run is at its end: this rank may have passed a
-    // target or --max-steps the state does not hold, or fallen short of one it holds.
-    run.stop = (cfg.max_steps > 0 && pos.step >= cfg.max_steps) || pos.target_reached;
-    regrouped = true;
+  };
+  while (!isTerminal(phase)) {
+    Event event;
+    if (phase == Phase::kRegrouping) {  // (its failures are errors, or a survivor's stop: not caught here)
+      event = work();
+    } else {
+      try {
+        event = work();
+      } catch (const comm::CommError& e) {
+        failed = e;
+        event = Event::kCommFailed;
+      }
+    }
+    const std::optional<Phase> to = next(phase, event, RunFacts{elastic != nullptr, workLeft()});
+    AIACC_CHECK(to.has_value(), "internal: the run's phase ", phaseName(phase), " cannot end with ", eventName(event));
+    if (*to == Phase::kSurvivorStop) stopAfterLostRank(*failed);  // (throws: a survivor's stop, or the error)
+    phase = *to;
   }
 }
 
@@ -247,27 +269,33 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
       mine |= kFlagRegroup;
       run.regroup_asked = true;
     }
-    const uint8_t agreed = run.voted ? sync().voteFlags(mine) : 0;
-    if (agreed & kFlagStop) {
+    StepFacts at;
+    at.agreed = run.voted ? sync().voteFlags(mine) : 0;
+    at.checkpoint_dir = !cfg.checkpoint_dir.empty();
+    at.step = pos.step;
+    at.checkpoint_every_steps = cfg.checkpoint_every_steps;
+    at.last_of_epoch = step_in_epoch >= nb;
+    at.eval_every = cfg.eval_every;
+    at.max_steps = cfg.max_steps;
+    const StepPlan plan = planStep(at);  // (app/run_phase.h: what to do here, in order)
+    if (plan.stop) {
       run.preempted = run.stop = true;
       run.stop_signal = wanted;
       break;
     }
-    if (agreed & kFlagCheckpoint) run.checkpoint_asked = false;
-    const bool every_steps = cfg.checkpoint_every_steps > 0 && pos.step % cfg.checkpoint_every_steps == 0;
-    // (At an epoch's last step the epoch end's checkpoint follows anyway.)
-    if (!cfg.checkpoint_dir.empty() && ((agreed & kFlagCheckpoint) || every_steps) && step_in_epoch < nb) {
+    if (at.agreed & kFlagCheckpoint) run.checkpoint_asked = false;
+    if (plan.checkpoint) {
       writeCheckpoint(CheckpointWait::kSkipIfBusy);
       run.last_checkpoint_s = now();
     }
-    if (cfg.eval_every > 0 && pos.step % cfg.eval_every == 0) evaluateAndRecord();
-    if ((cfg.max_steps > 0 && pos.step >= cfg.max_steps) || run.stop) {
+    if (plan.evaluate) evaluateAndRecord();
+    if (plan.end_run || run.stop) {  // (run.stop: a target that evaluation, or an earlier one, reached)
       run.stop = true;
       break;
     }
-    if (agreed & kFlagRegroup) {  // every rank at this same step
+    if (plan.regroup != StepPlan::Regroup::kNo) {  // every rank at this same step
       run.regroup_asked = false;
-      if (step_in_epoch < nb) return std::nullopt;
+      if (plan.regroup == StepPlan::Regroup::kNow) return std::nullopt;
       run.regroup_after_epoch = true;  // at the epoch's last step: the epoch ends first (trainEpochs)
     }
   }

@@ -196,6 +196,7 @@ Report Trainer::State::finishPreempted() {
                 << (checkpoints && !checkpoints->idle() ? " once the write in flight has ended" : "");
     }
     report.checkpoint = writeCheckpoint(CheckpointWait::kDone);
+    // (Every rank learns in finishReport's sum whether rank 0 wrote it.)
     if (!report.checkpoint.empty()) report.saved_step = pos.step;
   }
   return finishReport();

@@ -267,10 +267,10 @@ void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
 
 SurvivorStop Trainer::State::survivorStop(const std::string& why, bool saver) {
   if (cfg.checkpoint_dir.empty()) {
-    return SurvivorStop(why, "", "nothing saved (no --checkpoint-dir): the steps this run did are lost");
+    return SurvivorStop(why, "", "nothing saved (no --checkpoint-dir): the steps this run did are lost", false);
   }
   if (elastic) return saveInTurn(why, saver);
-  if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
+  if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state", true);
   return saveOwnStateOrSay(why);  // (a job of fixed size: its one saver, chosen through the store)
 }
 
@@ -281,8 +281,8 @@ SurvivorStop Trainer::State::saveOwnStateOrSay(const std::string& why) {
   } catch (const std::exception& e) {  // (its folder, its memory: the stop goes on, resumable)
     LOG(ERROR) << "rank " << rank << " could not save its state: " << firstLine(e.what());
   }
-  if (saved.empty()) return SurvivorStop(why, "", "this rank's checkpoint write failed (the error above)");
-  return SurvivorStop(why, std::move(saved), "");
+  if (saved.empty()) return SurvivorStop(why, "", "this rank's checkpoint write failed (the error above)", false);
+  return SurvivorStop(why, std::move(saved), "", true);
 }
 
 SurvivorStop Trainer::State::saveInTurn(const std::string& why, bool saver) {
@@ -291,7 +291,7 @@ SurvivorStop Trainer::State::saveInTurn(const std::string& why, bool saver) {
   try {
     checkpointWriter().flush();  // creates the folder if it is missing; this rank's write in flight ends
   } catch (const std::exception& e) {
-    return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())));
+    return SurvivorStop(why, "", strCat("nothing saved by this rank: ", firstLine(e.what())), false);
   }
   takeCheckpointErrors();
   std::optional<FileLock> turn;
@@ -319,9 +319,10 @@ SurvivorStop Trainer::State::saveInTurn(const std::string& why, bool saver) {
                  << step << ") is saved already";
     return SurvivorStop(why, "",
                         strCat("step ", step, " is saved already (", path,
-                               "); run the job again with --resume auto to continue"));
+                               "); run the job again with --resume auto to continue"),
+                        true);
   }
-  if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state");
+  if (!saver) return SurvivorStop(why, "", "another surviving rank saves its state", true);
   LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why << "; it saves its own state";
   SurvivorStop stop = saveOwnStateOrSay(why);
   if (stop.checkpoint().empty()) return stop;

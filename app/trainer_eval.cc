@@ -130,22 +130,25 @@ Report Trainer::State::finishReport() {
   r.steady_images_per_s = run.steady_images > 0 ? static_cast<double>(run.steady_images) / run.steady_s
                                                 : r.mean_images_per_s;
   r.total_s = now();
-  {  // Peak resident memory, this rank's and the largest over ranks (one-hot slots), and the
-     // undecodable files each rank met in its own shard: one sum.
+  {  // Peak resident memory, this rank's and the largest over ranks (one-hot slots), the
+     // undecodable files each rank met in its own shard, and after a stop whether rank 0 saved
+     // its checkpoint (every rank exits 75 only then, app/exit_code.h): one sum.
     rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);
     r.peak_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
-    at::Tensor all = at::zeros({world + 1}, at::kDouble);
+    at::Tensor all = at::zeros({world + 2}, at::kDouble);
     all[rank] = r.peak_rss_mb;
     all[world] = static_cast<double>(skips->count());
+    all[world + 1] = isRank0() && r.saved_step >= 0 ? 1.0 : 0.0;
     try {
       sync().allreduceSum(all);
       // The job's last collective: rank 0 says the job ended now, so that an error of its own
       // after it (--save-weights, the report) cannot leave the end unsaid (a rank's error only
       // counts as one failure of its generation, comm::markJobFailed).
+      if (r.preempted && all[world + 1].item<double>() > 0) r.saved_step = pos.step;
       if (elastic && isRank0()) {
         try {
-          elastic->markEnded(run.preempted ? comm::JobEnd::kStopped : comm::JobEnd::kFinished);
+          elastic->markEnded(jobEnd());
         } catch (const std::exception&) {  // (the store is gone: nobody is left to tell)
         }
       }
@@ -155,7 +158,8 @@ Report Trainer::State::finishReport() {
     } catch (const comm::CommError& e) {
       // Training has ended and the state is evaluated: an elastic job does not fail for a rank
       // lost now, but its report can only give what this rank knows (the sum may have been cut
-      // half way), and says so.
+      // half way), and says so. (After a stop, a rank but 0 cannot tell whether the stop's
+      // checkpoint was written: it counts it unsaved.)
       if (!elastic) throw;
       r.max_peak_rss_mb = r.peak_rss_mb;
       r.skipped_files = skips->count();
@@ -163,7 +167,7 @@ Report Trainer::State::finishReport() {
       // A survivor the loss left waiting to regroup (it failed the end of training's sum that
       // this rank passed) learns from the store that the job ended, and stops.
       try {
-        elastic->markEnded(run.preempted ? comm::JobEnd::kStopped : comm::JobEnd::kFinished);
+        elastic->markEnded(jobEnd());
       } catch (const std::exception&) {  // (the store went with the lost rank: nobody is left to tell)
       }
       LOG(WARNING) << "rank " << rank << ": a rank was lost after training ended (" << firstLine(e.what())

@@ -15,6 +15,7 @@
 #include "app/amp.h"
 #include "app/elastic.h"
 #include "app/fused_sgd.h"
+#include "app/run_phase.h"
 #include "app/stop_signal.h"
 #include "app/tensorboard.h"
 #include "app/trainer.h"
@@ -32,11 +33,6 @@ struct StepResult {
   double loss = 0;       // the batch's mean loss per decoded image; 0 when it decoded to nothing
   bool applied = false;  // the optimizer stepped (not skipped on a non-finite gradient)
 };
-
-// The flags the ranks agree on each step (comm::GradientSync::voteFlags).
-constexpr uint8_t kFlagStop = 1;        // a stop request (signal) on some rank
-constexpr uint8_t kFlagCheckpoint = 2;  // rank 0: --checkpoint-every's time has come
-constexpr uint8_t kFlagRegroup = 4;     // rank 0: a process waits to join the elastic job
 
 // How writeCheckpoint hands its snapshot to the writer thread.
 enum class CheckpointWait {
@@ -294,8 +290,15 @@ struct Trainer::State {
   // Evaluates at run.epoch_pos, records it (report, metrics, log) and stops at the target; a
   // stop request during it ends it unrecorded (run.preempted).
   void evaluateAndRecord();
-  // The report's totals, the peak memory over ranks, and --save-weights.
+  // The report's totals, the peak memory over ranks, whether a stop's checkpoint was written
+  // (every rank: Report::saved_step), and --save-weights.
   Report finishReport();
+  // How this run ended, as an elastic job's store records it: finished, or stopped with its
+  // state saved or not (report.saved_step).
+  comm::JobEnd jobEnd() const {
+    if (!run.preempted) return comm::JobEnd::kFinished;
+    return report.saved_step >= 0 ? comm::JobEnd::kStopped : comm::JobEnd::kStoppedUnsaved;
+  }
   at::ScalarType ampDtype() const { return cfg.amp_dtype == AmpDtype::kBf16 ? at::kBFloat16 : at::kHalf; }
   void setLearningRate(double lr);
   int64_t plannedSteps() const;

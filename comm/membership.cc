@@ -33,10 +33,10 @@ int64_t newestClosed(c10d::Store& store) {  // Membership::current()
 }  // namespace
 
 void markJobEnded(c10d::Store& store, JobEnd how) {
-  if (how == JobEnd::kStopped) {
+  if (how == JobEnd::kStopped) {  // over anything: a survivor saved the state
     store.set("elastic/ended", bytes("stopped"));
   } else {  // never over a stop: a survivor still waiting must still learn that its state is wanted
-    store.compareSet("elastic/ended", {}, bytes("finished"));
+    store.compareSet("elastic/ended", {}, bytes(how == JobEnd::kStoppedUnsaved ? "stopped-unsaved" : "finished"));
   }
 }
 bool jobEnded(c10d::Store& store) { return store.check({"elastic/ended"}); }
@@ -56,7 +56,9 @@ bool waitersRemain(c10d::Store& store) {
 }
 JobEnd jobEndedHow(c10d::Store& store) {
   const std::string how = text(store.get("elastic/ended"));
-  return how == "stopped" ? JobEnd::kStopped : how == "failed" ? JobEnd::kFailed : JobEnd::kFinished;
+  if (how == "stopped") return JobEnd::kStopped;
+  if (how == "stopped-unsaved") return JobEnd::kStoppedUnsaved;
+  return how == "failed" ? JobEnd::kFailed : JobEnd::kFinished;
 }
 void beat(c10d::Store& store, int64_t generation) { store.add(key(generation, "beat"), 1); }
 
@@ -185,7 +187,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
       // Survivors below MIN each wait out their own timeout: the first to give up ends the job
       // before the others' run out. They stop as it did (resumable), not as a finished job's
       // stragglers, and whichever of them came first saves what it holds.
-      if (survivor && how == JobEnd::kStopped) {
+      if (survivor && (how == JobEnd::kStopped || how == JobEnd::kStoppedUnsaved)) {
         leave();
         throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
                                number,
@@ -200,8 +202,9 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
                    "to join generation ",
                    number));
       }
-      throw JobEndedError(strCat("elastic: the job ended while this process waited to join generation ", number),
-                          CommError::Remedy::kMembership);
+      throw JobEndedError(strCat("elastic: the job ", how == JobEnd::kFinished ? "finished" : "stopped",
+                                 " while this process waited to join generation ", number),
+                          how);
     }
     if (arrived >= o_.max) {
       closed_at = close(number, o_.max);

@@ -45,10 +45,19 @@
 
 namespace aiacc::comm {
 
-// join() found that the job has ended (markJobEnded) while this process waited to be let in.
+// How an elastic job ended (markJobEnded, markJobFailed; below). kStoppedUnsaved: stopped, and
+// nothing of its state was saved (no --checkpoint-dir, or the write failed).
+enum class JobEnd { kFinished, kStopped, kStoppedUnsaved, kFailed };
+
+// join() found that the job has ended (markJobEnded: kFinished, kStopped or kStoppedUnsaved,
+// `how`) while this process waited to be let in.
 class JobEndedError : public CommError {
  public:
-  using CommError::CommError;
+  JobEndedError(const std::string& what, JobEnd how) : CommError(what, Remedy::kMembership), how_(how) {}
+  JobEnd how() const { return how_; }
+
+ private:
+  JobEnd how_;
 };
 
 // join() found that every rank of the job's last generation failed (markJobFailed) while this
@@ -154,13 +163,13 @@ class Membership {
 };
 
 // The job's end, said in the store by its last rank 0, so that a launcher serving the store
-// knows it may stop serving. `store` as Membership's. A stop is never overwritten by a later
-// kFinished (a compare-and-set). How it ended decides what a survivor still
-// waiting to regroup does (join()): after kStopped (a survivor gave up below MIN, or a stop
-// request, and its state is saved) it stops as that survivor did, resumable; after kFinished it
-// has nothing left to do (JobEndedError), as has any process that holds no state.
-// kFailed: every rank of a generation ended with an error (markJobFailed).
-enum class JobEnd { kFinished, kStopped, kFailed };
+// knows it may stop serving. `store` as Membership's. kStopped overwrites any end (a survivor
+// saved the state); the others are written only where none is (a compare-and-set), so that a
+// stop is never overwritten by a later kFinished. How it ended decides what a survivor still
+// waiting to regroup does (join()): after kStopped or kStoppedUnsaved (a survivor gave up below
+// MIN, or a stop request) it stops as that survivor did, and saves what it holds if it came
+// first; after kFinished it has nothing left to do (JobEndedError), as has any process that
+// holds no state. kFailed: every rank of a generation ended with an error (markJobFailed).
 void markJobEnded(c10d::Store& store, JobEnd how = JobEnd::kFinished);
 bool jobEnded(c10d::Store& store);
 JobEnd jobEndedHow(c10d::Store& store);  // (once jobEnded)

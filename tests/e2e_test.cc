@@ -378,7 +378,7 @@ TEST(Cli, BadInputIsOneClearLine) {
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("unknown --arch 'resnet7'"), std::string::npos) << out;
   std::tie(rc, out) = runTrain("--data synthetic --lr-schedule wavy");
-  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(rc, 2) << "a usage error";
   EXPECT_NE(out.find("--lr-schedule must be"), std::string::npos) << out;
   test::writeText(d / "broken.ckpt", "garbage");
   std::tie(rc, out) = runTrain("--data synthetic --arch resnet18 --synthetic-classes 4 --resume " + d.path() +
@@ -386,11 +386,22 @@ TEST(Cli, BadInputIsOneClearLine) {
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("cannot read checkpoint"), std::string::npos) << out;
   std::tie(rc, out) = runTrain("--data synthetic --amp-dtype fp8");
-  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(rc, 2) << "a usage error";
   EXPECT_NE(out.find("--amp-dtype must be fp16, bf16 or auto"), std::string::npos) << out;
   std::tie(rc, out) = runTrain("--data synthetic --amp --amp-dtype fp16");
-  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(rc, 2) << "a usage error";
   EXPECT_NE(out.find("--amp-dtype fp16 needs --gpus"), std::string::npos) << out;
+  // What gflags would end the process for (with exit 1 and its own words) is a usage error.
+  for (const auto& [args, line] : std::vector<std::pair<std::string, std::string>>{
+           {"--data synthetic --epochz 3", "aiacc_train: error: unknown flag --epochz (see --help)\n"},
+           {"--data synthetic --epochs three",
+            "aiacc_train: error: --epochs: 'three' is not a valid value (int32) (see --help)\n"},
+           {"--data synthetic stray",
+            "aiacc_train: error: unexpected argument 'stray' (flags start with --; see --help)\n"}}) {
+    std::tie(rc, out) = runTrain(args);
+    EXPECT_EQ(rc, 2) << args << "\n" << out;
+    EXPECT_EQ(out, line) << args;
+  }
   if (!torch::cuda::is_available()) {  // a GPU where there is none: said at once, in one line
     std::tie(rc, out) = runTrain("--gpus 2 --data synthetic");
     EXPECT_EQ(rc, 1);

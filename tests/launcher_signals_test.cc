@@ -377,7 +377,7 @@ TEST(LauncherSignals, BadGraceSecondsIsOneLine) {
   for (const char* bad : {"0", "-5", "3601"}) {
     auto [rc, out] = test::runShell(std::string(AIACC_TRAIN_BIN) + " --nproc 2 --grace-seconds=" + bad +
                                     " --data synthetic --max-steps 1 2>&1");
-    EXPECT_EQ(rc, 1) << out;
+    EXPECT_EQ(rc, 2) << out;  // a usage error
     EXPECT_EQ(out, std::string("aiacc_train: error: --grace-seconds must be 1..3600 (got ") + bad + ")\n") << out;
   }
   LaunchSpec spec;
@@ -390,6 +390,7 @@ TEST(LauncherSignals, HelpExplainsGraceSeconds) {
   EXPECT_EQ(rc, 0);
   EXPECT_TRUE(contains(out, "--grace-seconds (int32, default 25)")) << out;
   EXPECT_TRUE(contains(out, "SIGUSR1")) << out;
+  EXPECT_TRUE(contains(out, "\n" + exitCodeHelp())) << "the exit-code table ends --help\n" << out;
 }
 
 }  // namespace

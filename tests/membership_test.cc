@@ -278,10 +278,10 @@ TEST(Membership, AProcessWaitingToJoinAJobThatEndedIsToldSo) {
 // Survivors below MIN each wait out their own timeout; the first to give up stops the job
 // (JobEnd::kStopped). A survivor still waiting then stops as it did (a CommError saying so, the
 // below-MIN remedy: resumable, and it saves its state if it came first), never as a finished job's
-// straggler; a newcomer, which holds nothing, is told the job ended. After kFinished a survivor
-// too has nothing left to do.
+// straggler; a newcomer, which holds nothing, is told how the job ended (and ends so:
+// app/exit_code.h). After kFinished a survivor too has nothing left to do.
 TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
-  for (JobEnd how : {JobEnd::kStopped, JobEnd::kFinished}) {
+  for (JobEnd how : {JobEnd::kStopped, JobEnd::kStoppedUnsaved, JobEnd::kFinished}) {
     auto store = makeHashStore();
     const std::vector<Generation> g0 = formFirst(store, {"a", "b", "c"}, 3);
     auto waiting = joinAsync(store, options(3, 3), survivor(g0[1], 1), {2}, 3);
@@ -292,7 +292,12 @@ TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
     EXPECT_EQ(jobEndedHow(*store), how);
     ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
     ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
-    EXPECT_THROW(late.get(), JobEndedError);
+    try {
+      late.get();
+      ADD_FAILURE() << "a newcomer joined an ended job";
+    } catch (const JobEndedError& e) {
+      EXPECT_EQ(e.how(), how) << e.what();
+    }
     if (how == JobEnd::kFinished) {
       EXPECT_THROW(waiting.get(), JobEndedError);
       continue;
@@ -307,6 +312,19 @@ TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
       EXPECT_NE(std::string(e.what()).find("another surviving process stopped the job"), std::string::npos) << e.what();
     }
   }
+}
+
+// A stop that saved the state is the job's end whatever was said before it; an unsaved stop and
+// a finish only where nothing was.
+TEST(Membership, ASavedStopIsTheEndOverAnyOther) {
+  auto store = makeHashStore();
+  markJobEnded(*store, JobEnd::kStoppedUnsaved);
+  markJobEnded(*store, JobEnd::kFinished);
+  EXPECT_EQ(jobEndedHow(*store), JobEnd::kStoppedUnsaved);
+  markJobEnded(*store, JobEnd::kStopped);
+  EXPECT_EQ(jobEndedHow(*store), JobEnd::kStopped);
+  markJobEnded(*store, JobEnd::kStoppedUnsaved);
+  EXPECT_EQ(jobEndedHow(*store), JobEnd::kStopped);
 }
 
 // After the job's end a launcher serves the store while a process still waits to be let in

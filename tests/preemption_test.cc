@@ -462,7 +462,7 @@ TEST(PreemptedJobSignals, SigtermToEachWorkerHalfASecondApart) {
   EXPECT_NE(out.find("[rank 0] aiacc_train: stopped by SIGTERM after step " + last + "; saved "), std::string::npos)
       << out;
   EXPECT_NE(out.find("[rank 1] aiacc_train: rank 1 stopped by "), std::string::npos) << out;
-  EXPECT_NE(out.find(" after step " + last + " (rank 0 saves the checkpoint)"), std::string::npos)
+  EXPECT_NE(out.find(" after step " + last + " (rank 0 saved the checkpoint)"), std::string::npos)
       << "every rank stopped at the step saved\n"
       << out;
   EXPECT_EQ(newest(d / "ck"), d / ("ck/step-" + std::string(12 - last.size(), '0') + last + ".ckpt"));
@@ -568,7 +568,7 @@ TEST(PreemptedJobSignals, SigtermDuringACheckpointWrite) {
                      saved),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find(" after step " + std::to_string(last) + " (rank 0 saves the checkpoint)"), std::string::npos)
+  EXPECT_NE(out.find(" after step " + std::to_string(last) + " (rank 0 saved the checkpoint)"), std::string::npos)
       << "every rank stopped at the step saved\n"
       << out;
   EXPECT_NE(out.find("stop after step " + std::to_string(last) +
