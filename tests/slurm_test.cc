@@ -41,7 +41,7 @@ class Slurm : public ::testing::Test {
     const int first_job = 1000 * (1 + ::getpid() % 50) + 600 + (::getpid() / 50) % 290;
     up_ = true;  // (down stops whatever a failed up started)
     const auto [rc, out] = test::runShell(strCat(test::sourceDir(), "/scripts/slurmlab.sh up ", lab_.path(),
-                                                 " --first-job-id ", first_job, " 2>&1"));
+                                                 cgroup_ ? " --cgroup" : "", " --first-job-id ", first_job, " 2>&1"));
     ASSERT_EQ(rc, 0) << out;
     env_ = "SLURM_CONF=" + (lab_ / "etc/slurm.conf") + " ";
   }
@@ -59,15 +59,17 @@ class Slurm : public ::testing::Test {
     return rc == 0 ? out.substr(0, out.find_first_of(";\n")) : "";
   }
   // Waits until job `id` has ended, its processes too (squeue lists it no longer, not even as
-  // completing; at most 120 s); its line of DIR/log/jobcomp.txt.
+  // completing; at most 120 s); its last line of DIR/log/jobcomp.txt (a requeued job has one a run).
   std::string ended(const std::string& id) {
     const std::string comp = lab_ / "log/jobcomp.txt";
     for (int i = 0; i < 1200; ++i) {
       const auto [rc, queued] = slurm("squeue -h -j " + id);
       if (rc == 0 && queued.find_first_not_of(" \n") == std::string::npos) {
+        std::string last;
         for (const std::string& line : lines(readText(comp))) {
-          if (contains(line, "JobId=" + id + " ")) return line;
+          if (contains(line, "JobId=" + id + " ")) last = line;
         }
+        if (!last.empty()) return last;
       }
       ::usleep(100000);
     }
@@ -82,9 +84,57 @@ class Slurm : public ::testing::Test {
     }
     return out;
   }
+  // A batch script that exec's aiacc_train --nproc 2: scancel stops it at a step every rank
+  // agrees on, with that step's checkpoint, and the same script submitted again resumes there
+  // and ends; no warning (its parent is the batch step). A script that runs aiacc_train without
+  // exec is warned about at start (its parent: the script's shell, which Slurm names slurm_script).
+  void execScriptSavesAndResumes() {
+    const std::string ck = lab_ / "ck", metrics = lab_ / "m.jsonl";
+    const std::string body = strCat("exec ", job(30), " --nproc 2 --checkpoint-dir ", ck,
+                                    " --resume auto --metrics-file ", metrics);
+    const std::string id = submit("exec.sh", body, "-n1 -c2");
+    ASSERT_NE(id, "");
+    for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
+    ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "exec.sh.out");
+    slurm("scancel " + id);
+    ended(id);
+    const std::string out = readText(lab_ / "exec.sh.out");
+    EXPECT_FALSE(contains(out, "warning: aiacc_train runs under")) << out;
+    EXPECT_TRUE(contains(out, "2 of 2 worker(s) saved and stopped (exit 75)")) << out;
+    const std::string saved = test::newestCheckpoint(ck);
+    ASSERT_NE(saved, "") << out;
+    const size_t at = out.find("; saved " + saved);
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string stopped = out.substr(out.rfind("after step ", at) + 11, at - out.rfind("after step ", at) - 11);
+    // The same script again: it resumes at the saved step and trains to the end.
+    const std::string again = submit("exec.sh", body, "-n1 -c2");
+    EXPECT_TRUE(contains(ended(again), "ExitCode=0:0"));
+    const std::string out2 = readText(lab_ / "exec.sh.out");
+    EXPECT_TRUE(contains(out2, "resumed from " + saved + " at step " + stopped)) << out2;
+    EXPECT_TRUE(contains(out2, ", 30 steps, ")) << out2;
+    const std::string plain = submit("plain.sh", job(3), "-n1 -c1");
+    EXPECT_TRUE(contains(ended(plain), "ExitCode=0:0"));
+    EXPECT_TRUE(contains(readText(lab_ / "plain.sh.out"), "warning: aiacc_train runs under its Slurm batch script's "
+                                                          "shell (slurm_script), not as the batch step"))
+        << readText(lab_ / "plain.sh.out");
+  }
   test::TempDir lab_;
   bool up_ = false;
+  bool cgroup_ = false;  // proctrack/cgroup (what most clusters run) instead of proctrack/linuxproc
   std::string env_;
+};
+
+// The same lab with proctrack/cgroup: Slurm tracks and kills a job's processes by its cgroup.
+// Needs a writable cgroup v1 freezer hierarchy (Slurm 22.05's proctrack/cgroup on this machine).
+class SlurmCgroup : public Slurm {
+ protected:
+  void SetUp() override {
+    if (::access("/sys/fs/cgroup/freezer", W_OK) != 0) {
+      GTEST_SKIP() << "no writable /sys/fs/cgroup/freezer: proctrack/cgroup cannot run here";
+    }
+    cgroup_ = true;
+    Slurm::SetUp();
+  }
 };
 
 // srun -n2 and srun -n2 --mpi=pmi2 (PMI_RANK, PMI_SIZE beside the step's variables): one job of
@@ -112,39 +162,62 @@ TEST_F(Slurm, ABatchScriptOfTwoTasksRunAloneIsRefused) {
   EXPECT_TRUE(contains(out, "`srun aiacc_train ...`")) << out;
 }
 
-// A batch script that exec's aiacc_train --nproc 2: scancel stops it at a step every rank agrees
-// on, with that step's checkpoint, and the same script submitted again resumes there and ends;
-// no warning (its parent is the batch step). A script that runs aiacc_train without exec is
-// warned about at start (its parent: the script's shell, which Slurm names slurm_script).
-TEST_F(Slurm, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) {
+// (Slurm::execScriptSavesAndResumes says what.)
+TEST_F(Slurm, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) { execScriptSavesAndResumes(); }
+
+// The same under proctrack/cgroup.
+TEST_F(SlurmCgroup, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) { execScriptSavesAndResumes(); }
+
+// A job requeued while it trains (`scontrol requeue`, as a preemption or a node's failure would;
+// --requeue --open-mode=append, as docs recommend) is stopped with SIGTERM: it saves, and its
+// next run, the same script, resumes at the saved step and ends, no step run twice. (Slurm holds
+// a requeued job back for a while; the test releases it at once.)
+TEST_F(Slurm, ARequeuedJobSavesAndItsNextRunResumesThere) {
   const std::string ck = lab_ / "ck", metrics = lab_ / "m.jsonl";
   const std::string body = strCat("exec ", job(30), " --nproc 2 --checkpoint-dir ", ck,
                                   " --resume auto --metrics-file ", metrics);
-  const std::string id = submit("exec.sh", body, "-n1 -c2");
+  const std::string id = submit("rq.sh", body, "-n1 -c2 --requeue --open-mode=append");
   ASSERT_NE(id, "");
   for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
-  ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "exec.sh.out");
-  slurm("scancel " + id);
-  ended(id);
-  const std::string out = readText(lab_ / "exec.sh.out");
-  EXPECT_FALSE(contains(out, "warning: aiacc_train runs under")) << out;
+  ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "rq.sh.out");
+  ASSERT_EQ(slurm("scontrol requeue " + id).first, 0);
+  bool released = false;  // (pending again, its start two minutes ahead: now)
+  for (int i = 0; i < 600 && !released; ++i) {
+    ::usleep(100000);
+    const auto [rc, state] = slurm("squeue -h -o %T -j " + id);
+    if (rc == 0 && contains(state, "PENDING"))
+      released = slurm("scontrol update JobId=" + id + " StartTime=now").first == 0;
+  }
+  ASSERT_TRUE(released) << readText(lab_ / "rq.sh.out");
+  EXPECT_TRUE(contains(ended(id), "ExitCode=0:0"));
+  const std::string out = readText(lab_ / "rq.sh.out");  // both runs' (appended)
   EXPECT_TRUE(contains(out, "2 of 2 worker(s) saved and stopped (exit 75)")) << out;
-  const std::string saved = test::newestCheckpoint(ck);
-  ASSERT_NE(saved, "") << out;
-  const size_t at = out.find("; saved " + saved);
+  const size_t at = out.find("; saved ");
   ASSERT_NE(at, std::string::npos) << out;
-  const std::string stopped = out.substr(out.rfind("after step ", at) + 11, at - out.rfind("after step ", at) - 11);
-  // The same script again: it resumes at the saved step and trains to the end.
-  const std::string again = submit("exec.sh", body, "-n1 -c2");
-  EXPECT_TRUE(contains(ended(again), "ExitCode=0:0"));
-  const std::string out2 = readText(lab_ / "exec.sh.out");
-  EXPECT_TRUE(contains(out2, "resumed from " + saved + " at step " + stopped)) << out2;
-  EXPECT_TRUE(contains(out2, ", 30 steps, ")) << out2;
-  const std::string plain = submit("plain.sh", job(3), "-n1 -c1");
-  EXPECT_TRUE(contains(ended(plain), "ExitCode=0:0"));
-  EXPECT_TRUE(contains(readText(lab_ / "plain.sh.out"), "warning: aiacc_train runs under its Slurm batch script's "
-                                                        "shell (slurm_script), not as the batch step"))
-      << readText(lab_ / "plain.sh.out");
+  const size_t from = out.rfind("after step ", at) + 11;
+  const std::string stopped = out.substr(from, at - from);
+  const std::string saved = out.substr(at + 8, out.find(';', at + 8) - at - 8);
+  EXPECT_TRUE(contains(out, "resumed from " + saved + " at step " + stopped)) << out;
+  EXPECT_TRUE(contains(out, ", 30 steps, ")) << out;
+}
+
+// Two jobs on one node at once, in each mode that picks the rendezvous port: srun (the job id's
+// port) and a batch script's --nproc (a free port, said to the workers). Each forms its own
+// world of 2; neither meets the other's store.
+TEST_F(Slurm, TwoJobsOnOneNodeAtOnceEachFormTheirOwn) {
+  const auto [rc, out] = slurm(strCat("bash -c 'timeout 180 srun -n2 -c1 ", job(3), " --report-file ", lab_ / "a.json",
+                                      " > ", lab_ / "a.out", " 2>&1 & timeout 180 srun -n2 -c1 ", job(3),
+                                      " --report-file ", lab_ / "b.json", " > ", lab_ / "b.out", " 2>&1 & ",
+                                      "wait -n; r=$?; wait -n; exit $(( r | $? ))'"));
+  EXPECT_EQ(rc, 0) << out << readText(lab_ / "a.out") << readText(lab_ / "b.out");
+  for (const char* name : {"a.json", "b.json"}) EXPECT_EQ(test::readJson(lab_ / name).at("world_size"), 2) << name;
+  const std::string one = submit("one.sh", strCat("exec ", job(3), " --nproc 2 --report-file ", lab_ / "c.json"),
+                                 "-n1 -c2");
+  const std::string two = submit("two.sh", strCat("exec ", job(3), " --nproc 2 --report-file ", lab_ / "d.json"),
+                                 "-n1 -c2");
+  EXPECT_TRUE(contains(ended(one), "ExitCode=0:0")) << readText(lab_ / "one.sh.out");
+  EXPECT_TRUE(contains(ended(two), "ExitCode=0:0")) << readText(lab_ / "two.sh.out");
+  for (const char* name : {"c.json", "d.json"}) EXPECT_EQ(test::readJson(lab_ / name).at("world_size"), 2) << name;
 }
 
 // A script that runs aiacc_train --nproc 2 without exec: Slurm's signal for the batch step
