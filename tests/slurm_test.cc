@@ -201,6 +201,22 @@ TEST_F(Slurm, ARequeuedJobSavesAndItsNextRunResumesThere) {
   EXPECT_TRUE(contains(out, ", 30 steps, ")) << out;
 }
 
+// Slurm's warning before the time limit (--signal=USR1@50 with --time=1; Slurm's timer sends it
+// 10 to 40 s into the job) to the tasks of an exec'd srun: they stop at one step, save it, and the
+// job ends with 75 before its limit (not TIMEOUT).
+TEST_F(Slurm, TheTimeLimitsWarningSavesBeforeTheLimit) {
+  const std::string ck = lab_ / "ck";
+  const std::string id = submit("warn.sh", strCat("exec srun -n2 -c1 ", job(100000), " --checkpoint-dir ", ck),
+                                "-n2 -c1 --time=1 --signal=USR1@50");
+  ASSERT_NE(id, "");
+  const std::string line = ended(id);
+  const std::string out = readText(lab_ / "warn.sh.out");
+  EXPECT_TRUE(contains(line, "ExitCode=75:0")) << line << "\n" << out;
+  EXPECT_FALSE(contains(line, "JobState=TIMEOUT")) << line;
+  EXPECT_TRUE(contains(out, "aiacc_train: stopped by SIGUSR1 after step ")) << out;
+  EXPECT_NE(test::newestCheckpoint(ck), "") << out;
+}
+
 // Two jobs on one node at once, in each mode that picks the rendezvous port: srun (the job id's
 // port) and a batch script's --nproc (a free port, said to the workers). Each forms its own
 // world of 2; neither meets the other's store.
