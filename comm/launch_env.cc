@@ -383,6 +383,16 @@ LaunchEnv detectLaunch(const EnvMap& env) {
   }
   if (has(env, "HOROVOD_RANK")) return fromHorovod(env);
   if (inSlurmStep(env) && has(env, "SLURM_PROCID")) return fromSlurm(env);
+  // Half of a launcher's pair (RANK without WORLD_SIZE, or the reverse; Open MPI's, PMI's): an
+  // error naming the other, as PyTorch's env:// gives, not a process alone as rank 0 of 1.
+  if (has(env, "RANK") || has(env, "WORLD_SIZE")) return fromEnv(env);
+  if (has(env, "OMPI_COMM_WORLD_RANK") || has(env, "OMPI_COMM_WORLD_SIZE")) {
+    return fromMpi(env, LaunchSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                   "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
+  }
+  if (has(env, "PMI_RANK") || has(env, "PMI_SIZE")) {
+    return fromMpi(env, LaunchSource::kMpich, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
+  }
   LaunchEnv none;
   // A Slurm job's batch script (no job step), in an allocation of several tasks or not.
   if (has(env, "SLURM_JOB_ID") && !inSlurmStep(env)) {

@@ -80,7 +80,9 @@ struct LaunchEnv {
 };
 
 // Detects the launcher from `env`. Throws InputError when its variables are malformed or
-// inconsistent (naming them). source == kNone when no launcher variables are present.
+// inconsistent (naming them), or incomplete: half of a pair (RANK without WORLD_SIZE, and the
+// like) is an error naming the other half, not a process alone. source == kNone when no launcher
+// variables are present.
 LaunchEnv detectLaunch(const EnvMap& env);
 
 // The CUDA device of a rank: local_rank % visible (with one GPU per task, CUDA_VISIBLE_DEVICES

@@ -33,6 +33,18 @@ TEST(LaunchEnv, ARankWithoutItsWorldSizeIsAnError) {
             }),
             "AIACC_RANK is set but AIACC_WORLD_SIZE is not: aiacc_train's launcher sets both");
   EXPECT_EQ(errorOf([] { detectLaunch({{"HOROVOD_RANK", "1"}}); }), "HOROVOD_RANK is set but HOROVOD_SIZE is not");
+  // Half of env://'s pair, or of an MPI's: it used to run alone as rank 0 of 1 (PyTorch's env://
+  // refuses it too).
+  for (const auto& [set, missing] :
+       std::vector<std::pair<std::string, std::string>>{{"RANK", "WORLD_SIZE"},
+                                                        {"WORLD_SIZE", "RANK"},
+                                                        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                                        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                                        {"PMI_RANK", "PMI_SIZE"},
+                                                        {"PMI_SIZE", "PMI_RANK"}}) {
+    const std::string error = errorOf([&] { detectLaunch({{set, "1"}, {"MASTER_ADDR", "127.0.0.1"}}); });
+    EXPECT_EQ(error.rfind(set + " is set but " + missing + " is not: ", 0), 0u) << error;
+  }
 }
 
 TEST(LaunchEnv, AiaccWorkerVariables) {
