@@ -19,6 +19,7 @@
 #include "aiacc/common/error.h"
 #include "aiacc/common/parse_number.h"
 #include "aiacc/common/shortest_double.h"
+#include "models/resnet.h"
 
 DECLARE_int32(gpus);            // app/flags_dist.cc
 DECLARE_string(elastic_batch);  // app/flags_dist.cc (with the elastic flags; a training setting)
@@ -164,6 +165,10 @@ DEFINE_string(timeline, "",
 DEFINE_string(dawnbench_dir, "", "write a DAWNBench-format submission (JSON + TSV) here");
 DEFINE_double(cost_per_hour, 0, "USD per hour of the machine, for the DAWNBench JSON");
 DEFINE_string(author, "aiacc", "author field of the DAWNBench JSON");
+DEFINE_bool(dry_run, false,
+            "check the command line and exit: every flag, the recipe and the launcher's variables are "
+            "parsed as for the run (a usage error exits 2), what would run is printed, and nothing "
+            "else is read or started (exit 0)");
 // ---- Sample data ---------------------------------------------------------------------------
 DEFINE_string(make_sample, "", "generate the sample ImageNet-layout JPEG dataset in DIR and exit");
 DEFINE_string(convert_weights, "",
@@ -182,6 +187,7 @@ namespace aiacc::app {
 std::string makeSampleFlag() { return FLAGS_make_sample; }
 std::pair<std::string, std::string> convertWeightsFlags() { return {FLAGS_convert_weights, FLAGS_save_weights}; }
 bool keepFreedMemoryFlag() { return FLAGS_keep_freed_memory; }
+bool dryRunFlag() { return FLAGS_dry_run; }
 
 data::SampleSpec sampleSpecFromFlags() {
   data::SampleSpec spec;
@@ -306,7 +312,8 @@ std::vector<std::pair<std::string, std::string>> flagValues(bool given_only) {
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& f : all) {
-    if (!isOurFlag(f) || f.name == "make_sample" || f.name == "convert_weights" || f.name.rfind("sample_", 0) == 0)
+    if (!isOurFlag(f) || f.name == "make_sample" || f.name == "convert_weights" || f.name == "dry_run" ||
+        f.name.rfind("sample_", 0) == 0)
       continue;
     if (given_only && f.is_default) continue;
     // Doubles as the shortest form that reads back the same (gflags prints 17 digits).
@@ -364,6 +371,9 @@ Config configFromFlags(const Recipe& recipe) {
   c.synthetic_classes = FLAGS_synthetic_classes;
   c.eval_batch_size = FLAGS_eval_batch_size;
   c.arch = FLAGS_arch;
+  const auto archs = models::resnetArchs();
+  AIACC_CHECK_INPUT(std::find(archs.begin(), archs.end(), c.arch) != archs.end(), "unknown --arch '", c.arch,
+                    "' (choose resnet18, resnet34, resnet50 or resnet101)");
   c.zero_init_residual = FLAGS_zero_init_residual;
   c.init_weights = FLAGS_init_weights;
   c.epochs = FLAGS_epochs;

@@ -85,6 +85,8 @@ std::string makeSampleFlag();
 std::pair<std::string, std::string> convertWeightsFlags();
 // --keep-freed-memory (default on): main() calls keepFreedMemoryInHeap() before threads start.
 bool keepFreedMemoryFlag();
+// --dry-run: check the command line, print what would run (app/dry_run.h) and exit.
+bool dryRunFlag();
 data::SampleSpec sampleSpecFromFlags();
 
 }  // namespace aiacc::app

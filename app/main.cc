@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "app/cli.h"
+#include "app/dry_run.h"
 #include "app/elastic.h"
 #include "app/exit_code.h"
 #include "app/flags.h"
@@ -191,46 +192,79 @@ int main(int argc, char** argv) {
     }
   };
   try {
+    const bool dry_run = aiacc::app::dryRunFlag();
     if (!aiacc::app::makeSampleFlag().empty()) {
       const aiacc::data::SampleSpec spec = aiacc::app::sampleSpecFromFlags();
+      if (dry_run) {
+        std::cout << "aiacc_train --dry-run: would write the sample dataset to " << aiacc::app::makeSampleFlag()
+                  << "\n";
+        return 0;
+      }
       aiacc::data::makeSampleDataset(aiacc::app::makeSampleFlag(), spec);
       std::cout << "wrote sample dataset to " << aiacc::app::makeSampleFlag() << " (" << spec.classes << " classes, "
                 << spec.train_per_class << " train + " << spec.val_per_class << " val images per class)\n";
       return 0;
     }
     if (const auto [in, out] = aiacc::app::convertWeightsFlags(); !in.empty()) {
-      AIACC_CHECK_INPUT(!out.empty(), "--convert-weights needs --save-weights OUT (the file to write)");
+      if (out.empty()) {
+        std::cerr << "aiacc_train: error: --convert-weights needs --save-weights OUT (the file to write)\n";
+        return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kUsage});
+      }
+      if (dry_run) {
+        std::cout << "aiacc_train --dry-run: would convert " << in << " to " << out << "\n";
+        return 0;
+      }
       const size_t n = aiacc::models::convertWeightsFile(in, out);
       std::cout << "wrote " << n << " tensors from " << in << " to " << out << "\n";
       return 0;
     }
-    // Who started this process (torchrun, Kubeflow, srun, mpirun, horovodrun, our own launcher,
-    // or nobody) and what that makes it: a single process, a launcher, or one rank.
-    // The options, parsed once before anything starts (the launcher checks them for its workers):
-    // a bad one is a usage error.
+    // The options, and who started this process (torchrun, Kubeflow, srun, mpirun, horovodrun, our
+    // own launcher, or nobody) and what that makes it: a single process, a launcher, or one rank.
+    // Parsed once before anything starts (the launcher checks them for its workers): a bad value,
+    // an incomplete set of launcher variables or a flag that contradicts them is a usage error.
     struct Options {
       aiacc::app::Recipe recipe;
       aiacc::app::DistSpec dist;
       aiacc::app::Config config;
+      aiacc::app::LaunchEnv launch_env;
+      aiacc::app::LaunchPlan plan;
     };
     std::optional<Options> options;
     try {
       aiacc::app::Recipe recipe = aiacc::app::applyRecipeFlag();  // before any option is built
       aiacc::app::DistSpec d = aiacc::app::distSpecFromFlags();
       aiacc::app::Config c = aiacc::app::configFromFlags(recipe);
-      options = Options{std::move(recipe), std::move(d), std::move(c)};
+      aiacc::app::LaunchEnv env;
+      aiacc::app::LaunchPlan p;
+      // The store server of a job is no rank of it, whatever launched it (a batch script, say).
+      if (!d.rendezvous_server) {
+        AIACC_CHECK_INPUT(!c.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
+                                           "scripts/run.sh generates a sample dataset)");
+        env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
+        p = aiacc::app::planLaunch(env, d.launch_flags);
+        AIACC_CHECK_INPUT(d.launch.max_restarts == 0 || p.role == aiacc::app::LaunchPlan::Role::kWorker ||
+                              (p.role == aiacc::app::LaunchPlan::Role::kSpawn && p.spawn.min_nodes > 0),
+                          "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends "
+                          "the job");
+      }
+      options = Options{std::move(recipe), std::move(d), std::move(c), std::move(env), std::move(p)};
     } catch (const aiacc::InputError& e) {
       std::cerr << "aiacc_train: error: " << e.what() << "\n";
       return exitCode(aiacc::app::Ending{aiacc::app::Ending::How::kUsage});
     }
     const aiacc::app::DistSpec& dist = options->dist;
-    // The store server of a job is no rank of it, whatever launched it (a batch script, say).
+    if (dry_run) {
+      std::cout << (dist.rendezvous_server
+                        ? "aiacc_train --dry-run: would serve the rendezvous store at " + dist.launch.master + "\n"
+                        : aiacc::app::describeRun(options->plan, dist, options->config));
+      return 0;
+    }
     if (dist.rendezvous_server) {
       return aiacc::app::serveRendezvous(dist.launch.master,
                                          std::chrono::milliseconds(static_cast<int64_t>(dist.timeout_s * 1000)));
     }
-    const aiacc::app::LaunchEnv launch_env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
-    const aiacc::app::LaunchPlan plan = aiacc::app::planLaunch(launch_env, dist.launch_flags);
+    const aiacc::app::LaunchEnv& launch_env = options->launch_env;
+    const aiacc::app::LaunchPlan& plan = options->plan;
     const std::string parent = launch_env.slurm_batch ? parentProcessName() : "";  // (read only where it matters)
     if (const std::string w = aiacc::app::batchScriptWarning(launch_env, parent); !w.empty()) {
       std::cerr << "aiacc_train: warning: " << w << "\n";
@@ -238,9 +272,6 @@ int main(int argc, char** argv) {
       // (app/stop_signal.h). (Slurm names a batch script's shell slurm_script.)
       if (parent == "slurm_script") aiacc::app::stopWhenParentDies();
     }
-    AIACC_CHECK_INPUT(dist.launch.max_restarts == 0 || plan.role == aiacc::app::LaunchPlan::Role::kWorker ||
-                          (plan.role == aiacc::app::LaunchPlan::Role::kSpawn && plan.spawn.min_nodes > 0),
-                      "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
     if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
       if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
       aiacc::app::LaunchSpec spec = plan.spawn;

@@ -375,7 +375,7 @@ TEST(Cli, BadInputIsOneClearLine) {
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("error: --data folder"), std::string::npos) << out;
   std::tie(rc, out) = runTrain("--data synthetic --arch resnet7");
-  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(rc, 2) << "a usage error";
   EXPECT_NE(out.find("unknown --arch 'resnet7'"), std::string::npos) << out;
   std::tie(rc, out) = runTrain("--data synthetic --lr-schedule wavy");
   EXPECT_EQ(rc, 2) << "a usage error";
@@ -402,6 +402,9 @@ TEST(Cli, BadInputIsOneClearLine) {
     EXPECT_EQ(rc, 2) << args << "\n" << out;
     EXPECT_EQ(out, line) << args;
   }
+  std::tie(rc, out) = runTrain("--epochs 3");
+  EXPECT_EQ(rc, 2) << "a usage error";
+  EXPECT_NE(out.find("aiacc_train: error: no --data given"), std::string::npos) << out;
   if (!torch::cuda::is_available()) {  // a GPU where there is none: said at once, in one line
     std::tie(rc, out) = runTrain("--gpus 2 --data synthetic");
     EXPECT_EQ(rc, 1);

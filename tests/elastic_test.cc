@@ -541,6 +541,7 @@ TEST(Elastic, NodeRangeIsParsedAndBadOnesAreRefused) {
   out = test::runTrain("--nnodes 2:x --data synthetic");
   EXPECT_NE(out.second.find("--nnodes must be N or MIN:MAX"), std::string::npos) << out.second;
   out = test::runTrain("--max-restarts 2 --data synthetic");
+  EXPECT_EQ(out.first, 2) << "a usage error";
   EXPECT_NE(out.second.find("--max-restarts needs an elastic job"), std::string::npos) << out.second;
   // A rank of an elastic job not started by aiacc's launcher: the store would die with rank 0.
   out = test::runShell(strCat("env AIACC_RANK=0 AIACC_WORLD_SIZE=2 AIACC_LOCAL_RANK=0 AIACC_LOCAL_SIZE=2 ",

@@ -173,7 +173,7 @@ TEST(Torchrun, ConflictingFlagIsOneLine) {
   auto [rc, out] = run("env RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 MASTER_ADDR=127.0.0.1 "
                        "MASTER_PORT=1 TORCHELASTIC_RUN_ID=x TORCHELASTIC_USE_AGENT_STORE=True " +
                        std::string(AIACC_TRAIN_BIN) + " --nproc 3" + smallJob(1) + " 2>&1");
-  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(rc, 2) << "a usage error";
   EXPECT_NE(out.find("aiacc_train: error: LOCAL_WORLD_SIZE=2 from torchrun conflicts with --nproc 3: drop --nproc "
                      "under a launcher\n"),
             std::string::npos)
