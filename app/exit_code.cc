@@ -22,11 +22,12 @@ std::string exitCodeHelp() {
          "  0      finished: the schedule ran to its end, or to --max-steps, or to the target accuracy\n"
          "         (the report says whether a target was reached)\n"
          "  75     stopped, and this run's training state is on disk (a stop signal, or ranks lost\n"
-         "         below MIN): run the same command with --resume auto to continue\n"
+         "         where a survivor saved): run the same command with --resume auto to continue\n"
          "  128+N  stopped by signal N with nothing saved (no --checkpoint-dir, or its write failed)\n"
          "  1      an error (its one line says which), or a stop without a signal that saved nothing\n"
          "  2      usage: an unknown flag, a flag value its type or the options' checks refuse, a stray\n"
-         "         argument (found before anything starts)\n";
+         "         argument, launcher variables that are incomplete or contradict the flags (found\n"
+         "         before anything starts)\n";
 }
 
 LauncherEnd launcherExitCode(const std::vector<WorkerExit>& workers, bool failed, int first_signal) {

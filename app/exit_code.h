@@ -5,16 +5,18 @@
 //   0        finished: the schedule ran to its end, or to           nothing (the report says whether
 //            --max-steps, or to the target accuracy                 a target was reached)
 //   75       stopped, and this run's training state is on disk      run the same command with
-//            (EX_TEMPFAIL): a stop signal, or ranks lost below      --resume auto
-//            MIN; --resume auto continues from it
+//            (EX_TEMPFAIL): a stop signal, or ranks lost where a    --resume auto
+//            survivor saved (a job of fixed size, an elastic one
+//            below MIN); --resume auto continues from it
 //   128+N    stopped by signal N with nothing saved (no             add --checkpoint-dir to keep
 //            --checkpoint-dir, or its write failed)                 the steps of the next stop
 //   1        an error, or a stop without a signal that saved        read the one-line error
 //            nothing (ranks lost, no --checkpoint-dir)
 //   2        usage: an unknown flag, a flag value its type or the   read `aiacc_train --help`
-//            options' own checks refuse, a stray argument (found
-//            before anything starts; a --flagfile's own problems
-//            are gflags' and exit 1)
+//            options' own checks refuse, a stray argument, launcher
+//            variables that are incomplete or contradict the flags
+//            (found before anything starts; a --flagfile's own
+//            problems are gflags' and exit 1)
 //
 // Every way a process ends is an Ending, and exitCode() its one mapping. A worker of an elastic
 // job started after the job ended ends as the job did (finished 0, stopped with its state saved
