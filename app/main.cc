@@ -111,6 +111,8 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& launched, 
     // does). A broadcast here would send the model to every rank at every regroup (45 MiB for
     // resnet18) where it is usually in place already.
     dp.broadcast_parameters = !(elastic && elastic->generation().survivors() > 0);
+    // The trainer finishes each step itself, after backward: it times the step and votes there.
+    dp.finish_in_backward = false;
     dp.tune.try_two_level = transports.alternative != nullptr;
     dp.two_level = transports.alternative;
     dp.timeline = timeline;

@@ -4,7 +4,12 @@
 #include <cstring>
 #include <optional>
 
+#include <torch/csrc/autograd/engine.h>
+
+#include <atomic>
+
 #include "aiacc/comm/buffer_sync.h"
+#include "aiacc/comm/process_group.h"
 #include "aiacc/comm/reducer.h"
 #include "aiacc/comm/striped_transport.h"
 
@@ -54,6 +59,10 @@ struct DataParallel::Impl {
   template <typename F>
   auto abortOnFailure(F&& f) -> decltype(f());
   bool finishBackward();
+  // options.finish_in_backward: at each gradient hook; the first of a backward queues
+  // finishInBackward, which autograd runs as backward() ends.
+  void onGradient();
+  void finishInBackward();
   void synchronizeTransports();
   void tune(double exposed_this_step);
   void apply(const TuneConfig& c);
@@ -80,6 +89,11 @@ struct DataParallel::Impl {
   // The stop vote (voteFlags): the flags of the last call, sent behind the next step's last
   // gradient bucket (or by the next call, if no step came between); the one in flight, on the
   // parameters' device (destruction waits for it).
+  // finish_in_backward: whether this backward's callback is queued, whether it finished the
+  // step (finishBackward() then only reports), and the last finished step's result.
+  std::atomic<bool> queued_{false};
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> last_ok_{true};
   std::optional<uint8_t> staged_vote_;
   at::Tensor vote_;
   std::shared_ptr<Work> pending_vote_;
@@ -108,6 +122,7 @@ DataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> module, std::shared_
   codec_ = makeCodec(opt_.codec);
   reducer_ = std::make_unique<Reducer>(module_, striped_, striped_->inner(), codec_, world_, opt_.reducer,
                                        opt_.timeline, opt_.clock);
+  if (opt_.finish_in_backward) reducer_->setOnGradient([this] { onGradient(); });
   broadcastModuleState(*module_, control(), opt_.broadcast_parameters, /*buffers=*/true);
   if (opt_.autotune && world_.world > 1) {
     AIACC_CHECK(!opt_.two_level || (opt_.two_level->size() == world_.world && opt_.two_level->rank() == world_.rank),
@@ -175,6 +190,24 @@ bool DataParallel::Impl::finishBackward() {
   if (tuner_ && !tuner_->frozen() && steps_ >= 2) tune(reducer_->lastExposedSeconds());  // step 1 paid for the rebuild
   last_finish_ = now();
   return true;
+}
+
+void DataParallel::Impl::onGradient() {
+  if (queued_.exchange(true)) return;
+  finished_ = false;
+  // Runs on the thread that ends the backward pass (DDP's finalize_backward is queued alike); what
+  // it throws, backward() throws.
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finishInBackward(); });
+}
+
+void DataParallel::Impl::finishInBackward() {
+  queued_ = false;
+  const bool ok = abortOnFailure([&] { return finishBackward(); });
+  if (!ok) {  // every rank skips: no gradient, so the optimizer's step() leaves each parameter alone
+    for (at::Tensor& p : module_->parameters()) p.mutable_grad().reset();
+  }
+  last_ok_ = ok;
+  finished_ = true;
 }
 
 // The step's time (end of the previous finishBackward to now) and exposed wait, averaged over
@@ -290,6 +323,21 @@ uint8_t DataParallel::Impl::voteFlags(uint8_t mine) {
   });
 }
 
+namespace {
+DataParallelOptions withTwoLevel(DataParallelOptions o, const ProcessGroup& group) {
+  if (!o.two_level) o.two_level = group.transports.alternative;
+  return o;
+}
+}  // namespace
+
+DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, const ProcessGroup& group,
+                           const DataParallelOptions& options)
+    : DataParallel(std::move(module), group.transports.primary, group.world, withTwoLevel(options, group)) {}
+
+// Not owned: an aliasing pointer with no owner (the caller's object, which outlives this).
+DataParallel::DataParallel(torch::nn::Module& module, const ProcessGroup& group, const DataParallelOptions& options)
+    : DataParallel(std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &module), group, options) {}
+
 DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport,
                            const WorldInfo& world, const DataParallelOptions& options)
     : impl_(std::make_unique<Impl>(std::move(module), std::move(transport), world, options)) {}
@@ -314,8 +362,14 @@ void DataParallel::synchronize() {
 }
 
 bool DataParallel::finishBackward() {
-  return impl_->abortOnFailure([&] { return impl_->finishBackward(); });
+  if (impl_->finished_.exchange(false)) return impl_->last_ok_;  // backward() finished the step
+  impl_->queued_ = false;  // (a backward that failed before its end never ran its callback)
+  const bool ok = impl_->abortOnFailure([&] { return impl_->finishBackward(); });
+  impl_->last_ok_ = ok;
+  return ok;
 }
+
+bool DataParallel::lastStepSkipped() const { return !impl_->last_ok_; }
 
 void DataParallel::allreduceSum(at::Tensor& t) {
   at::Tensor c = t.contiguous();

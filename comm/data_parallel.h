@@ -1,9 +1,12 @@
-// DataParallel: LibTorch's missing DistributedDataParallel. Wrapping a model takes two lines
-// besides the set-up (examples/ddp_minimal/train_ddp.cc is a whole program):
+// DataParallel: LibTorch's missing DistributedDataParallel. A program adds the process group
+// and one object (examples/ddp_minimal/train_ddp.cc is a whole program):
 //
-//   auto group = comm::initProcessGroup();                              // comm/process_group.h
-//   comm::DataParallel dp(model, group.transports.primary, group.world);   // broadcasts rank 0's weights
-//   ... dp.beforeForward(); loss = f(model(x)); loss.backward(); if (dp.finishBackward()) opt.step();
+//   auto group = comm::initProcessGroup();          // comm/process_group.h: the launcher's variables
+//   comm::DataParallel dp(model, group);            // broadcasts rank 0's weights
+//   ... loss = f(model(x)); loss.backward(); opt.step();   // gradients averaged inside backward()
+//
+// (BatchNorm: dp.beforeForward() before each training forward, dp.syncBuffers() before
+// evaluating or saving; see syncBuffers.)
 //
 // A facade over parts that each have one job (see ../shared/docs/design.md):
 //   - Reducer (comm/reducer.h): gradient hooks, bucket plan, ordered launch during backward,
@@ -30,6 +33,7 @@
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
 
 #include <memory>
 #include <string>
@@ -42,6 +46,8 @@
 #include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
+
+struct ProcessGroup;  // comm/process_group.h
 
 class DataParallel : public GradientSync {
  public:
@@ -56,6 +62,23 @@ class DataParallel : public GradientSync {
   // that differs across ranks, or a rank that does not arrive.
   DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport, const WorldInfo& world,
                const DataParallelOptions& options = {});
+  // Over a process group (comm/process_group.h): its primary transport and world, and its
+  // two-level transport for the tuner where it made one. The options default to the AIACC_*
+  // variables' (optionsFromEnvironment: the defaults where none is set).
+  DataParallel(std::shared_ptr<torch::nn::Module> module, const ProcessGroup& group,
+               const DataParallelOptions& options = optionsFromEnvironment());
+  // A module holder (torch::nn::Sequential, a TORCH_MODULE(Net)): the module it holds, shared.
+  template <typename M>
+  DataParallel(const torch::nn::ModuleHolder<M>& module, const ProcessGroup& group,
+               const DataParallelOptions& options = optionsFromEnvironment())
+      : DataParallel(std::static_pointer_cast<torch::nn::Module>(module.ptr()), group, options) {}
+  template <typename M>
+  DataParallel(const torch::nn::ModuleHolder<M>& module, std::shared_ptr<Transport> transport, const WorldInfo& world,
+               const DataParallelOptions& options = {})
+      : DataParallel(std::static_pointer_cast<torch::nn::Module>(module.ptr()), std::move(transport), world, options) {}
+  // A module the caller owns by value (`Net net;`): it must outlive this DataParallel.
+  DataParallel(torch::nn::Module& module, const ProcessGroup& group,
+               const DataParallelOptions& options = optionsFromEnvironment());
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -63,7 +86,12 @@ class DataParallel : public GradientSync {
   const WorldInfo& world() const override;
   void beforeForward() override;
   void syncBuffers() override;
+  // After backward (options.finish_in_backward off; on, backward() has done it and this returns
+  // its result): the step's averaged gradients in .grad, or false when every rank skips the step.
   bool finishBackward() override;
+  // Whether every rank skipped the last finished step (a non-finite fp16 transfer, a comm hook's
+  // verdict): its .grad were left undefined (finish_in_backward) and the optimizer did nothing.
+  bool lastStepSkipped() const;
   void allreduceSum(at::Tensor& t) override;
   void broadcast(at::Tensor& t, int root) override;
   // Both transports' synchronize() (the tuner may have switched between them); syncBuffers()

@@ -131,6 +131,7 @@ Settings optionSettings(const DataParallelOptions& o) {
       {"striping.min_split_bytes", std::to_string(o.striping.min_split_bytes)},
       {"buffers", bufferSyncName(o.buffers)},
       {"broadcast_parameters", onOff(o.broadcast_parameters)},
+      {"finish_in_backward", onOff(o.finish_in_backward)},
       {"autotune", onOff(o.autotune)},
       {"tune.bucket_mb", list(o.tune.bucket_mb)},
       {"tune.channels", list(o.tune.channels)},

@@ -45,6 +45,15 @@ struct DataParallelOptions {
   // ranks that differ, instead of the whole model to every rank at every regroup. The buffers
   // are broadcast either way.
   bool broadcast_parameters = true;
+  // The step's gradients are finished inside backward(), as DDP's are: the first gradient hook
+  // of each backward queues a callback that autograd runs as backward() ends, and it does what
+  // finishBackward() does. `loss.backward(); optimizer.step();` is then the whole step. A step
+  // every rank skips (a non-finite fp16 transfer, a comm hook's verdict) leaves every .grad
+  // undefined, so LibTorch's optimizers leave the parameters alone; lastStepSkipped() and
+  // skippedSteps() say so. A communication error is thrown by backward(). finishBackward() after
+  // such a backward returns its result and does nothing more. Off: the caller calls
+  // finishBackward() after each backward (aiacc_train does: it times and votes around it).
+  bool finish_in_backward = true;
   // Autotune: from the second step on, try the fusion caps and channel counts of `tune` (and
   // two-level reduction when `two_level` is given), a few steps each, and freeze the fastest
   // (comm/autotune.h). Every rank averages its step times with one allreduce, so all decide alike.

@@ -183,6 +183,7 @@ void Reducer::buildBuckets() {
 }
 
 void Reducer::onGradReady(size_t i) {
+  if (on_gradient_) on_gradient_();
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mu_);
   stopIfStepFailed();

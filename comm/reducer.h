@@ -87,6 +87,9 @@ class Reducer {
   // While off, backward only accumulates into .grad locally (no communication); the first
   // backward with it on reduces the accumulated sum (gradient accumulation, DDP's no_sync).
   void setSync(bool on) { sync_ = on; }
+  // Called at each gradient hook, before anything else, on autograd's thread (DataParallel's
+  // finish in backward queues its end-of-backward callback from the first). Set before backward.
+  void setOnGradient(std::function<void()> fn) { on_gradient_ = std::move(fn); }
   bool syncing() const { return sync_; }
 
   // After backward: see above. `agreed` (launch_in_backward off): one byte per parameter, 0 for
@@ -173,6 +176,7 @@ class Reducer {
   std::vector<size_t> arrival_;  // first step: order gradients arrived
   int64_t steps_ = 0;
   std::atomic<bool> sync_{true};
+  std::function<void()> on_gradient_;
   double last_exposed_s_ = 0;
   int64_t hook_skipped_ = 0;
   int64_t plan_generation_ = 0;  // buildBuckets() calls so far (GradBucket::plan)

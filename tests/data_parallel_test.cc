@@ -100,13 +100,7 @@ TEST(DataParallel, TwentyStepsMatchSingleProcess) {
   const int W = 2, b = 3, steps = 20;
   torch::manual_seed(3);
   Net ref;
-  const auto init = snapshot(*ref);
-  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  for (int s = 0; s < steps; ++s) {
-    ref_opt.zero_grad();
-    torch::nn::functional::cross_entropy(ref->forward(inputs(W * b, 10 + s)), targets(W * b, 50 + s)).backward();
-    ref_opt.step();
-  }
+  const auto init = oneProcessSgd(ref, W, b, steps);
   std::vector<std::vector<at::Tensor>> finals(W);
   expectNoErrors(runRanks(W, [&](int r, std::shared_ptr<Transport> t) {
     Net net;
@@ -370,7 +364,9 @@ TEST(DataParallel, GradientAccumulationEqualsOneLargeBatch) {
 TEST(DataParallel, GradientReadyTwiceIsAnErrorNamingTheParameter) {
   const auto errors = runRanks(2, [&](int r, std::shared_ptr<Transport> t) {
     Net net;
-    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2});
+    DataParallelOptions o;
+    o.finish_in_backward = false;  // finishBackward() called after backward, as aiacc_train does
+    DataParallel dp(net.ptr(), t, WorldInfo{r, 2, r, 2}, o);
     torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();
     dp.finishBackward();
     torch::nn::functional::cross_entropy(net->forward(inputs(2, r)), targets(2, r)).backward();

@@ -2,6 +2,7 @@
 // of it on N rank-threads against the single-process backward on the concatenated batch.
 #pragma once
 
+#include <torch/optim/sgd.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/conv.h>
@@ -53,6 +54,20 @@ inline at::Tensor inputs(int n, uint64_t seed) {
 }
 inline at::Tensor targets(int n, uint64_t seed) {
   return at::randint(0, 5, {n}, at::detail::createCPUGenerator(seed), at::kLong);
+}
+
+// `steps` SGD steps (lr 0.05, momentum 0.9) of `ref` on one process, on W x b images a step
+// (step s: inputs(W * b, 10 + s), targets(W * b, 50 + s)); the N-rank runs split each batch.
+// Returns ref's initial parameters.
+inline std::vector<at::Tensor> oneProcessSgd(Net& ref, int W, int b, int steps) {
+  const auto init = snapshot(*ref);
+  torch::optim::SGD opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(ref->forward(inputs(W * b, 10 + s)), targets(W * b, 50 + s)).backward();
+    opt.step();
+  }
+  return init;
 }
 
 // One backward of Net on W ranks with batch b each, through the sync make_sync builds, and

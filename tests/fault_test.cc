@@ -256,6 +256,7 @@ TEST_P(AbortBeforeWaitCodec, DataParallelAbortsWhenABucketFails) {
   o.reducer.first_bucket_mb = 1.0 / (1 << 20);
   o.striping.channels = 2;
   o.codec.dtype = GetParam();
+  o.finish_in_backward = false;  // finishBackward() called after backward, as aiacc_train does
   // The operations of construction come first; the step's first bucket is the one after them.
   int64_t setup_ops = 0;
   {
@@ -475,6 +476,7 @@ TEST(DeviceOrderedErrors, RaiseWhereTheHostBlocks) {
     torch::nn::Linear net(8, 2);
     DataParallelOptions o;
     o.codec.dtype = transfer;
+    o.finish_in_backward = false;  // finishBackward() called after backward, as aiacc_train does
     DataParallel dp(net.ptr(), t, WorldInfo{}, o);
     t->failAllreduces();
     dp.beforeForward();

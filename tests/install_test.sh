@@ -130,10 +130,11 @@ run "$out/torchrun.log" "$python" -m torch.distributed.run --standalone --no_pyt
   --log_dir "$out/torchrun_logs" "$work/example/train_ddp" "$out/torchrun"
 by_env "$work/example/train_ddp" "$out/env"
 # The AIACC_* variables reach DataParallel's options: one bucket per parameter, the same sums.
-(export AIACC_BUCKET_MB=0.0001 AIACC_FIRST_BUCKET_MB=0.0001; by_env "$work/example/train_ddp" "$out/buckets") || exit 1
+# (The consumer's hook program: the explicit step, and it prints DataParallel::describe().)
+(export AIACC_BUCKET_MB=0.0001 AIACC_FIRST_BUCKET_MB=0.0001; by_env "$work/consumer/consumer_hook" "$out/buckets") || exit 1
 grep -q "4 buckets" "$out/buckets.log0" || { cat "$out/buckets.log0"; fail "AIACC_BUCKET_MB did not make 4 buckets"; }
 # The example's own compression through a comm hook: fp16 on the wire.
-(export DDP_MINIMAL_FP16=1; by_env "$work/example/train_ddp" "$out/fp16") || exit 1
+(export DDP_MINIMAL_FP16=1; by_env "$work/consumer/consumer_hook" "$out/fp16") || exit 1
 grep -q "comm hook fp16-compress" "$out/fp16.log0" || { cat "$out/fp16.log0"; fail "the example's comm hook was not used"; }
 by_env "$work/consumer/consumer" "$out/consumer"
 by_env "$work/consumer/consumer_shared" "$out/consumer_shared"

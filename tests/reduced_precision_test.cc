@@ -166,6 +166,7 @@ TEST(DataParallel, Fp16TransferSharesTheLossScale) {
     at::Tensor w = net->register_parameter("w", at::zeros({4}));
     DataParallelOptions o;
     o.codec.dtype = TransferDtype::kFloat16;
+    o.finish_in_backward = false;  // finishBackward() called after backward, as aiacc_train does
     DataParallel dp(net, t, WorldInfo{r, W, r, W}, o);
     auto scale = std::make_shared<GradScale>();
     shared[r] = dp.shareLossScale(scale);

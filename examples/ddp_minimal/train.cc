@@ -8,11 +8,8 @@
 #include <iomanip>
 #include <string>
 
-int main(int argc, char** argv) {
-  torch::manual_seed(0);  // the same batch and initial weights in every process
-  auto x = torch::randn({64, 8});
-  auto y = torch::sin(x.matmul(torch::linspace(-1, 1, 8)).unsqueeze(1));
-  torch::nn::Sequential model(torch::nn::Linear(8, 32), torch::nn::Tanh(), torch::nn::Linear(32, 1));
+// The training loop, in a function of its own: it does not change for N processes.
+void train(torch::nn::Sequential model, torch::Tensor x, torch::Tensor y) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   for (int step = 1; step <= 30; ++step) {
     opt.zero_grad();
@@ -21,6 +18,14 @@ int main(int argc, char** argv) {
     opt.step();
     if (step % 10 == 0) std::printf("step %d: loss %.6f\n", step, loss.item<double>());
   }
+}
+
+int main(int argc, char** argv) {
+  torch::manual_seed(0);  // the same batch and initial weights in every process
+  auto x = torch::randn({64, 8});
+  auto y = torch::sin(x.matmul(torch::linspace(-1, 1, 8)).unsqueeze(1));
+  torch::nn::Sequential model(torch::nn::Linear(8, 32), torch::nn::Tanh(), torch::nn::Linear(32, 1));
+  train(model, x, y);
   if (argc > 1) {  // the trained parameters, one value per line
     std::ofstream out(argv[1]);
     for (const auto& p : model->parameters()) {

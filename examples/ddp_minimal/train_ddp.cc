@@ -4,37 +4,37 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <string>
 
 #include "aiacc/comm/data_parallel.h"
 #include "aiacc/comm/process_group.h"
-#include "fp16_compress.h"
 
-int main(int argc, char** argv) {
-  auto group = aiacc::comm::initProcessGroup();  // torchrun's (or Slurm's, MPI's, ...) variables
-  const int rank = group.world.rank, world = group.world.world;
-  torch::manual_seed(0);  // the same batch and initial weights in every process
-  auto x = torch::randn({64, 8});
-  auto y = torch::sin(x.matmul(torch::linspace(-1, 1, 8)).unsqueeze(1));
-  x = x.chunk(world)[rank], y = y.chunk(world)[rank];  // this rank's share (world divides 64)
-  torch::nn::Sequential model(torch::nn::Linear(8, 32), torch::nn::Tanh(), torch::nn::Linear(32, 1));
-  auto options = aiacc::comm::optionsFromEnvironment();  // AIACC_BUCKET_MB, ... (docs/comm.md)
-  if (std::getenv("DDP_MINIMAL_FP16")) options.reducer.hook = std::make_shared<Fp16Compress>();  // fp16_compress.h
-  aiacc::comm::DataParallel dp(model.ptr(), group.transports.primary, group.world, options);  // rank 0's weights
-  if (rank == 0) std::printf("%s\n", dp.describe().c_str());  // transport, buckets, what travels
+// The training loop, in a function of its own: it does not change for N processes.
+void train(torch::nn::Sequential model, torch::Tensor x, torch::Tensor y) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   for (int step = 1; step <= 30; ++step) {
     opt.zero_grad();
     auto loss = torch::mse_loss(model->forward(x), y);
     loss.backward();
-    if (dp.finishBackward()) opt.step();  // the gradients averaged over the ranks (false: skip)
-    if (step % 10 == 0 && rank == 0) std::printf("step %d: loss %.6f\n", step, loss.item<double>());
+    opt.step();
+    if (step % 10 == 0) std::printf("step %d: loss %.6f\n", step, loss.item<double>());
   }
+}
+
+int main(int argc, char** argv) {
+  // This process's place among the others, from torchrun's (or Slurm's, MPI's, ...) variables.
+  auto group = aiacc::comm::initProcessGroup();
+  torch::manual_seed(0);  // the same batch and initial weights in every process
+  auto x = torch::randn({64, 8});
+  auto y = torch::sin(x.matmul(torch::linspace(-1, 1, 8)).unsqueeze(1));
+  x = x.chunk(group.world.world)[group.world.rank], y = y.chunk(group.world.world)[group.world.rank];  // my share
+  torch::nn::Sequential model(torch::nn::Linear(8, 32), torch::nn::Tanh(), torch::nn::Linear(32, 1));
+  aiacc::comm::DataParallel dp(model, group);  // rank 0's weights; gradients averaged inside backward()
+  train(model, x, y);
   if (argc > 1) {  // the trained parameters, one value per line
-    std::ofstream out(std::string(argv[1]) + "." + std::to_string(rank));
+    std::ofstream out(std::string(argv[1]) + "." + std::to_string(group.world.rank));
     for (const auto& p : model->parameters()) {
       const auto v = p.detach().flatten();
       for (int64_t i = 0; i < v.numel(); ++i) out << std::setprecision(9) << v[i].item<float>() << '\n';
