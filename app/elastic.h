@@ -33,6 +33,13 @@ struct ElasticOptions {
   int launch_rank = -1;                // the rank its launcher gave it (the first generation keeps it)
 };
 
+// How a run ended, as an elastic job's store records it (comm::markJobEnded): finished, or
+// stopped with its state saved (a checkpoint step, saved_step >= 0) or not.
+inline comm::JobEnd jobEndOf(bool stopped, int64_t saved_step) {
+  if (!stopped) return comm::JobEnd::kFinished;
+  return saved_step >= 0 ? comm::JobEnd::kStopped : comm::JobEnd::kStoppedUnsaved;
+}
+
 class ElasticJob {
  public:
   // `store`: the job's store, served outside the workers (the launcher's or the agent's).

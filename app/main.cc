@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -119,6 +120,18 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& launched, 
     if (world.rank == 0) dp.log = [](const std::string& line) { LOG(INFO) << line; };
     return std::make_unique<aiacc::comm::DataParallel>(model, transports.primary, world, dp);
   };
+}
+
+// The folders of the files rank 0 writes, made before anything trains: a folder found missing
+// only at the end would lose a finished run's report, trace or weights.
+void makeOutputFolders(const std::vector<std::string>& files) {
+  for (const std::string& f : files) {
+    const std::filesystem::path dir = std::filesystem::path(f).parent_path();
+    if (f.empty() || dir.empty()) continue;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    AIACC_CHECK_INPUT(!ec, "cannot create the folder of '", f, "': ", ec.message());
+  }
 }
 
 // After a stop request: one line (rank 0) naming the saved step and how to go on, or each other
@@ -296,6 +309,9 @@ int main(int argc, char** argv) {
     const aiacc::app::Config& config = options->config;
     // From here a stop signal only sets a flag: the ranks agree on a step and stop there.
     aiacc::app::installStopSignalHandlers();
+    if (world.rank == 0) {
+      makeOutputFolders({config.report_file, config.metrics_file, config.save_weights, dist.timeline});
+    }
     std::shared_ptr<aiacc::comm::Timeline> timeline;
     if (!dist.timeline.empty() && world.rank == 0) timeline = std::make_shared<aiacc::comm::Timeline>(dist.timeline);
     auto store = std::make_shared<c10::intrusive_ptr<c10d::Store>>();
@@ -318,9 +334,7 @@ int main(int argc, char** argv) {
     if (timeline) timeline->flush();
     // (The store may be gone while every rank lived on: the job's end is its report all the same.)
     if (elastic && elastic->generation().rank == 0) {
-      endElastic(!report.preempted        ? aiacc::comm::JobEnd::kFinished
-                 : report.saved_step >= 0 ? aiacc::comm::JobEnd::kStopped
-                                          : aiacc::comm::JobEnd::kStoppedUnsaved);
+      endElastic(aiacc::app::jobEndOf(report.preempted, report.saved_step));
     }
     const int final_rank = elastic ? elastic->generation().rank : world.rank;  // (an elastic job's may change)
     if (report.preempted) return exitCode(preemptedEnd(report, config, final_rank));

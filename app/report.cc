@@ -254,7 +254,8 @@ void writeDawnbench(const std::string& dir, const Report& r, const Config& c) {
   const std::string name = "aiacc_" + r.arch + "_" + std::to_string(r.world) + "proc";
   const std::string hardware = r.machine.gpu == "none" ? strCat(r.world, " CPU process(es), ", r.machine.cores,
                                                                 " cores (", r.machine.cpu, ")")
-                                                       : strCat(r.world, " x ", r.machine.gpu);
+                                                       : strCat(r.world, " GPU process(es) on ",
+                                                                r.machine.gpu);  // (gpu: the host's "N x NAME")
   const Json misc{{"recipeFile", c.recipe},
                   {"recipe", c.recipe_text},
                   {"timeToTargetSeconds", r.target_reached ? r.time_to_target_s : -1.0},

@@ -295,10 +295,7 @@ struct Trainer::State {
   Report finishReport();
   // How this run ended, as an elastic job's store records it: finished, or stopped with its
   // state saved or not (report.saved_step).
-  comm::JobEnd jobEnd() const {
-    if (!run.preempted) return comm::JobEnd::kFinished;
-    return report.saved_step >= 0 ? comm::JobEnd::kStopped : comm::JobEnd::kStoppedUnsaved;
-  }
+  comm::JobEnd jobEnd() const { return jobEndOf(run.preempted, report.saved_step); }
   at::ScalarType ampDtype() const { return cfg.amp_dtype == AmpDtype::kBf16 ? at::kBFloat16 : at::kHalf; }
   void setLearningRate(double lr);
   int64_t plannedSteps() const;

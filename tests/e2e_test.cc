@@ -447,9 +447,9 @@ TEST(Launcher, TimelineHasComputeAndChannelRows) {
   auto [rc, out] = runTrain("--nproc 2 --master 127.0.0.1:29645 --data synthetic --arch resnet18 "
                             "--synthetic-classes 4 --synthetic-images 128 --batch-size 8 --image-size 32 "
                             "--epochs 1 --warmup-epochs 0 --max-steps 3 --threads 1 --streams 2 --timeline " +
-                            d.path() + "/t.json");
+                            d.path() + "/new/t.json");  // (a folder the run makes first)
   ASSERT_EQ(rc, 0) << out;
-  const Json events = test::readJson(d / "t.json");
+  const Json events = test::readJson(d.path() + "/new/t.json");
   ASSERT_TRUE(events.is_array());
   auto has = [&](const std::string& name, const std::string& ph, int tid) {
     return std::any_of(events.begin(), events.end(), [&](const Json& e) {
