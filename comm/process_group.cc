@@ -1,13 +1,45 @@
 #include "aiacc/comm/process_group.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 
 #include "aiacc/comm/data_parallel_options.h"
-
 #include "aiacc/common/error.h"
 
 namespace aiacc::comm {
-namespace {}  // namespace
+namespace {
+
+std::string thisHost() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return strCat(name, "/", boot);
+}
+
+// Whether every rank runs on rank 0's host, through the store: rank 0 publishes its host, each
+// rank adds 1 to "same" when it shares it and then says it arrived; once all have, every rank
+// reads "same". A few store requests a rank, whatever the world; a rank that never comes is a
+// CommError naming it (waitForRanks).
+WorldInfo findLocalRanks(c10d::Store& store, const WorldInfo& w, const std::string& host,
+                         std::chrono::milliseconds timeout) {
+  const std::string k = "local_layout/";
+  if (w.rank == 0) store.set(k + "host/0", std::vector<uint8_t>(host.begin(), host.end()));
+  waitForRanks(store, k + "host", 1, timeout);
+  const std::vector<uint8_t> host0 = store.get(k + "host/0");
+  if (std::string(host0.begin(), host0.end()) == host) store.add(k + "same", 1);
+  store.set(strCat(k, "arrived/", w.rank), std::vector<uint8_t>{1});
+  waitForRanks(store, k + "arrived", w.world, timeout);
+  if (store.add(k + "same", 0) != w.world) return w;  // several hosts: one rank each, as before
+  WorldInfo local = w;
+  local.local_rank = w.rank;
+  local.local_size = w.world;
+  return local;
+}
+
+}  // namespace
 
 std::string ProcessGroup::describe() const {
   return strCat("rank ", world.rank, " of ", world.world, " (", sourceName(source), "; ", world.local_size,
@@ -19,12 +51,19 @@ ProcessGroup connectProcessGroup(const ProcessGroupOptions& options) {
   AIACC_CHECK_INPUT(options.store.rank == w.rank && options.store.world == w.world, "the store's rank and world (",
                     options.store.rank, " of ", options.store.world, ") are not the transports' (", w.rank, " of ",
                     w.world, ")");
-  checkLayoutSupported(options.transports);
+  // (With find_local_ranks the layout is known only once the store is there.)
+  if (!options.find_local_ranks) checkLayoutSupported(options.transports);
   ProcessGroup g;
   g.world = w;
   g.store = makeTcpStore(options.store);
-  agreeAcrossRanks(*g.store, w, options.settings, options.store.timeout);
-  g.transports = makeTransports(g.store, options.transports);
+  TransportSpec transports = options.transports;
+  if (options.find_local_ranks && w.world > 1) {
+    g.world = transports.world = findLocalRanks(*g.store, w, options.host_id.empty() ? thisHost() : options.host_id,
+                                                options.store.timeout);
+    checkLayoutSupported(transports);
+  }
+  agreeAcrossRanks(*g.store, g.world, options.settings, options.store.timeout);
+  g.transports = makeTransports(g.store, transports);
   return g;
 }
 
@@ -69,6 +108,7 @@ ProcessGroup initProcessGroup(ProcessGroupOptions options, const EnvMap& env) {
   options.store.client_only = launch.agent_store;
   if (!launch.job_key.empty()) options.store.prefix += "/" + launch.job_key;
   if (options.store.job.empty()) options.store.job = defaultJobId(launch);
+  options.find_local_ranks = launch.local_from.empty();  // the launcher did not say
   ProcessGroup g = connectProcessGroup(options);
   g.source = launch.source;
   return g;

@@ -34,6 +34,14 @@ struct ProcessGroupOptions {
   // the store before any transport is made. A rank that differs fails every rank at once with an
   // InputError naming the setting and both values, instead of a hang or a wrong sum later.
   Settings settings;
+  // The launcher gave each rank's place but not its host's ranks (plain RANK/WORLD_SIZE/MASTER_*
+  // without LOCAL_*): the ranks find out through the store whether they all run on one host
+  // (same hostname and boot id), and if so take local ranks of that host, so that the
+  // transports use shared memory. Ranks on several hosts keep one rank per host (Gloo between
+  // them). A few store requests per rank. initProcessGroup sets it when the launcher is silent.
+  bool find_local_ranks = false;
+  // This process's host, as find_local_ranks compares it (empty: hostname and boot id; tests set it).
+  std::string host_id;
 };
 
 struct ProcessGroup {

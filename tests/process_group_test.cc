@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "aiacc/comm/process_group.h"
+#include "aiacc/config.h"
 #include "aiacc/common/error.h"
 #include "tests/comm_test_util.h"
 #include "tests/test_util.h"
@@ -69,6 +70,37 @@ TEST(ProcessGroup, TwoRanksFromTorchrunsVariablesReduceTogether) {
     EXPECT_EQ(groups[r].world.local_size, 2);
     EXPECT_EQ(groups[r].source, LaunchSource::kTorchrun);
     EXPECT_NE(groups[r].describe().find("torchrun"), std::string::npos) << groups[r].describe();
+  }
+}
+
+// Plain RANK/WORLD_SIZE/MASTER_* without LOCAL_*: the ranks find through the store that they share
+// a host, and reduce over shared memory; given different hosts, they keep one rank per host.
+TEST(ProcessGroup, RanksWithoutLocalVariablesFindTheirHost) {
+  for (const bool one_host : {true, false}) {
+    SCOPED_TRACE(one_host ? "one host" : "two hosts");
+#if !AIACC_WITH_GLOO
+    if (!one_host) continue;  // CPU ranks across hosts need Gloo
+#endif
+    const int port = aiacc::test::freePort();
+    std::vector<ProcessGroup> groups(2);
+    const auto errors = test::runThreads(2, [&](int r) {
+      ProcessGroupOptions o = quick();
+      o.host_id = one_host ? "host-a" : (r == 0 ? "host-a" : "host-b");
+      groups[r] = initProcessGroup(o, EnvMap{{"RANK", std::to_string(r)},
+                                             {"WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "127.0.0.1"},
+                                             {"MASTER_PORT", std::to_string(port)}});
+      at::Tensor t = at::full({3}, static_cast<float>(r + 1));
+      groups[r].transports.primary->allreduce(t)->wait();
+      EXPECT_TRUE(t.equal(at::full({3}, 3.0f))) << "rank " << r;
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r;
+      EXPECT_EQ(groups[r].world.local_size, one_host ? 2 : 1);
+      EXPECT_EQ(groups[r].world.local_rank, one_host ? r : 0);
+      EXPECT_EQ(groups[r].transports.why.find("shared memory") != std::string::npos, one_host)
+          << groups[r].transports.why;
+    }
   }
 }
 
