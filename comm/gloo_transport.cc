@@ -23,10 +23,17 @@ namespace aiacc::comm {
 class GlooTransport::Channel {
  public:
   Channel(c10::intrusive_ptr<c10d::Store> store, const GlooOptions& o, int index)
-      : index_(index), row_base_(o.row_base), timeline_(o.timeline) {
+      : index_(index), row_base_(o.row_base), timeline_(o.timeline), store_(store),
+        addresses_(o.name + "/ch" + std::to_string(index) + "/address/") {
     if (timeline_) timeline_->nameRow(row(), o.row_label + " " + std::to_string(index));
     context_ = connectGloo(std::move(store), o.name + "/ch" + std::to_string(index) + "/", o.rank, o.world, o.bind_host,
                            o.timeout, "channel " + std::to_string(index));
+    // This rank's address as its peers' Gloo errors print it ("[10.0.0.2]:41234"): read back only
+    // when a collective fails, to name the peer (peerNamed).
+    if (o.world > 1) {
+      const std::string a = context_->getPair((o.rank + 1) % o.world)->address().str();
+      store_->set(addresses_ + std::to_string(o.rank), std::vector<uint8_t>(a.begin(), a.end()));
+    }
     worker_ = std::make_unique<ChannelWorker>(timeline_, row());
   }
   ~Channel() { worker_->shutdown(); }  // before the context goes
@@ -49,7 +56,7 @@ class GlooTransport::Channel {
         throw;
       } catch (const std::exception& e) {
         if (Failure f = worker_->firstError()) f.raise();  // abort() interrupted it: say why
-        AIACC_THROW(CommError, "collective failed on rank ", context_->rank, ": ", firstLine(e.what()),
+        AIACC_THROW(CommError, "collective failed on rank ", context_->rank, ": ", peerNamed(firstLine(e.what())),
                     " (a peer died or timed out)");
       }
     });
@@ -57,9 +64,30 @@ class GlooTransport::Channel {
 
  private:
   int row() const { return 1 + row_base_ + index_; }
+  // Gloo names a failed peer by its address: "... Read error [127.0.0.1]:37067: ..." becomes
+  // "... Read error [127.0.0.1]:37067 (rank 1): ...", the ranks' addresses read from the store
+  // (left as it is when the store is gone or no address matches).
+  std::string peerNamed(const std::string& what) {
+    try {
+      for (int r = 0; r < context_->size; ++r) {
+        const std::string key = addresses_ + std::to_string(r);
+        if (r == context_->rank || !store_->check({key})) continue;
+        const std::vector<uint8_t> v = store_->get(key);
+        const std::string a(v.begin(), v.end());
+        const size_t at = what.find(a);
+        if (!a.empty() && at != std::string::npos) {
+          return strCat(what.substr(0, at + a.size()), " (rank ", r, ")", what.substr(at + a.size()));
+        }
+      }
+    } catch (const std::exception&) {  // the store is gone: Gloo's words alone
+    }
+    return what;
+  }
   int index_;
   int row_base_;
   std::shared_ptr<Timeline> timeline_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string addresses_;  // the store's key prefix of each rank's address
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::atomic<bool> interrupted_{false};
   std::unique_ptr<ChannelWorker> worker_;
