@@ -8,7 +8,7 @@
 // (BatchNorm: dp.beforeForward() before each training forward, dp.syncBuffers() before
 // evaluating or saving; see syncBuffers.)
 //
-// A facade over parts that each have one job (see ../shared/docs/design.md):
+// A facade over parts that each have one job (docs/design.md):
 //   - Reducer (comm/reducer.h): gradient hooks, bucket plan, ordered launch during backward,
 //     averaged gradients back into .grad;
 //   - BucketCodec (comm/bucket_codec.h): what a bucket sends (fp32, fp16 with its scale, bf16);

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Runs the test suite in four build configurations: set up packages if needed, check the C++
-# formatting, build, run every CTest test.
-#   1. Debian's LibTorch 1.13 (CPU, with the system Gloo) in build/;
-#   2. the pip LibTorch 2.11 with CUDA 13.0 (scripts/torch2.sh) in build-torch2/, C++20, without
-#      GlooTransport (comm/CMakeLists.txt says why); its checkpoints are checked against build/'s
-#      both ways (CheckpointCompat.AcrossBuilds).
-#   5. fuzz: every fuzz target (fuzz/, scripts/fuzz.sh --ci) over its seeds and the inputs that
-#      once crashed it, then AIACC_FUZZ_SECONDS (45) of fresh fuzzing each, two at a time, built
-#      with clang's libFuzzer, ASan and UBSan in build-fuzz/.
+# Runs the test suite in five build configurations, one after the other: set up packages if
+# needed, check the C++ formatting, build, run every CTest test.
+#   1. debian: Debian's LibTorch 1.13 (CPU, with the system Gloo) in build/;
+#   2. torch2: the pip LibTorch 2.11 with CUDA 13.0 (scripts/torch2.sh) in build-torch2/, C++20,
+#      without GlooTransport (comm/CMakeLists.txt says why); its checkpoints are checked against
+#      build/'s both ways (CheckpointCompat.AcrossBuilds).
 #   3. asan, 4. tsan: the comm and data tests (CTest labels "comm", "data")
 #      with aiacc's own code built with -fsanitize=address (with LeakSanitizer) or
 #      -fsanitize=thread against Debian's LibTorch, in build-asan/ and build-tsan/
 #      (-DAIACC_SANITIZE builds only the comm and data libraries and their tests). The
 #      dependencies (LibTorch, Gloo, libjpeg-turbo, OpenCV) are not instrumented;
 #      tests/sanitizers/ holds the suppressions, each naming the dependency it is about.
+#   5. fuzz: every fuzz target (fuzz/, scripts/fuzz.sh --ci) over its seeds and the inputs that
+#      once crashed it, then AIACC_FUZZ_SECONDS (45) of fresh fuzzing each, two at a time, built
+#      with clang's libFuzzer, ASan and UBSan in build-fuzz/.
 # Each configuration's ctest output is kept in its build folder (ctest.log), and its five slowest
 # tests are printed after it.
 # AIACC_CONFIGS="debian" (or "torch2", "asan tsan", ...) runs those; extra arguments go to ctest.
