@@ -149,12 +149,13 @@ TEST_F(Slurm, SrunTasksWithAndWithoutPmi2FormOneJob) {
   }
 }
 
-// sbatch -n2 whose script runs aiacc_train alone: refused, saying what to type, exit 1. The
+// sbatch -n2 whose script runs aiacc_train alone: refused, saying what to type, exit 2 (a usage
+// error, found before anything starts). The
 // script's shell is said too: run so, Slurm's signals would not reach aiacc_train.
 TEST_F(Slurm, ABatchScriptOfTwoTasksRunAloneIsRefused) {
   const std::string id = submit("alone.sh", job(3), "-n2 -c1");
   const std::string line = ended(id);
-  EXPECT_TRUE(contains(line, "ExitCode=1:0")) << line;
+  EXPECT_TRUE(contains(line, "ExitCode=2:0")) << line;
   const std::string out = readText(lab_ / "alone.sh.out");
   EXPECT_TRUE(contains(out, "aiacc_train: error: SLURM_NTASKS=2: this Slurm job has 2 tasks, but aiacc_train runs "
                             "here as one process"))
