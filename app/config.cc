@@ -75,4 +75,9 @@ std::vector<Stage> parseResizeSchedule(const std::string& spec, int batch_size, 
   return stages;
 }
 
+void requireData(const Config& c) {
+  AIACC_CHECK_INPUT(!c.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
+                                     "scripts/run.sh generates a sample dataset)");
+}
+
 }  // namespace aiacc::app

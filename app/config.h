@@ -128,6 +128,9 @@ const Stage& stageAt(const Config& c, int epoch);
 // batch of `global_batch` images: warmup from 0 linearly, then the schedule's shape.
 double learningRate(const Config& c, double pos, int64_t global_batch);
 
+// Throws InputError (saying what --data takes) when `c` names no data.
+void requireData(const Config& c);
+
 // The factor on a rank's mean loss over its `images` decoded images that makes each weigh
 // 1 / global_batch in the gradient the sync averages over `world` ranks: images x world /
 // global_batch (1 for a full batch of an even split).

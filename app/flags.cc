@@ -371,9 +371,7 @@ Config configFromFlags(const Recipe& recipe) {
   c.synthetic_classes = FLAGS_synthetic_classes;
   c.eval_batch_size = FLAGS_eval_batch_size;
   c.arch = FLAGS_arch;
-  const auto archs = models::resnetArchs();
-  AIACC_CHECK_INPUT(std::find(archs.begin(), archs.end(), c.arch) != archs.end(), "unknown --arch '", c.arch,
-                    "' (choose resnet18, resnet34, resnet50 or resnet101)");
+  models::requireResNetArch(c.arch);
   c.zero_init_residual = FLAGS_zero_init_residual;
   c.init_weights = FLAGS_init_weights;
   c.epochs = FLAGS_epochs;

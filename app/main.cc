@@ -253,8 +253,7 @@ int main(int argc, char** argv) {
       aiacc::app::LaunchPlan p;
       // The store server of a job is no rank of it, whatever launched it (a batch script, say).
       if (!d.rendezvous_server) {
-        AIACC_CHECK_INPUT(!c.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
-                                           "scripts/run.sh generates a sample dataset)");
+        aiacc::app::requireData(c);
         env = aiacc::app::detectLaunch(aiacc::app::currentEnvironment());
         p = aiacc::app::planLaunch(env, d.launch_flags);
         AIACC_CHECK_INPUT(d.launch.max_restarts == 0 || p.role == aiacc::app::LaunchPlan::Role::kWorker ||

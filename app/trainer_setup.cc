@@ -83,8 +83,7 @@ void Trainer::State::setupData() {
     dataset = strCat("synthetic: ", cfg.synthetic_images, " images, ", cfg.synthetic_classes, " classes");
     return;
   }
-  AIACC_CHECK_INPUT(!cfg.data.empty(), "no --data given (an ImageNet-layout folder, or 'synthetic'; "
-                                       "scripts/run.sh generates a sample dataset)");
+  requireData(cfg);
   data::ImageNetLayout layout = data::scanImageNet(cfg.data);
   data_name = cfg.data;
   ignored_files = static_cast<int64_t>(layout.train.ignored.size() + layout.val.ignored.size());

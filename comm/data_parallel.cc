@@ -59,6 +59,8 @@ struct DataParallel::Impl {
   template <typename F>
   auto abortOnFailure(F&& f) -> decltype(f());
   bool finishBackward();
+  // finishBackward() with its CommError aborting the transports; the result kept (last_ok_).
+  bool finishAndRecord();
   // options.finish_in_backward: at each gradient hook; the first of a backward queues
   // finishInBackward, which autograd runs as backward() ends.
   void onGradient();
@@ -86,14 +88,14 @@ struct DataParallel::Impl {
   std::unique_ptr<Autotuner> tuner_;
   double last_finish_ = 0;
   int64_t steps_ = 0;
-  // The stop vote (voteFlags): the flags of the last call, sent behind the next step's last
-  // gradient bucket (or by the next call, if no step came between); the one in flight, on the
-  // parameters' device (destruction waits for it).
   // finish_in_backward: whether this backward's callback is queued, whether it finished the
   // step (finishBackward() then only reports), and the last finished step's result.
   std::atomic<bool> queued_{false};
   std::atomic<bool> finished_{false};
   std::atomic<bool> last_ok_{true};
+  // The stop vote (voteFlags): the flags of the last call, sent behind the next step's last
+  // gradient bucket (or by the next call, if no step came between); the one in flight, on the
+  // parameters' device (destruction waits for it).
   std::optional<uint8_t> staged_vote_;
   at::Tensor vote_;
   std::shared_ptr<Work> pending_vote_;
@@ -200,13 +202,17 @@ void DataParallel::Impl::onGradient() {
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finishInBackward(); });
 }
 
+bool DataParallel::Impl::finishAndRecord() {
+  const bool ok = abortOnFailure([&] { return finishBackward(); });
+  last_ok_ = ok;
+  return ok;
+}
+
 void DataParallel::Impl::finishInBackward() {
   queued_ = false;
-  const bool ok = abortOnFailure([&] { return finishBackward(); });
-  if (!ok) {  // every rank skips: no gradient, so the optimizer's step() leaves each parameter alone
+  if (!finishAndRecord()) {  // every rank skips: no gradient, so the optimizer's step() leaves each parameter alone
     for (at::Tensor& p : module_->parameters()) p.mutable_grad().reset();
   }
-  last_ok_ = ok;
   finished_ = true;
 }
 
@@ -364,9 +370,7 @@ void DataParallel::synchronize() {
 bool DataParallel::finishBackward() {
   if (impl_->finished_.exchange(false)) return impl_->last_ok_;  // backward() finished the step
   impl_->queued_ = false;  // (a backward that failed before its end never ran its callback)
-  const bool ok = impl_->abortOnFailure([&] { return impl_->finishBackward(); });
-  impl_->last_ok_ = ok;
-  return ok;
+  return impl_->finishAndRecord();
 }
 
 bool DataParallel::lastStepSkipped() const { return !impl_->last_ok_; }

@@ -4,6 +4,8 @@
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
 
+#include <algorithm>
+
 #include "aiacc/common/error.h"
 #include "aiacc/common/torch_compat.h"
 
@@ -25,11 +27,12 @@ struct Depths {
 };
 
 Depths depthsFor(const std::string& arch) {
+  requireResNetArch(arch);
   if (arch == "resnet18") return {false, {2, 2, 2, 2}};
   if (arch == "resnet34") return {false, {3, 4, 6, 3}};
   if (arch == "resnet50") return {true, {3, 4, 6, 3}};
   if (arch == "resnet101") return {true, {3, 4, 23, 3}};
-  AIACC_THROW(InputError, "unknown --arch '", arch, "' (choose resnet18, resnet34, resnet50 or resnet101)");
+  AIACC_THROW(Error, "internal: resnetArchs() lists '", arch, "' without its depths");
 }
 
 // A block's strided 3x3 convolution. On a 1x1 input (layer4's first block at 16 px, the smallest
@@ -58,6 +61,12 @@ torch::Tensor strided3x3(torch::nn::Conv2d& conv, const torch::Tensor& x) {
 }  // namespace
 
 std::vector<std::string> resnetArchs() { return {"resnet18", "resnet34", "resnet50", "resnet101"}; }
+
+void requireResNetArch(const std::string& arch) {
+  const std::vector<std::string> archs = resnetArchs();
+  AIACC_CHECK_INPUT(std::find(archs.begin(), archs.end(), arch) != archs.end(), "unknown --arch '", arch,
+                    "' (choose resnet18, resnet34, resnet50 or resnet101)");
+}
 
 BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, bool ds) {
   conv1 = register_module("conv1", conv(inplanes, planes, 3, stride, 1));

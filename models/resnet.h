@@ -71,6 +71,8 @@ TORCH_MODULE(ResNet);
 
 // Names accepted by ResNetOptions::arch.
 std::vector<std::string> resnetArchs();
+// Throws InputError (naming --arch and the accepted names) unless `arch` is one of resnetArchs().
+void requireResNetArch(const std::string& arch);
 
 // Number of parameters (elements), as torchvision counts them (buffers excluded).
 int64_t parameterCount(const torch::nn::Module& module);
