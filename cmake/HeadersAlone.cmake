@@ -4,8 +4,9 @@
 # header that needs another to be included first, that includes a private header, or that warns
 # in a user's build fails the build itself, and ccache keeps the result until a header changes
 # (tests/install_test.sh then builds and runs programs against a real prefix).
-# Needs AIACC_PUBLIC_HEADERS (cmake/Install.cmake).
+# Needs AIACC_PUBLIC_HEADERS and AIACC_TESTING_HEADERS (cmake/Install.cmake).
 set(aiacc_alone_include ${PROJECT_BINARY_DIR}/installed_headers/include)
+set(aiacc_alone_headers ${AIACC_PUBLIC_HEADERS} ${AIACC_TESTING_HEADERS})
 set(aiacc_alone_sources "")
 set(aiacc_alone_installed "")
 # A header no longer installed leaves no copy behind for another to include by mistake.
@@ -13,11 +14,11 @@ file(GLOB_RECURSE aiacc_alone_stale RELATIVE ${aiacc_alone_include} ${aiacc_alon
 foreach(header ${aiacc_alone_stale})
   get_filename_component(name ${header} NAME_WE)
   if(NOT header MATCHES "^aiacc/(config|common/error)\\.h$" AND NOT "${PROJECT_SOURCE_DIR}/comm/${name}.h" IN_LIST
-                                                                AIACC_PUBLIC_HEADERS)
+                                                                aiacc_alone_headers)
     file(REMOVE ${aiacc_alone_include}/${header})
   endif()
 endforeach()
-foreach(header ${AIACC_PUBLIC_HEADERS})
+foreach(header ${aiacc_alone_headers})
   get_filename_component(name ${header} NAME)
   configure_file(${header} ${aiacc_alone_include}/aiacc/comm/${name} COPYONLY)
   list(APPEND aiacc_alone_installed aiacc/comm/${name})

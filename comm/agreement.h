@@ -18,15 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/options.h"
 
 namespace aiacc::comm {
-
-struct Setting {
-  std::string name;   // as the user knows it, e.g. "--allreduce-dtype"
-  std::string value;  // printable
-};
-using Settings = std::vector<Setting>;
 
 // The first difference between two ranks' settings as one line, e.g. "--allreduce-dtype is bf16
 // on rank 3 but fp32 on rank 2 (and ranks 0-1)"; empty when they are equal.

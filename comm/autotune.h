@@ -32,33 +32,9 @@
 #include <tuple>
 #include <vector>
 
-#include "aiacc/comm/bucket_plan.h"
+#include "aiacc/comm/options.h"
 
 namespace aiacc::comm {
-
-struct TuneConfig {
-  double bucket_mb = kDefaultBucketMb;
-  int channels = 1;
-  bool two_level = false;
-  bool operator==(const TuneConfig& o) const {
-    return bucket_mb == o.bucket_mb && channels == o.channels && two_level == o.two_level;
-  }
-  bool operator!=(const TuneConfig& o) const { return !(*this == o); }
-  bool operator<(const TuneConfig& o) const {
-    return std::tie(bucket_mb, channels, two_level) < std::tie(o.bucket_mb, o.channels, o.two_level);
-  }
-  // show_two_level: name the two-level setting (only meaningful when it is being tuned).
-  std::string str(bool show_two_level = true) const;
-};
-
-struct TuneSpace {
-  std::vector<double> bucket_mb;  // fusion caps to try (empty: keep the start's)
-  std::vector<int> channels;      // channel counts to try (empty: keep)
-  bool try_two_level = false;     // also try the other two-level setting
-  int steps_per_trial = 3;
-  double min_gain = 0.03;
-  bool confirm = true;  // re-time a dimension's winner against the best before switching
-};
 
 class Autotuner {
  public:

@@ -24,20 +24,9 @@
 #include <string>
 
 #include "aiacc/comm/grad_scale.h"
+#include "aiacc/comm/options.h"
 
 namespace aiacc::comm {
-
-enum class TransferDtype { kFloat32, kFloat16, kBFloat16 };
-
-// "fp32", "fp16", "bf16": the --allreduce-dtype names.
-constexpr const char* transferDtypeName(TransferDtype t) {
-  switch (t) {
-    case TransferDtype::kFloat16: return "fp16";
-    case TransferDtype::kBFloat16: return "bf16";
-    case TransferDtype::kFloat32: break;
-  }
-  return "fp32";
-}
 
 class BucketCodec {
  public:
@@ -78,13 +67,6 @@ class BucketCodec {
   virtual int64_t skippedSteps() const = 0;
 };
 
-struct CodecOptions {
-  TransferDtype dtype = TransferDtype::kFloat32;
-  // fp16's own scale, until shareScale(): start, and clean steps before it doubles (halved on
-  // every overflow).
-  double grad_scale = 1024;
-  int scale_growth_steps = 200;
-};
 std::unique_ptr<BucketCodec> makeCodec(const CodecOptions& options);
 
 }  // namespace aiacc::comm

@@ -14,10 +14,6 @@
 
 namespace aiacc::comm {
 
-// The default cap of a fused bucket, MiB (ReducerOptions::bucket_mb, the tuner's start;
-// aiacc_train's --bucket-mb): PyTorch DDP's bucket_cap_mb.
-inline constexpr double kDefaultBucketMb = 25;
-
 struct ParamInfo {
   std::string name;
   std::vector<int64_t> shape;

@@ -7,41 +7,13 @@
 
 #include <torch/nn/module.h>
 
+#include "aiacc/comm/options.h"
 #include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 
 // Rank 0's parameters and/or buffers to every rank, in place.
 void broadcastModuleState(torch::nn::Module& module, Transport& transport, bool parameters, bool buffers);
-
-// BN running statistics (floating-point buffers) across ranks. Training never reads them (train-
-// mode BN normalizes with the batch's own statistics); evaluation and checkpoints do, after
-// syncBuffers().
-enum class BufferSync {
-  kBroadcast,  // rank 0's, broadcast before each forward (DDP's default) and in syncBuffers()
-  kAverage,    // every rank's averaged before each forward and in syncBuffers()
-  // Every rank's averaged only in syncBuffers(), i.e. when they are about to be read: the same
-  // values as kAverage (a running statistic is an exponential moving average, linear in its
-  // updates, so the average of the ranks' averages is the average kAverage keeps), without a
-  // collective, and the synchronisation point it forces, before every forward.
-  kAverageWhenRead,
-  kNone,  // each rank keeps its own
-};
-
-// The default (DataParallelOptions::buffers; aiacc_train's --bn-sync): the same values as
-// kAverage without a collective per step. kBroadcast is PyTorch DDP's.
-inline constexpr BufferSync kDefaultBufferSync = BufferSync::kAverageWhenRead;
-
-// The names of BufferSync's values as AIACC_BN_SYNC and aiacc_train's --bn-sync write them.
-constexpr const char* bufferSyncName(BufferSync b) {
-  switch (b) {
-    case BufferSync::kAverageWhenRead: return "lazy";
-    case BufferSync::kAverage: return "average";
-    case BufferSync::kBroadcast: return "broadcast";
-    case BufferSync::kNone: break;
-  }
-  return "none";
-}
 
 class BufferPolicy {
  public:

@@ -2,7 +2,7 @@
 // the shape of PyTorch DDP's communication hooks (register_comm_hook(state, hook), where the hook
 // takes a GradBucket and returns a future of the averaged bucket).
 //
-// The Reducer (comm/reducer.h) hands each bucket to the hook twice:
+// DataParallel's Reducer hands each bucket to the hook twice:
 //   1. launch(bucket, transport), on the autograd thread as soon as every gradient of the bucket
 //      is ready, or inside finishBackward() for a bucket with a parameter that got no gradient
 //      (buckets in plan order, the same sequence on every rank): bucket.buffer holds this rank's

@@ -8,6 +8,9 @@
 
 #include <atomic>
 
+#include "aiacc/comm/agreement.h"
+#include "aiacc/comm/autotune.h"
+#include "aiacc/comm/bucket_codec.h"
 #include "aiacc/comm/buffer_sync.h"
 #include "aiacc/comm/process_group.h"
 #include "aiacc/comm/reducer.h"

@@ -1,20 +1,21 @@
 // DataParallel: LibTorch's missing DistributedDataParallel. A program adds the process group
 // and one object (examples/ddp_minimal/train_ddp.cc is a whole program):
 //
-//   auto group = comm::initProcessGroup();          // comm/process_group.h: the launcher's variables
+//   auto group = comm::initProcessGroup();          // process_group.h: the launcher's variables
 //   comm::DataParallel dp(model, group);            // broadcasts rank 0's weights
 //   ... loss = f(model(x)); loss.backward(); opt.step();   // gradients averaged inside backward()
 //
 // (BatchNorm: dp.beforeForward() before each training forward, dp.syncBuffers() before
 // evaluating or saving; see syncBuffers.)
 //
-// A facade over parts that each have one job (docs/design.md):
-//   - Reducer (comm/reducer.h): gradient hooks, bucket plan, ordered launch during backward,
-//     averaged gradients back into .grad;
-//   - BucketCodec (comm/bucket_codec.h): what a bucket sends (fp32, fp16 with its scale, bf16);
-//   - StripedTransport (comm/striped_transport.h): each bucket spread over channels by speed;
-//   - BufferPolicy (comm/buffer_sync.h): BatchNorm running statistics across ranks;
-//   - Autotuner (comm/autotune.h): fusion cap, channels and two-level reduction, chosen in the
+// A facade over parts that each have one job (the library's own, not installed; docs/design.md
+// draws them; their options are in options.h):
+//   - Reducer: gradient hooks, bucket plan, ordered launch during backward, averaged gradients
+//     back into .grad;
+//   - BucketCodec: what a bucket sends (fp32, fp16 with its scale, bf16);
+//   - StripedTransport: each bucket spread over channels by speed;
+//   - BufferPolicy: BatchNorm running statistics across ranks;
+//   - Autotuner: fusion cap, channels and two-level reduction, chosen in the
 //     first steps from step times every rank averaged; DataParallel feeds it and applies its
 //     choice through the Reducer's and the StripedTransport's setters.
 // DataParallel itself composes them and keeps the order of their collectives, which must be the
@@ -39,15 +40,15 @@
 #include <string>
 #include <vector>
 
-#include "aiacc/comm/autotune.h"
 #include "aiacc/comm/bucket_plan.h"
 #include "aiacc/comm/data_parallel_options.h"
 #include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/process_group.h"  // a program includes this header alone
 #include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 
-struct ProcessGroup;  // comm/process_group.h
+class Autotuner;  // the library's own (DataParallel::tuner())
 
 class DataParallel : public GradientSync {
  public:
@@ -62,7 +63,7 @@ class DataParallel : public GradientSync {
   // that differs across ranks, or a rank that does not arrive.
   DataParallel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Transport> transport, const WorldInfo& world,
                const DataParallelOptions& options = {});
-  // Over a process group (comm/process_group.h): its primary transport and world, and its
+  // Over a process group (process_group.h): its primary transport and world, and its
   // two-level transport for the tuner where it made one. The options default to the AIACC_*
   // variables' (optionsFromEnvironment: the defaults where none is set).
   DataParallel(std::shared_ptr<torch::nn::Module> module, const ProcessGroup& group,
@@ -108,7 +109,8 @@ class DataParallel : public GradientSync {
   // first call). The last vote stays in flight; later collectives queue behind it alike on
   // every rank, and destruction waits for it.
   uint8_t voteFlags(uint8_t mine) override;
-  // The tuner (null without autotune, or alone).
+  // The tuner (null without autotune, or alone): for aiacc's own tests, which see its class; a
+  // program reads the tuner's choice from describe() and commState().tuned.
   const Autotuner* tuner() const;
 
   // Gradient accumulation: while sync is off, backward only accumulates into .grad locally

@@ -1,5 +1,5 @@
-// DataParallelOptions: DataParallel's settings, made of its parts' own options (each default is
-// declared once, in the part's header, and read from there by aiacc_train's --help and by
+// DataParallelOptions: DataParallel's settings, made of its parts' own options (options.h,
+// where each default is declared once, and read from there by aiacc_train's --help and by
 // docs/comm.md), plus the few things that belong to DataParallel itself.
 //
 // The main knobs can also come from the environment, parsed here and only here
@@ -13,14 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "aiacc/comm/agreement.h"
-#include "aiacc/comm/autotune.h"
-#include "aiacc/comm/bucket_codec.h"
-#include "aiacc/comm/buffer_sync.h"
 #include "aiacc/comm/comm_hook.h"
-#include "aiacc/comm/launch_env.h"
-#include "aiacc/comm/reducer.h"
-#include "aiacc/comm/striped_transport.h"
+#include "aiacc/comm/options.h"
 #include "aiacc/comm/timeline.h"
 #include "aiacc/comm/transport.h"
 
@@ -28,16 +22,16 @@ namespace aiacc::comm {
 
 struct DataParallelOptions {
   // Buckets: fusion cap, first bucket, unused parameters, the rebuild after step 1, a comm hook
-  // (comm/reducer.h). reducer.launch_in_backward must stay on (off is a central coordinator's).
+  // (options.h). reducer.launch_in_backward must stay on (off is a central coordinator's).
   ReducerOptions reducer;
-  // What a bucket sends: fp32, fp16 with its own dynamic scale, bf16 (comm/bucket_codec.h). Under
+  // What a bucket sends: fp32, fp16 with its own dynamic scale, bf16 (options.h). Under
   // AMP fp16 the loss scaler's scale replaces fp16's own (shareLossScale): gradients arrive scaled
   // once, never twice. A non-finite reduced gradient is seen identically by every rank: all skip
   // the step (finishBackward returns false). Gradients stay fp32 in the model.
   CodecOptions codec;
-  // How a bucket is spread over the transport's channels (comm/striped_transport.h).
+  // How a bucket is spread over the transport's channels (options.h).
   StripingOptions striping;
-  // BatchNorm running statistics across ranks (comm/buffer_sync.h).
+  // BatchNorm running statistics across ranks (options.h).
   BufferSync buffers = kDefaultBufferSync;
   // At construction, rank 0's parameters are broadcast to every rank (as DDP's init_sync). Off,
   // for a caller that makes them equal itself right after and knows where they already are: an
@@ -56,7 +50,7 @@ struct DataParallelOptions {
   bool finish_in_backward = true;
   // Autotune: from the second step on, try the fusion caps and channel counts of `tune` (and
   // two-level reduction when `two_level` is given), a few steps each, and freeze the fastest
-  // (comm/autotune.h). Every rank averages its step times with one allreduce, so all decide alike.
+  // (options.h). Every rank averages its step times with one allreduce, so all decide alike.
   bool autotune = false;
   TuneSpace tune;
   // A second transport over the same ranks (two-level reduction) the tuner may switch to.

@@ -4,8 +4,8 @@
 // in fp16. After a step, update() is told whether every gradient was finite: on overflow the step
 // is skipped (counted) and the scale is multiplied by `backoff`; after `growth_interval` finite
 // steps in a row it is multiplied by `growth`. Both owners of a scale use this object: the fp16
-// bucket codec (comm/bucket_codec.h) when it scales gradients for the wire itself, and the AMP
-// loss scaler (app/amp.h), which can hand its scale to DataParallel so that the loss scale and the
+// transfer (CodecOptions) when it scales gradients for the wire itself, and the AMP
+// loss scaler (aiacc_train's), which can hand its scale to DataParallel so that the loss scale and the
 // transfer scale are one and the same (DataParallel::shareLossScale).
 //
 // Pure arithmetic, no collective: every rank sees the same reduced gradients, so every rank

@@ -16,18 +16,11 @@
 #include <vector>
 
 #include "aiacc/config.h"  // the build's options, and its refusal of the other C++ ABI
-#include "aiacc/comm/autotune.h"
 #include "aiacc/comm/grad_scale.h"
+#include "aiacc/comm/options.h"
 #include "aiacc/common/error.h"
 
 namespace aiacc::comm {
-
-struct WorldInfo {
-  int rank = 0;
-  int world = 1;
-  int local_rank = 0;
-  int local_size = 1;
-};
 
 // The part of a data-parallel set-up's state that a checkpoint carries so that a resumed run
 // continues as the uninterrupted one. Every rank holds the same values.

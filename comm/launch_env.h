@@ -35,19 +35,9 @@
 #include <utility>
 #include <vector>
 
-#include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/options.h"
 
 namespace aiacc::comm {
-
-using EnvMap = std::map<std::string, std::string>;
-
-// A copy of this process's environment.
-EnvMap currentEnvironment();
-
-enum class LaunchSource { kNone, kAiacc, kTorchrun, kKubeflow, kEnv, kOpenMpi, kMpich, kHorovod, kSlurm };
-
-// "torchrun", "Kubeflow", "Open MPI", ... (for messages).
-const char* sourceName(LaunchSource s);
 
 // What the environment says. Fields a launcher does not give stay at their "unknown" value.
 struct LaunchEnv {

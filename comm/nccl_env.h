@@ -1,4 +1,4 @@
-// The ProcessGroupNCCL settings NcclTransport is built for (comm/nccl_transport.h, Errors).
+// The ProcessGroupNCCL settings NcclTransport (GPU ranks) is built for.
 // PyTorch reads them from the environment when a process group is made; there is no option field
 // for them. A library must not change a process's environment (setenv races getenv in threads
 // already running, such as data loaders), so a program sets them itself at start-up, before it

@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <fstream>
 
+#include "aiacc/comm/agreement.h"
 #include "aiacc/comm/data_parallel_options.h"
+#include "aiacc/comm/factory.h"
+#include "aiacc/comm/launch_env.h"
+#include "aiacc/comm/store.h"
 #include "aiacc/common/error.h"
 
 namespace aiacc::comm {

@@ -5,7 +5,7 @@
 //   aiacc::comm::DataParallel dp(model, group.transports.primary, group.world);
 //
 // initProcessGroup reads the variables of whichever launcher started the process
-// (comm/launch_env.h lists them), then calls connectProcessGroup, the explicit form that
+// (docs/comm.md lists them), then calls connectProcessGroup, the explicit form that
 // aiacc_train uses with its own launch plan. Keep the returned group for the whole job: rank 0's
 // process hosts the store's server (unless the launcher's agent does), and the transports hold it.
 #pragma once
@@ -14,11 +14,8 @@
 
 #include <string>
 
-#include "aiacc/comm/agreement.h"
-#include "aiacc/comm/factory.h"
-#include "aiacc/comm/gradient_sync.h"
-#include "aiacc/comm/launch_env.h"
-#include "aiacc/comm/store.h"
+#include "aiacc/comm/options.h"
+#include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 
@@ -59,7 +56,7 @@ struct ProcessGroup {
 ProcessGroup connectProcessGroup(const ProcessGroupOptions& options);
 
 // Reads the launcher's environment (detectLaunch(env)) and AIACC_STREAMS (at least that many
-// channels; comm/data_parallel_options.h parses every AIACC_* variable, and refuses, here
+// channels; data_parallel_options.h parses every AIACC_* variable, and refuses, here
 // already, a value of any of them it cannot read), fills
 // options.transports.world and the store's address, rank, world, key prefix and job id, then
 // connects. The store is at the

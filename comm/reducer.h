@@ -43,6 +43,7 @@
 #include "aiacc/comm/bucket_plan.h"
 #include "aiacc/comm/comm_hook.h"
 #include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/options.h"
 #include "aiacc/comm/timeline.h"
 #include "aiacc/comm/transport.h"
 
@@ -51,25 +52,6 @@ struct Node;
 }
 
 namespace aiacc::comm {
-
-struct ReducerOptions {
-  // Cap of a fused bucket, MiB (kDefaultBucketMb, PyTorch DDP's bucket_cap_mb): larger buckets
-  // mean fewer, more efficient collectives but a later start; the tuner tries others.
-  double bucket_mb = kDefaultBucketMb;
-  double first_bucket_mb = 1;  // small first bucket: communication starts early in backward
-  // Agree each step which parameters got a gradient on any rank; those that got none anywhere keep
-  // an undefined .grad (the optimizer skips them). Off: every parameter gets the averaged gradient
-  // (zeros where unused). PyTorch DDP's find_unused_parameters.
-  bool detect_unused = false;
-  // Launch buckets as they fill during backward (overlap). Off: nothing launches before finish(),
-  // which is then given the agreed set of parameters with a gradient (a central coordinator's).
-  bool launch_in_backward = true;
-  // After the first step, rebuild the buckets once in the order gradients arrived on rank 0.
-  bool rebuild_after_first_step = true;
-  // The user's own gradient transform (comm/comm_hook.h) instead of the codec's transfer; the
-  // codec must then be fp32's.
-  std::shared_ptr<CommHook> hook;
-};
 
 class Reducer {
  public:

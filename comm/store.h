@@ -10,31 +10,10 @@
 #include <string>
 
 #include "aiacc/comm/key_log.h"
+#include "aiacc/comm/options.h"
 #include "aiacc/comm/timeout.h"
 
 namespace aiacc::comm {
-
-// torch.distributed's default store port (MASTER_PORT when a launcher gives none).
-inline constexpr int kDefaultStorePort = 29500;
-
-struct StoreOptions {
-  std::string host = "127.0.0.1";  // rank 0's address (the server binds all interfaces)
-  int port = kDefaultStorePort;
-  int rank = 0;
-  int world = 1;
-  std::chrono::milliseconds timeout = kDefaultTimeout;
-  std::string prefix = "aiacc";
-  // The launcher's agent (torchrun with TORCHELASTIC_USE_AGENT_STORE=True) already hosts the
-  // server at host:port: every rank, rank 0 included, connects as a client.
-  bool client_only = false;
-  // Set: every key written through the store is recorded there (comm/key_log.h), so that the
-  // writer can delete its keys when they are no longer read (an elastic job's old generation).
-  std::shared_ptr<KeyLog> key_log;
-  // Non-empty: the store belongs to this job. The first process to connect claims it (one
-  // compare-and-set of an unprefixed key); a process of another job is refused with a CommError
-  // naming both ids, and touches none of the running job's keys.
-  std::string job;
-};
 
 // Rank 0 hosts the server (unless client_only); everyone connects, then claims the store for
 // o.job. A port already in use, or a store of another job, is a CommError saying so.

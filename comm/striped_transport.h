@@ -22,16 +22,10 @@
 #include <memory>
 #include <vector>
 
+#include "aiacc/comm/options.h"
 #include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
-
-struct StripingOptions {
-  int channels = 0;  // active channels at the start (0 or more than the transport has: all)
-  bool balance = true;
-  double balance_alpha = 0.5;
-  int64_t min_split_bytes = 256 * 1024;
-};
 
 class StripedTransport : public Transport {
  public:

@@ -3,7 +3,7 @@
 // communication channel's operations on a row of its own, decisions as instant events.
 //
 // Thread-safe; events are buffered and written by flush() (also on destruction), as one JSON
-// array, so a crashed run leaves no half-written file behind (common/atomic_file.h: a temporary
+// array, so a crashed run leaves no half-written file behind (a temporary
 // file, fsynced and renamed into place; flush() throws IoError naming the path when it cannot).
 #pragma once
 

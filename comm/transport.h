@@ -7,10 +7,11 @@
 // A channel is one independent communicator (a Gloo context with its own thread, or an NCCL
 // communicator with its own CUDA stream); channels run concurrently.
 //
-// Implementations: GlooTransport (CPU, TCP; gloo_transport.h); HierarchicalTransport
-// (hierarchical.h), two-level reduction composed of an intra-node and an inter-node transport;
-// ThrottledTransport (a slowed wrapper for tests); NcclTransport (GPU, ProcessGroupNCCL;
-// nccl_transport.h); ShmTransport (CPU ranks of one host, shared memory; shm_transport.h).
+// The library's implementations (not installed; initProcessGroup picks them): GlooTransport
+// (CPU, TCP); HierarchicalTransport, two-level reduction composed of an intra-node and an
+// inter-node transport; NcclTransport (GPU, ProcessGroupNCCL); ShmTransport (CPU ranks of one
+// host, shared memory); ThrottledTransport (a slowed wrapper for its tests). A program's own
+// tests wrap one in FaultTransport (aiacc::comm_testing, fault_transport.h).
 #pragma once
 
 #include <ATen/ATen.h>

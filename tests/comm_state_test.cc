@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "aiacc/comm/autotune.h"
 #include "aiacc/comm/data_parallel.h"
 #include "tests/comm_test_util.h"
 #include "tests/data_parallel_test_util.h"

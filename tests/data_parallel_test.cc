@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "aiacc/config.h"
+#include "aiacc/comm/autotune.h"
 #include "aiacc/comm/data_parallel.h"
 #include "aiacc/comm/factory.h"
 #include "aiacc/comm/gloo_transport.h"

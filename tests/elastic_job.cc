@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "aiacc/config.h"
+#include "aiacc/common/error.h"
 
 namespace aiacc::app::test_elastic {
 namespace {

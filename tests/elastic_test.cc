@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "aiacc/config.h"
+#include "aiacc/common/error.h"
 #include "tests/elastic_job.h"
 
 namespace aiacc::app {

@@ -7,10 +7,14 @@
 #include <functional>
 #include <string>
 
+#include "aiacc/comm/gloo_transport.h"
+#include "aiacc/comm/shm_transport.h"
+#include "aiacc/comm/store.h"
 #include "aiacc/common/error.h"
 #include "app/cli.h"
 #include "app/config.h"
 #include "app/flags.h"
+#include "app/job_settings.h"
 #include "app/option_names.h"
 #include "tests/test_util.h"
 

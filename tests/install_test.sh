@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # aiacc::comm as another project sees it: install this build into a temporary prefix, then
 #   1. only aiacc/ is under the prefix's include/, with config.h, and the libraries are there;
-#      aiacc_train's own code (app/, its benchmarks aside) includes only installed comm headers;
+#      the private headers are not (aiacc_train's protocol, the library's parts), and
+#      aiacc::comm_testing's are;
 #   2. the package's version file accepts 0.1 and refuses 0.2 and 1.0;
 #   3. aiacc/config.h refuses a compilation with the other libstdc++ C++ ABI (and so does every
 #      public header, through it: tests/consumer/'s other_abi target, built after step 4);
@@ -12,7 +13,8 @@
 #   5. the example trains on one process (train), on 2 processes started by torchrun (PYTHON -m
 #      torch.distributed.run, the release this build is against) and by plain RANK/WORLD_SIZE/
 #      MASTER_ADDR/MASTER_PORT, and alone without a launcher; the consumer's two programs on 2
-#      processes. Both ranks end with identical parameters, within 1e-6 of the one-process run on
+#      processes; and the consumer's fault program (aiacc::comm_testing), where both ranks exit 1
+#      and rank 0's one-line error names rank 1, whose operation failed. Both ranks end with identical parameters, within 1e-6 of the one-process run on
 #      the whole batch; alone, train_ddp gives train's parameters exactly;
 #   6. with OTHER_TORCH_DIR (a LibTorch of another version), find_package(aiacc) refuses it,
 #      naming both versions; with TORCH_PREFIX too, it refuses this build's Torch_DIR alone, whose
@@ -42,11 +44,13 @@ top=$(ls -A "$prefix/include")
 for lib in libaiacc_comm.a libaiacc_common.a libaiacc_comm.so; do
   [ -e "$prefix/lib/$lib" ] || fail "no lib/$lib"
 done
-# aiacc_train uses the library through its public surface only: every comm header app/ includes
-# (its benchmarks, app/bench/, aside) is an installed one.
-for h in $(grep -rhoE '#include "aiacc/comm/[a-z_]+\.h"' --exclude-dir=bench "$here/../app" | sed 's/.*"aiacc\/comm\///; s/"$//' | sort -u); do
-  [ -f "$prefix/include/aiacc/comm/$h" ] || fail "aiacc_train (app/) includes aiacc/comm/$h, which is not installed: a private header"
+# Only the public surface is installed (cmake/Install.cmake): aiacc_train's own protocol and the
+# library's parts stay inside it.
+for h in membership.h key_log.h launch_env.h reducer.h store.h factory.h gloo_transport.h shm_transport.h; do
+  if [ -e "$prefix/include/aiacc/comm/$h" ]; then fail "aiacc/comm/$h is installed: a private header"; fi
 done
+[ -f "$prefix/include/aiacc/comm/fault_transport.h" ] || fail "no aiacc/comm/fault_transport.h (aiacc::comm_testing)"
+[ -e "$prefix/lib/libaiacc_comm_testing.a" ] || fail "no lib/libaiacc_comm_testing.a"
 
 # 2.
 cat > "$work/version_check.cmake" <<'EOS'
@@ -137,6 +141,23 @@ grep -q "4 buckets" "$out/buckets.log0" || { cat "$out/buckets.log0"; fail "AIAC
 (export DDP_MINIMAL_FP16=1; by_env "$work/consumer/consumer_hook" "$out/fp16") || exit 1
 grep -q "comm hook fp16-compress" "$out/fp16.log0" || { cat "$out/fp16.log0"; fail "the example's comm hook was not used"; }
 by_env "$work/consumer/consumer" "$out/consumer"
+# aiacc::comm_testing: rank 1's 20th operation fails (FaultTransport). Each rank prints one line and
+# exits 1 (the example's way); rank 0, whose peer left mid-step, names rank 1.
+port=$(free_port)
+pids=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    timeout 120 "$work/consumer/consumer_fault" > "$out/fault.log$r" 2>&1 &
+  pids+=($!)
+done
+for r in 0 1; do
+  rc=0
+  wait "${pids[$r]}" || rc=$?
+  [ $rc = 1 ] || { cat "$out"/fault.log*; fail "consumer_fault: rank $r exited $rc, not 1 (an error)"; }
+done
+grep -q "^error: injected failure of operation 20" "$out/fault.log1" || { cat "$out/fault.log1"; fail "rank 1 did not report its injected failure"; }
+grep "^error: " "$out/fault.log0" | grep -q "rank 1" || { cat "$out/fault.log0"; fail "rank 0's error does not name rank 1"; }
+echo "install_test: a fault injected on rank 1: rank 0 says $(grep -h '^error: ' "$out/fault.log0")"
 by_env "$work/consumer/consumer_shared" "$out/consumer_shared"
 "$python" - "$out" <<'EOS' || fail "the parameters differ (above)"
 import sys

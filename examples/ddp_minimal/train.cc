@@ -20,7 +20,7 @@ void train(torch::nn::Sequential model, torch::Tensor x, torch::Tensor y) {
   }
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   torch::manual_seed(0);  // the same batch and initial weights in every process
   auto x = torch::randn({64, 8});
   auto y = torch::sin(x.matmul(torch::linspace(-1, 1, 8)).unsqueeze(1));
@@ -34,4 +34,7 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+} catch (const std::exception& e) {  // one line on stderr (output flushed), exit 1
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
 }

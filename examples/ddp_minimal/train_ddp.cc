@@ -9,7 +9,6 @@
 #include <string>
 
 #include "aiacc/comm/data_parallel.h"
-#include "aiacc/comm/process_group.h"
 
 // The training loop, in a function of its own: it does not change for N processes.
 void train(torch::nn::Sequential model, torch::Tensor x, torch::Tensor y) {
@@ -23,7 +22,7 @@ void train(torch::nn::Sequential model, torch::Tensor x, torch::Tensor y) {
   }
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   // This process's place among the others, from torchrun's (or Slurm's, MPI's, ...) variables.
   auto group = aiacc::comm::initProcessGroup();
   torch::manual_seed(0);  // the same batch and initial weights in every process
@@ -41,4 +40,7 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+} catch (const std::exception& e) {  // a comm::CommError names the rank that failed; exit 1: an error
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
 }
