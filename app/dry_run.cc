@@ -29,6 +29,7 @@ std::string who(const LaunchPlan& plan, const DistSpec& dist) {
       os << "rank " << plan.world.rank << " of " << plan.world.world << " (local " << plan.world.local_rank << " of "
          << plan.world.local_size << ")" << device << ", started by " << sourceName(plan.source)
          << (plan.min_nodes > 0 ? ", elastic" : "") << "; store at " << plan.store.master
+         << (plan.store.ports > 1 ? " or one of the next " + std::to_string(plan.store.ports - 1) + " ports" : "")
          << (plan.store.agent_hosted ? " (the launcher's)" : "");
       break;
   }

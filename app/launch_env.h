@@ -34,7 +34,10 @@ struct LaunchFlags {
 
 // Where the rendezvous store is and who hosts it.
 struct StoreAddress {
-  std::string master;         // host:port
+  std::string master;  // host:port
+  // The store may be at master's port or the next ports - 1 (a port derived from the launcher's
+  // job id: comm::StoreOptions::port_tries).
+  int ports = 1;
   bool agent_hosted = false;  // true: every rank connects as a client (our launcher or torchrun's agent hosts it)
   std::string key_prefix = "aiacc";
   // The ranks claim the store under this id: a process of another job that reaches it is

@@ -86,6 +86,7 @@ aiacc::app::SyncFactory makeSyncFactory(const aiacc::comm::WorldInfo& launched, 
     pg.transports = ts;
     pg.store.host = host;
     pg.store.port = port;
+    pg.store.port_tries = address.ports;
     pg.store.rank = world.rank;
     pg.store.world = world.world;
     pg.store.timeout = timeout;

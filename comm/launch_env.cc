@@ -229,6 +229,7 @@ LaunchEnv fromMpi(const EnvMap& env, LaunchSource source, const char* rank, cons
     e.master = strCat("127.0.0.1:", jobPort(*id));
     e.master_from = strCat(id_name, "=", *id);
     e.master_is_default = true;
+    e.master_ports = kJobPortTries;
   }
   return e;
 }
@@ -326,10 +327,11 @@ LaunchEnv fromSlurm(const EnvMap& env) {
     if (const std::string* list = find(env, list_name)) {
       // Task 0 runs on the step's first node. The port: MASTER_PORT, else one per job, so that
       // two jobs sharing a node do not meet on one port.
-      const int port = intVar(env, "MASTER_PORT").value_or(jobPort(valueOr(env, "SLURM_JOB_ID", "0")));
-      e.master = strCat(firstSlurmHost(*list), ":", port);
+      const std::optional<int> given = intVar(env, "MASTER_PORT");
+      e.master = strCat(firstSlurmHost(*list), ":", given.value_or(jobPort(valueOr(env, "SLURM_JOB_ID", "0"))));
       e.master_from = strCat(list_name, "=", *list);
       e.master_is_default = true;
+      e.master_ports = given ? 1 : kJobPortTries;
     }
   }
   return e;

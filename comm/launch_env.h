@@ -56,6 +56,10 @@ struct LaunchEnv {
   // The master came from a default of this launcher (Slurm's first host, Horovod's driver), not
   // from a variable that names the store: --master may override it.
   bool master_is_default = false;
+  // The store may be at master's port or one of the next master_ports - 1
+  // (StoreOptions::port_tries): master's port was derived from a job id, which another job on the
+  // node may hold (kJobPortTries); 1: exactly master.
+  int master_ports = 1;
   bool agent_store = false;  // the launcher's agent hosts the store at `master`: connect only
   std::string job_key;       // part of the rendezvous key prefix (torchrun: run id, restart)
   std::string job_id;        // the launcher's id of the job (torchrun run id, Slurm job.step, ...)
@@ -74,6 +78,11 @@ struct LaunchEnv {
 // like) is an error naming the other half, not a process alone. source == kNone when no launcher
 // variables are present.
 LaunchEnv detectLaunch(const EnvMap& env);
+
+// How many ports from a job id's port (29500 + the id modulo 1000) a job's store may take: 1000
+// ids share 1000 ports, so two jobs on a node can meet on one (mpirun's ids are hashes; Slurm's
+// count up). The one that comes second takes the next free port of its 8.
+inline constexpr int kJobPortTries = 8;
 
 // The CUDA device of a rank: local_rank % visible (with one GPU per task, CUDA_VISIBLE_DEVICES
 // leaves each process one device, index 0). Throws InputError when visible < 1.

@@ -78,6 +78,12 @@ struct StoreOptions {
   // compare-and-set of an unprefixed key); a process of another job is refused with a CommError
   // naming both ids, and touches none of the running job's keys.
   std::string job;
+  // The store may be at any of the ports port .. port + port_tries - 1: a port derived from a job
+  // id (mpirun's, Slurm's), which another job on the node may already hold. Rank 0 hosts it at
+  // the first of them it can bind, and claims it for `job` (which must be set) at once; the other
+  // ranks look through them for the store claimed for `job`, passing over another job's (or any
+  // server that is not an aiacc store), until `timeout`. 1: only `port`.
+  int port_tries = 1;
 };
 
 // Two-level reduction (intra-node reduce-scatter, inter-node allreduce, intra-node allgather).

@@ -4,40 +4,163 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
 
+using namespace std::chrono_literals;
+
 const char* const kJobKey = "aiacc/job";
 
-c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
+namespace {
+
+// A TCPStore at `port`: its server and a client of it (rank 0), or a client alone; throws what
+// TCPStore throws (a port in use, nothing listening within `timeout`).
+c10::intrusive_ptr<c10d::TCPStore> tcpStoreAt(const StoreOptions& o, int port, bool server,
+                                              std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(o.port);
-  const bool server = o.rank == 0 && !o.client_only;
+  opts.port = static_cast<std::uint16_t>(port);
   opts.isServer = server;
   opts.numWorkers = static_cast<std::size_t>(o.world);
   opts.waitWorkers = false;  // we wait ourselves, with a message naming the missing ranks
-  opts.timeout = o.timeout;
+  opts.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+}
+
+c10::intrusive_ptr<c10d::Store> withPrefix(const StoreOptions& o, c10::intrusive_ptr<c10d::Store> store) {
+  if (o.key_log) return makeRecordingPrefixStore(o.prefix, std::move(store), o.key_log);
+  return c10::make_intrusive<c10d::PrefixStore>(o.prefix, std::move(store));
+}
+
+// Whether something accepts TCP connections at host:port within `wait` (one connect, closed at
+// once).
+bool listening(const std::string& host, int port, std::chrono::milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t len = sizeof(error);
+      ok = ::poll(&p, 1, static_cast<int>(wait.count())) == 1 &&
+           ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return ok;
+}
+
+// The job a store was claimed for; "" when nobody claimed it within `wait` (a server that is not
+// an aiacc job's store, or one whose rank 0 has not claimed it yet).
+std::string ownerOf(c10d::Store& store, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (!store.check({kJobKey})) {
+    if (std::chrono::steady_clock::now() > deadline) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::vector<uint8_t> owner = store.get(kJobKey);
+  return std::string(owner.begin(), owner.end());
+}
+
+// port_tries > 1: rank 0 hosts at the first port it can bind and claims it at once; the others
+// look through the ports, round after round, for the store claimed for o.job.
+c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
+  AIACC_CHECK_INPUT(!o.job.empty(), "StoreOptions::port_tries ", o.port_tries,
+                    " needs StoreOptions::job: the ranks tell their store from another job's by it");
+  const int last = o.port + o.port_tries - 1;
+  if (o.rank == 0 && !o.client_only) {
+    std::string why;
+    for (int port = o.port; port <= last; ++port) {
+      try {
+        auto store = tcpStoreAt(o, port, /*server=*/true, o.timeout);
+        claimForJob(*store, o.job, o.host + ":" + std::to_string(port));
+        return store;
+      } catch (const std::exception& e) {  // in use (another job's store, or anything else)
+        why = firstLine(e.what());
+      }
+    }
+    throw CommError(strCat("rank 0 cannot host the rendezvous store on any of ports ", o.port, "-", last,
+                           " (the last: ", why, "); are ", o.port_tries,
+                           " other jobs on this node? give the store a port of its own"),
+                    CommError::Remedy::kStore);
+  }
+  // A look at a port with nothing behind it is short (a refused or unanswered connect), and
+  // rank 0 may take any of them. (TCPStore's own connect is no look: LibTorch 1.13 counts its
+  // timeout in whole seconds, so a short one fails at once.)
+  const auto look = std::min<std::chrono::milliseconds>(o.timeout, std::chrono::milliseconds(250));
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  std::vector<std::string> seen(static_cast<size_t>(o.port_tries));
+  for (;;) {
+    for (int port = o.port; port <= last; ++port) {
+      std::string& there = seen[static_cast<size_t>(port - o.port)];
+      if (!listening(o.host, port, look)) {
+        there = "nothing listening";
+        continue;
+      }
+      try {
+        auto store = tcpStoreAt(o, port, /*server=*/false, std::min<std::chrono::milliseconds>(o.timeout, 5000ms));
+        const std::string owner = ownerOf(*store, 1000ms);
+        if (owner == o.job) {
+          store->setTimeout(o.timeout);
+          return store;
+        }
+        there = owner.empty() ? "a server that is not an aiacc job's store" : "job '" + owner + "'";
+      } catch (const std::exception& e) {
+        there = "a server that is not an aiacc job's store (" + firstLine(e.what()) + ")";
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::string found;
+  for (int i = 0; i < o.port_tries; ++i) found += strCat(i ? "; " : "", o.port + i, ": ", seen[static_cast<size_t>(i)]);
+  throw CommError(strCat("cannot find the rendezvous store of job '", o.job, "' at ", o.host, ", ports ", o.port, "-",
+                         last, ", within ", o.timeout.count() / 1000.0, " s (found ", found,
+                         "); is rank 0 running, at the store's address?"),
+                  CommError::Remedy::kStore);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
+  if (o.port_tries > 1) return withPrefix(o, findTcpStore(o));
+  const bool server = o.rank == 0 && !o.client_only;
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+    store = tcpStoreAt(o, o.port, server, o.timeout);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
     throw CommError(strCat(server ? "rank 0 cannot host the rendezvous store on port "
                                   : "cannot reach the rendezvous store at ",
-                           server ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port), " (", what, "); ",
+                           server ? std::to_string(o.port) : o.host + ":" + std::to_string(o.port), " (",
+                           firstLine(e.what()), "); ",
                            server          ? "is the port in use? give the store another port"
                            : o.client_only ? "is the launcher's agent (torchrun) still running?"
                                            : "is rank 0 running, at the store's address?"),
                     CommError::Remedy::kStore);
   }
   if (!o.job.empty()) claimForJob(*store, o.job, o.host + ":" + std::to_string(o.port));
-  if (o.key_log) return makeRecordingPrefixStore(o.prefix, store, o.key_log);
-  return c10::make_intrusive<c10d::PrefixStore>(o.prefix, store);
+  return withPrefix(o, std::move(store));
 }
 
 c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::milliseconds timeout) {

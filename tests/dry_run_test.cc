@@ -62,6 +62,13 @@ TEST(DryRun, DescribesEachRoleAndWhatTrains) {
                       "(the launcher's)\n"),
             std::string::npos)
       << rank;
+  worker.source = LaunchSource::kOpenMpi;  // one node, the store at its job id's port or the next free
+  worker.store = {};
+  worker.store.master = "127.0.0.1:30149";
+  worker.store.ports = comm::kJobPortTries;
+  const std::string mpi = describeRun(worker, dist, smallConfig());
+  EXPECT_NE(mpi.find("started by Open MPI; store at 127.0.0.1:30149 or one of the next 7 ports\n"), std::string::npos)
+      << mpi;
 }
 
 // The binary: a valid command line is described and nothing starts; an invalid one is the usage

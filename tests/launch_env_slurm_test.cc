@@ -55,6 +55,7 @@ TEST(LaunchEnv, SlurmJobStep) {
   EXPECT_EQ(p.world.local_rank, 1);
   EXPECT_EQ(p.world.local_size, 2) << "the step's layout on this node, not SLURM_NTASKS_PER_NODE";
   EXPECT_EQ(p.store.master, "gpu07:29742") << "the step's first host; a port per job";
+  EXPECT_EQ(p.store.ports, comm::kJobPortTries) << "another job on the node may hold 29742: the next free of 8";
   EnvMap last = slurmStep();
   last["SLURM_NODEID"] = "3";
   last["SLURM_LOCALID"] = "0";
@@ -63,6 +64,7 @@ TEST(LaunchEnv, SlurmJobStep) {
   EnvMap port = slurmStep();
   port["MASTER_PORT"] = "30000";
   EXPECT_EQ(planLaunch(detectLaunch(port), noFlags()).store.master, "gpu07:30000");
+  EXPECT_EQ(planLaunch(detectLaunch(port), noFlags()).store.ports, 1) << "a port given is that port";
   LaunchFlags f;
   f.nproc = 4;
   EXPECT_EQ(errorOf([&] { planLaunch(e, f); }),
@@ -71,6 +73,7 @@ TEST(LaunchEnv, SlurmJobStep) {
   f = {};
   f.master = "gpu09:29500";  // the first-host default gives way to --master
   EXPECT_EQ(planLaunch(e, f).store.master, "gpu09:29500");
+  EXPECT_EQ(planLaunch(e, f).store.ports, 1);
 }
 
 // Inside sbatch's script (no srun): the batch step is not a launcher, --gpus/--nproc launch.

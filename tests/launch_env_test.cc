@@ -325,6 +325,7 @@ TEST(LaunchEnv, MpiRanksOfOneNodeMeetAtAPortOfTheirJob) {
                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                       {"OMPI_MCA_ess_base_jobid", "2745499649"}};
   EXPECT_EQ(planLaunch(detectLaunch(one), noFlags()).store.master, "127.0.0.1:30149");
+  EXPECT_EQ(planLaunch(detectLaunch(one), noFlags()).store.ports, comm::kJobPortTries) << "30149 to 30156";
   EnvMap other = one;
   other["OMPI_MCA_ess_base_jobid"] = "2745565185";
   EXPECT_EQ(planLaunch(detectLaunch(other), noFlags()).store.master, "127.0.0.1:29685");
@@ -332,6 +333,7 @@ TEST(LaunchEnv, MpiRanksOfOneNodeMeetAtAPortOfTheirJob) {
   f.master = "127.0.0.1:31000";
   f.values.master = *f.master;
   EXPECT_EQ(planLaunch(detectLaunch(one), f).store.master, "127.0.0.1:31000");
+  EXPECT_EQ(planLaunch(detectLaunch(one), f).store.ports, 1) << "--master names one port";
   const EnvMap pmi = {{"PMI_RANK", "0"},
                       {"PMI_SIZE", "2"},
                       {"MPI_LOCALRANKID", "0"},

@@ -292,5 +292,27 @@ TEST(OpenMpi, MpirunTwoRanksFormOneJob) {
   EXPECT_EQ(test::readJson(report).at("world_size"), 2);
 }
 
+// Two mpirun jobs on one node at once, neither given a port: each forms its own job of world 2, at
+// its job id's port or, when another job holds that one (a Slurm lab's, or the other's, however
+// unlikely), the next free one of its 8 (tests/store_test.cc makes them meet on one).
+TEST(OpenMpi, TwoJobsOnOneNodeAtOnceEachFormTheirOwn) {
+  if (::geteuid() != 0) GTEST_SKIP() << "not root (the test runs mpirun --allow-run-as-root)";
+  if (!haveCommand("mpirun")) GTEST_SKIP() << "no openmpi-bin (scripts/setup.sh)";
+  test::TempDir d;
+  std::string cmd;
+  for (int j = 1; j <= 2; ++j) {
+    cmd += strCat("timeout 180 mpirun -np 2 --allow-run-as-root --oversubscribe ", job(30), " --report-file ",
+                  d / strCat("report", j, ".json"), " > ", d / strCat("out", j), " 2>&1 & ");
+  }
+  const auto [rc, out] = test::runShell(cmd + "wait %1; a=$?; wait %2; echo rc1=$a rc2=$?");
+  ASSERT_EQ(rc, 0) << out;
+  for (int j = 1; j <= 2; ++j) {
+    const std::string log = readText(d / strCat("out", j));
+    EXPECT_TRUE(contains(out, strCat("rc", j, "=0"))) << out << "\njob " << j << ":\n" << log;
+    EXPECT_TRUE(contains(log, "launched by Open MPI: 2 ranks")) << log;
+    EXPECT_EQ(test::readJson(d / strCat("report", j, ".json")).at("world_size"), 2) << log;
+  }
+}
+
 }  // namespace
 }  // namespace aiacc::test_slurm

@@ -1,5 +1,5 @@
-// comm/ transports: Gloo, shared memory, two-level, the factory, fp16/bf16 conversion and the
-// store. Ranks are threads sharing one in-memory store (real Gloo over TCP on loopback).
+// comm/ transports: Gloo, shared memory, two-level, the factory, fp16/bf16 conversion (the
+// store: tests/store_test.cc). Ranks are threads sharing one in-memory store (real Gloo over TCP on loopback).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -419,88 +419,6 @@ TEST(Half, ConversionAndSumMatchScalarReference) {
   EXPECT_FALSE(bf16ToFloat(bits, back.data_ptr<float>(), 1003, 1.0f));
   bf[500] = std::nanf("");
   EXPECT_FALSE(bf16ToFloat(bits, back.data_ptr<float>(), 1003, 1.0f));
-}
-
-TEST(Store, PortInUseIsAClearError) {
-  StoreOptions o;
-  o.port = 29731;
-  o.world = 1;
-  o.timeout = std::chrono::seconds(5);
-  auto first = makeTcpStore(o);
-  try {
-    auto second = makeTcpStore(o);
-    FAIL() << "second server on the same port";
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("port 29731"), std::string::npos) << e.what();
-  }
-}
-
-// The first process claims the store for its job; one of another job is refused, naming both.
-TEST(Store, AnotherJobIsRefused) {
-  auto store = makeHashStore();
-  claimForJob(*store, "job-a", "here");
-  claimForJob(*store, "job-a", "here");  // a second rank of the same job
-  try {
-    claimForJob(*store, "job-b", "127.0.0.1:1234");
-    FAIL() << "a process of another job was accepted";
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("the rendezvous store at 127.0.0.1:1234 belongs to another job ('job-a'; "
-                                         "this process is job 'job-b')"),
-              std::string::npos)
-        << e.what();
-  }
-}
-
-TEST(Store, WaitNamesTheMissingRanks) {
-  auto store = makeHashStore();
-  store->set("ready/0", std::vector<uint8_t>{1});
-  store->set("ready/2", std::vector<uint8_t>{1});
-  try {
-    waitForRanks(*store, "ready", 4, std::chrono::milliseconds(200));
-    FAIL() << "missing ranks not reported";
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank(s) 1,3"), std::string::npos) << e.what();
-  }
-}
-
-// Every rank polls with one request for all the keys, not one per rank (rank 0's store served
-// O(world^2) requests every 20 ms).
-class CountingStore : public c10d::HashStore {
- public:
-  bool check(const std::vector<std::string>& keys) override {
-    if (++requests == 3) set("ready/7", std::vector<uint8_t>{1});  // the last rank arrives during the third poll
-    if (keys.size() > 1) ++polls;
-    return c10d::HashStore::check(keys);
-  }
-  int requests = 0;
-  int polls = 0;  // checks of every key at once
-};
-
-TEST(Store, WaitPollsWithOneRequestPerPoll) {
-  auto store = c10::make_intrusive<CountingStore>();
-  for (int r = 0; r < 7; ++r) store->set("ready/" + std::to_string(r), std::vector<uint8_t>{1});
-  waitForRanks(*store, "ready", 8, std::chrono::seconds(30));
-  EXPECT_EQ(store->requests, 3);
-}
-
-// The polls back off: 1, 2, 4 ... ms up to the longest pause, so a rank waiting 1 s asks at most
-// ~log2(longest) + 1 s / longest times (a loaded machine only sleeps longer: fewer polls), and the
-// longest pause grows with the world, bounding the store's load.
-TEST(Store, WaitBacksOffToALongestPauseThatGrowsWithTheWorld) {
-  EXPECT_EQ(waitForRanksLongestPause(2).count(), 20);
-  EXPECT_EQ(waitForRanksLongestPause(512).count(), 51);
-  EXPECT_EQ(waitForRanksLongestPause(4096).count(), 200);
-  // 4096 ranks: 1+2+...+128 ms (8 polls), then 200 ms pauses: at most 8 + 750 / 200 + the last
-  // poll in a second (polling every 20 ms, as before, asked 50 times).
-  auto store = c10::make_intrusive<CountingStore>();
-  try {
-    waitForRanks(*store, "never", 4096, std::chrono::seconds(1));
-    FAIL() << "nobody came, and no timeout";
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("4096 of 4096 missing"), std::string::npos) << e.what();
-  }
-  EXPECT_LE(store->polls, 8 + 4 + 1);
-  EXPECT_GE(store->polls, 2);
 }
 
 // A library leaves the process's signal dispositions alone: the program decides about SIGPIPE.
