@@ -88,7 +88,10 @@ std::string ownerOf(c10d::Store& store, std::chrono::milliseconds wait) {
 c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
   AIACC_CHECK_INPUT(!o.job.empty(), "StoreOptions::port_tries ", o.port_tries,
                     " needs StoreOptions::job: the ranks tell their store from another job's by it");
+  AIACC_CHECK_INPUT(!o.client_only, "StoreOptions::port_tries ", o.port_tries,
+                    " cannot go with client_only: a store another process hosts is at one port");
   const int last = o.port + o.port_tries - 1;
+  AIACC_CHECK_INPUT(o.port >= 1 && last <= 65535, "StoreOptions: ports ", o.port, "-", last, " are not all in 1-65535");
   if (o.rank == 0 && !o.client_only) {
     std::string why;
     for (int port = o.port; port <= last; ++port) {
@@ -119,7 +122,10 @@ c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
         continue;
       }
       try {
-        auto store = tcpStoreAt(o, port, /*server=*/false, std::min<std::chrono::milliseconds>(o.timeout, 5000ms));
+        // (At least 1 s: LibTorch 1.13 would make less 0 s.)
+        const auto connect = std::max<std::chrono::milliseconds>(1000ms, std::min<std::chrono::milliseconds>(o.timeout,
+                                                                                                             5000ms));
+        auto store = tcpStoreAt(o, port, /*server=*/false, connect);
         const std::string owner = ownerOf(*store, 1000ms);
         if (owner == o.job) {
           store->setTimeout(o.timeout);
@@ -127,7 +133,7 @@ c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
         }
         there = owner.empty() ? "a server that is not an aiacc job's store" : "job '" + owner + "'";
       } catch (const std::exception& e) {
-        there = "a server that is not an aiacc job's store (" + firstLine(e.what()) + ")";
+        there = "a server that did not answer as a store (" + firstLine(e.what()) + ")";
       }
     }
     if (std::chrono::steady_clock::now() > deadline) break;
