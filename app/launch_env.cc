@@ -135,7 +135,7 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
   p.role = LaunchPlan::Role::kWorker;
   p.world = env.world;
   p.store.master = resolveMaster(env, flags);
-  if (env.master_is_default && p.store.master == env.master) p.store.ports = env.master_ports;
+  if (p.store.master == env.master) p.store.ports = env.master_ports;  // > 1 only for a job id's port
   p.store.agent_hosted = env.agent_store;
   if (!env.job_key.empty()) p.store.key_prefix += "/" + env.job_key;
   p.store.job = jobId(env, flags, p.world);

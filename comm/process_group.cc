@@ -107,7 +107,7 @@ ProcessGroup initProcessGroup(ProcessGroupOptions options, const EnvMap& env) {
   }
   options.store.host = host;
   options.store.port = port;
-  options.store.port_tries = launch.master_is_default ? launch.master_ports : 1;
+  options.store.port_tries = launch.master_ports;  // > 1 only for a port derived from a job id
   options.store.rank = w.rank;
   options.store.world = w.world;
   options.store.client_only = launch.agent_store;

@@ -92,7 +92,7 @@ c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
                     " cannot go with client_only: a store another process hosts is at one port");
   const int last = o.port + o.port_tries - 1;
   AIACC_CHECK_INPUT(o.port >= 1 && last <= 65535, "StoreOptions: ports ", o.port, "-", last, " are not all in 1-65535");
-  if (o.rank == 0 && !o.client_only) {
+  if (o.rank == 0) {
     std::string why;
     for (int port = o.port; port <= last; ++port) {
       try {
@@ -111,7 +111,10 @@ c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
   // A look at a port with nothing behind it is short (a refused or unanswered connect), and
   // rank 0 may take any of them. (TCPStore's own connect is no look: LibTorch 1.13 counts its
   // timeout in whole seconds, so a short one fails at once.)
-  const auto look = std::min<std::chrono::milliseconds>(o.timeout, std::chrono::milliseconds(250));
+  const auto look = std::min<std::chrono::milliseconds>(o.timeout, 250ms);
+  // Then a TCPStore client, its connect bounded by at least 1 s (LibTorch 1.13 would make less 0 s).
+  const auto connect = std::max<std::chrono::milliseconds>(1000ms,
+                                                           std::min<std::chrono::milliseconds>(o.timeout, 5000ms));
   const auto deadline = std::chrono::steady_clock::now() + o.timeout;
   std::vector<std::string> seen(static_cast<size_t>(o.port_tries));
   for (;;) {
@@ -122,9 +125,6 @@ c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
         continue;
       }
       try {
-        // (At least 1 s: LibTorch 1.13 would make less 0 s.)
-        const auto connect = std::max<std::chrono::milliseconds>(1000ms, std::min<std::chrono::milliseconds>(o.timeout,
-                                                                                                             5000ms));
         auto store = tcpStoreAt(o, port, /*server=*/false, connect);
         const std::string owner = ownerOf(*store, 1000ms);
         if (owner == o.job) {
@@ -170,14 +170,10 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
 }
 
 c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(port);
-  opts.isServer = true;
-  opts.numWorkers = static_cast<std::size_t>(world);
-  opts.waitWorkers = false;
-  opts.timeout = timeout;
+  StoreOptions o;  // its own server, on every interface (host: the address its own client uses)
+  o.world = world;
   try {
-    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", opts);
+    return tcpStoreAt(o, port, /*server=*/true, timeout);
   } catch (const std::exception& e) {
     throw CommError(strCat("cannot host the rendezvous store on port ", port, " (", firstLine(e.what()),
                            "); is the port in use? give the store another port"),

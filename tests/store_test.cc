@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <exception>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,15 +90,6 @@ std::string ownerAt(int port) {
   c10d::TCPStore store("127.0.0.1", o);
   const std::vector<uint8_t> v = store.get("aiacc/job");
   return std::string(v.begin(), v.end());
-}
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const CommError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Store, PortInUseIsAClearError) {
@@ -232,7 +222,7 @@ TEST(Store, ARankThatFindsNoStoreOfItsJobSaysWhatEachPortHeld) {
   c.world = 2;
   c.port_tries = 3;
   c.timeout = 1500ms;
-  const std::string e = errorOf([&] { makeTcpStore(c); });
+  const std::string e = aiacc::test::messageOf<CommError>([&] { makeTcpStore(c); });
   EXPECT_NE(e.find(strCat("cannot find the rendezvous store of job 'job-c' at 127.0.0.1, ports ", port, "-", port + 2,
                           ", within 1.5 s (found ", port, ": job 'job-a'; ", port + 1,
                           ": a server that is not an aiacc job's store; ", port + 2, ": nothing listening)")),
@@ -252,25 +242,17 @@ TEST(Store, RankZeroWithEveryPortTakenSaysSo) {
   o.job = "job-d";
   o.port_tries = 2;
   o.timeout = 5s;
-  const std::string e = errorOf([&] { makeTcpStore(o); });
+  const std::string e = aiacc::test::messageOf<CommError>([&] { makeTcpStore(o); });
   EXPECT_NE(e.find(strCat("rank 0 cannot host the rendezvous store on any of ports ", port, "-", port + 1)),
             std::string::npos)
       << e;
   o.job = "";
-  try {
-    makeTcpStore(o);
-    FAIL() << "a search without a job";
-  } catch (const InputError& err) {
-    EXPECT_NE(std::string(err.what()).find("needs StoreOptions::job"), std::string::npos) << err.what();
-  }
+  const std::string no_job = aiacc::test::messageOf<InputError>([&] { makeTcpStore(o); });
+  EXPECT_NE(no_job.find("needs StoreOptions::job"), std::string::npos) << no_job;
   o.job = "job-d";
   o.client_only = true;  // a store another process hosts (torchrun's agent) is at one port
-  try {
-    makeTcpStore(o);
-    FAIL() << "a search for a store someone else hosts";
-  } catch (const InputError& err) {
-    EXPECT_NE(std::string(err.what()).find("cannot go with client_only"), std::string::npos) << err.what();
-  }
+  const std::string hosted = aiacc::test::messageOf<InputError>([&] { makeTcpStore(o); });
+  EXPECT_NE(hosted.find("cannot go with client_only"), std::string::npos) << hosted;
 }
 
 }  // namespace
