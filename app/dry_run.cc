@@ -20,8 +20,11 @@ std::string who(const LaunchPlan& plan, const DistSpec& dist) {
       }
       os << "; store "
          << (s.external_store ? "served apart at " + s.master
-             : s.pick_port    ? std::string("on this node, at a free port")
-                              : "at " + s.master);
+             : s.pick_port
+                 ? std::string("on this node, at a free port")
+                 : "at " + s.master +
+                       (s.master_ports > 1 ? " or one of the next " + std::to_string(s.master_ports - 1) + " ports"
+                                           : ""));
       if (plan.source != LaunchSource::kNone) os << "; node layout from " << sourceName(plan.source);
       break;
     }

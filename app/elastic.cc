@@ -90,6 +90,7 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
   so.prefix = plan.store.key_prefix;
   so.client_only = true;
   so.job = plan.store.job;
+  so.port_tries = plan.store.ports;
   ElasticOptions o;
   // MIN from the launcher (AIACC_ELASTIC_MIN_NODES: --nnodes or PET_NNODES), MAX: its world.
   const int min_nodes = plan.min_nodes > 0 ? plan.min_nodes : dist.launch.min_nodes;

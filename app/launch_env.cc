@@ -69,18 +69,65 @@ LaunchPlan planNode(const LaunchEnv& env, const LaunchFlags& flags, int nnodes, 
   s.node_rank = node_rank;
   if (s.min_nodes == 0) s.min_nodes = env.min_nodes;  // Kubeflow's PET_NNODES=MIN:MAX
   s.master = resolveMaster(env, flags);
+  // A job id's port (srun's): node 0's launcher hosts the store there or at one of the next.
+  if (s.master == env.master && !s.external_store) s.master_ports = env.master_ports;
+  if (s.job_id.empty()) s.job_id = env.job_id;  // (the same on every node of the step)
   p.role = s.nproc * s.nnodes > 1 ? LaunchPlan::Role::kSpawn : LaunchPlan::Role::kSingle;
   return p;
 }
 
 }  // namespace
 
-std::string batchScriptWarning(const LaunchEnv& env, const std::string& parent) {
+std::string batchScriptWarning(const LaunchEnv& env, const std::string& parent, bool as_step) {
   if (env.source != LaunchSource::kNone || !env.slurm_batch || parent == "slurmstepd") return "";
   return strCat("aiacc_train runs under its Slurm batch script's shell (", parent.empty() ? "?" : parent,
                 "), not as the batch step: Slurm's signals (scancel, scancel --signal, --signal=B:...) reach the "
-                "shell, and the job would stop without saving; start it with `exec aiacc_train ...` (or `srun "
-                "aiacc_train ...`) in the script");
+                "shell, and the job would stop without saving; ",
+                as_step ? "it runs itself as a job step (srun) instead, which a cancel, a requeue or the job's end "
+                          "stops with SIGTERM, saving (--signal=B: still reaches the shell alone); "
+                        : "",
+                "start it with `exec aiacc_train ...` (or `srun aiacc_train ...`) in the script");
+}
+
+JobStep srunAsJobStep(const LaunchEnv& env, const LaunchPlan& plan, const std::string& parent, const comm::EnvMap& vars,
+                      const std::string& exe, const std::vector<std::string>& args, const std::string& out,
+                      const std::string& err) {
+  const bool this_node = plan.role == LaunchPlan::Role::kSingle ||
+                         (plan.role == LaunchPlan::Role::kSpawn && plan.spawn.pick_port);
+  if (batchScriptWarning(env, parent, true).empty() || parent != "slurm_script" || !this_node || exe.empty()) {
+    return {};
+  }
+  const auto var = [&](const char* name) {
+    const auto it = vars.find(name);
+    return it == vars.end() ? std::string() : it->second;
+  };
+  // (A count as Slurm writes it; anything else is left to srun's default.)
+  const auto count = [&](const char* name) {
+    const std::string v = var(name);
+    const bool digits = !v.empty() && v.size() < 7 && v.find_first_not_of("0123456789") == std::string::npos;
+    return digits && std::stoi(v) > 0 ? v : std::string();
+  };
+  JobStep step;
+  std::vector<std::string>& cmd = step.argv;
+  cmd = {"srun", "--nodes=1", "--ntasks=1", "--overlap"};
+  if (const std::string node = var("SLURMD_NODENAME"); !node.empty()) cmd.push_back("--nodelist=" + node);
+  if (const std::string cpus = count("SLURM_CPUS_ON_NODE"); !cpus.empty()) cmd.push_back("--cpus-per-task=" + cpus);
+  if (const std::string gpus = count("SLURM_GPUS_ON_NODE"); !gpus.empty()) cmd.push_back("--gres=gpu:" + gpus);
+  if (!out.empty() || !err.empty()) {
+    cmd.insert(cmd.end(), {"/bin/sh", "-c",
+                           R"(o=$1; e=$2; shift 2; [ -z "$o" ] || exec >> "$o"; [ -z "$e" ] || exec 2>> "$e"; )"
+                           R"(exec "$@")",
+                           "sh", out, err});
+  }
+  cmd.push_back(exe);
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  // (Per task or per GPU: with one task of the node's CPUs and GPUs, they would clash or shrink it.)
+  for (const char* name :
+       {"SLURM_CPUS_PER_GPU", "SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_MEM_PER_GPU",
+        "SLURM_NTASKS_PER_NODE", "SLURM_NTASKS_PER_SOCKET", "SLURM_NTASKS_PER_CORE", "SLURM_NTASKS_PER_GPU"}) {
+    if (vars.count(name) > 0) step.unset.push_back(name);
+  }
+  return step;
 }
 
 LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
@@ -104,8 +151,9 @@ LaunchPlan planLaunch(const LaunchEnv& env, const LaunchFlags& flags) {
     p.role = LaunchPlan::Role::kWorker;
     p.world = env.world;
     p.store.master = env.master.empty() ? flags.values.master : env.master;
-    p.store.agent_hosted = env.agent_store;  // node 0's launcher hosts it (AIACC_LAUNCHER_STORE)
-    p.min_nodes = env.min_nodes;             // an elastic job (AIACC_ELASTIC_MIN_NODES)
+    if (!env.master.empty()) p.store.ports = env.master_ports;  // (the launcher's AIACC_MASTER_PORTS)
+    p.store.agent_hosted = env.agent_store;                     // node 0's launcher hosts it (AIACC_LAUNCHER_STORE)
+    p.min_nodes = env.min_nodes;                                // an elastic job (AIACC_ELASTIC_MIN_NODES)
     if (!env.job_key.empty()) p.store.key_prefix += "/" + env.job_key;
     p.store.job = jobId(env, flags, p.world);
     return p;

@@ -125,6 +125,7 @@ std::vector<std::string> workerEnvironment(const LaunchSpec& spec, int rank, int
       {"AIACC_LOCAL_RANK", std::to_string(local)},
       {"AIACC_LOCAL_SIZE", std::to_string(spec.nproc)},
       {"AIACC_MASTER", spec.master},
+      {"AIACC_MASTER_PORTS", std::to_string(spec.master_ports)},
       {"AIACC_LAUNCHER_STORE", spec.host_store || spec.external_store ? "1" : "0"},
       {"AIACC_ELASTIC_MIN_NODES", std::to_string(spec.min_nodes)}};
   for (char** e = environ; e && *e; ++e) {
@@ -144,7 +145,8 @@ bool exitedWith(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(
 // failing). A worker of an elastic job that ended after that is not started again: there is
 // nothing left to join. Asked of the store this launcher hosts, else as a client of the job's
 // (a store that cannot be reached within about kAskFor, twice for LibTorch's two connections,
-// says nothing, and the worker is started again to find out for itself).
+// or, where the store may be at several ports, not found within a round of looks at them, says
+// nothing, and the worker is started again to find out for itself).
 bool jobEndRecorded(const c10::intrusive_ptr<c10d::Store>& hosted, const LaunchSpec& spec) {
   constexpr auto kAskFor = std::chrono::seconds(2);
   try {
@@ -156,6 +158,8 @@ bool jobEndRecorded(const c10::intrusive_ptr<c10d::Store>& hosted, const LaunchS
     std::tie(o.host, o.port) = parseHostPort(spec.master);
     o.client_only = true;
     o.timeout = kAskFor;
+    o.port_tries = spec.master_ports;
+    if (o.port_tries > 1) o.job = spec.job_id;
     return comm::jobEnded(*comm::makeTcpStore(o));
   } catch (const std::exception&) {
     return false;
@@ -231,8 +235,24 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
   c10::intrusive_ptr<c10d::Store> store;
   if (spec.host_store && !spec.external_store && spec.node_rank == 0) {
     const bool pick = spec.pick_port && spec.nnodes == 1;
-    store = comm::hostStore(pick ? 0 : parseHostPort(spec.master).second, spec.nproc * spec.nnodes, spec.store_timeout);
-    if (pick) spec.master = strCat(parseHostPort(spec.master).first, ":", comm::hostedPort(*store));
+    const auto [host, port] = parseHostPort(spec.master);
+    if (spec.master_ports > 1 && !pick) {
+      comm::StoreOptions o;
+      o.port = port;
+      o.port_tries = spec.master_ports;
+      o.world = spec.nproc * spec.nnodes;
+      o.timeout = spec.store_timeout;
+      o.job = spec.job_id;
+      store = comm::hostJobStore(o);
+      spec.master_ports = 1;  // (this node's workers: the port it took)
+      if (comm::hostedPort(*store) != port) {
+        std::cerr << "aiacc_train: port " << port << " of job " << spec.job_id
+                  << " is taken; its rendezvous store is at " << host << ":" << comm::hostedPort(*store) << "\n";
+      }
+    } else {
+      store = comm::hostStore(pick ? 0 : port, spec.nproc * spec.nnodes, spec.store_timeout);
+    }
+    spec.master = strCat(host, ":", comm::hostedPort(*store));
   }
 
   const pid_t launcher = ::getpid();

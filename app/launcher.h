@@ -63,6 +63,12 @@ struct LaunchSpec {
   // With host_store on one node: the store takes a free port (master's is ignored), and master
   // names it to the workers, so that jobs sharing a node never meet on one port.
   bool pick_port = false;
+  // With host_store: the store may be at master's port or the next master_ports - 1 (a port
+  // derived from a job id, which another job on the node may hold; srun's one task per node).
+  // Node 0's launcher hosts it at the first it can bind and claims it for job_id at once
+  // (comm::hostJobStore), then names that port to its workers; the other nodes' workers look
+  // through the ports (AIACC_MASTER_PORTS) for the store of job_id.
+  int master_ports = 1;
   // The store is served outside the job (--rdzv-endpoint: aiacc_train --rendezvous-server, or any
   // TCPStore): no launcher hosts it, every worker connects to `master` as a client, and losing
   // any node, node 0 included, leaves the rendezvous standing.

@@ -11,11 +11,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <vector>
 
 #include "app/cli.h"
 #include "app/dry_run.h"
@@ -166,6 +168,47 @@ std::string parentProcessName() {
   return name;
 }
 
+// The path of what /proc/self/<link> names, or "" ("fd/1": standard output, "" unless a regular file).
+std::string linkOf(const std::string& link, bool regular_file) {
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::read_symlink("/proc/self/" + link, ec);
+  if (ec || (regular_file && !std::filesystem::is_regular_file(path, ec))) return "";
+  return path.string();
+}
+
+// A batch script's aiacc_train run by its shell starts itself again as a job step (srun), which
+// Slurm's cancel and the job's end stop with SIGTERM (app/launch_env.h: batchScriptWarning, srunAsJobStep);
+// returns only where it does not, having said so, and then stops on its shell's death.
+void runAsJobStepIfUnderABatchShell(const aiacc::app::LaunchEnv& env, const aiacc::app::LaunchPlan& plan, int argc,
+                                    char** argv) {
+  if (!env.slurm_batch) return;
+  const std::string parent = parentProcessName();
+  const std::string warning = aiacc::app::batchScriptWarning(env, parent, false);
+  if (warning.empty()) return;
+  const aiacc::app::JobStep step = aiacc::app::srunAsJobStep(env, plan, parent, aiacc::app::currentEnvironment(),
+                                                             linkOf("exe", false),
+                                                             std::vector<std::string>(argv + 1, argv + argc),
+                                                             linkOf("fd/1", true), linkOf("fd/2", true));
+  if (step.argv.empty()) {
+    std::cerr << "aiacc_train: warning: " << warning << "\n";
+  } else {
+    std::cerr << "aiacc_train: warning: " << aiacc::app::batchScriptWarning(env, parent, true) << "\n";
+    std::cout.flush();
+    std::cerr.flush();
+    for (const std::string& name : step.unset) ::unsetenv(name.c_str());
+    std::vector<char*> args;
+    for (const std::string& a : step.argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::cerr << "aiacc_train: warning: cannot run srun (" << std::strerror(errno)
+              << "): going on under the shell, which proctrack/cgroup kills unsaved with it; put srun on PATH, or "
+                 "`exec aiacc_train ...` in the script\n";
+  }
+  // Should Slurm's signal kill the script's shell, this process stops as signalled
+  // (app/stop_signal.h). (Slurm names a batch script's shell slurm_script.)
+  if (parent == "slurm_script") aiacc::app::stopWhenParentDies();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -280,13 +323,7 @@ int main(int argc, char** argv) {
     }
     const aiacc::app::LaunchEnv& launch_env = options->launch_env;
     const aiacc::app::LaunchPlan& plan = options->plan;
-    const std::string parent = launch_env.slurm_batch ? parentProcessName() : "";  // (read only where it matters)
-    if (const std::string w = aiacc::app::batchScriptWarning(launch_env, parent); !w.empty()) {
-      std::cerr << "aiacc_train: warning: " << w << "\n";
-      // Should Slurm's signal kill the script's shell, this process stops as signalled
-      // (app/stop_signal.h). (Slurm names a batch script's shell slurm_script.)
-      if (parent == "slurm_script") aiacc::app::stopWhenParentDies();
-    }
+    runAsJobStepIfUnderABatchShell(launch_env, plan, argc, argv);
     if (plan.role == aiacc::app::LaunchPlan::Role::kSpawn) {
       if (dist.gpus > 0) aiacc::app::requireVisibleGpus(plan.spawn.nproc);
       aiacc::app::LaunchSpec spec = plan.spawn;

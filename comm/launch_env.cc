@@ -123,6 +123,11 @@ LaunchEnv fromAiacc(const EnvMap& env) {
   e.master = valueOr(env, "AIACC_MASTER", "");
   e.master_from = "AIACC_MASTER=" + e.master;
   e.job_id = valueOr(env, "AIACC_JOB_ID", "");
+  if (const std::string* m = find(env, "AIACC_MASTER_PORTS")) {
+    e.master_ports = toInt(*m, "AIACC_MASTER_PORTS");
+    AIACC_CHECK_INPUT(e.master_ports >= 1 && e.master_ports <= kJobPortTries, "AIACC_MASTER_PORTS=", *m,
+                      " must be 1 to ", kJobPortTries, " (set by aiacc_train's launcher)");
+  }
   e.agent_store = isTrue(find(env, "AIACC_LAUNCHER_STORE"));
   if (const std::string* m = find(env, "AIACC_ELASTIC_MIN_NODES")) e.min_nodes = toInt(*m, "AIACC_ELASTIC_MIN_NODES");
   nodesFromLocalSize(e);

@@ -6,7 +6,8 @@
 // Sources, in order (the first whose variables are present wins):
 //   aiacc      AIACC_RANK, AIACC_WORLD_SIZE, AIACC_LOCAL_RANK, AIACC_LOCAL_SIZE, AIACC_MASTER
 //              (set by aiacc_train's own launcher, --nproc / --gpus); AIACC_LAUNCHER_STORE=1
-//              means node 0's launcher hosts the store at AIACC_MASTER (workers only connect)
+//              means node 0's launcher hosts the store at AIACC_MASTER (workers only connect),
+//              or at one of the next AIACC_MASTER_PORTS - 1 ports (a Slurm job id's port)
 //   torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
 //              MASTER_ADDR, MASTER_PORT with TORCHELASTIC_RUN_ID; TORCHELASTIC_USE_AGENT_STORE=True
 //              means the agent hosts the store at MASTER_ADDR:MASTER_PORT (workers only connect)

@@ -82,7 +82,8 @@ struct StoreOptions {
   // id (mpirun's, Slurm's), which another job on the node may already hold. Rank 0 hosts it at
   // the first of them it can bind, and claims it for `job` (which must be set) at once; the other
   // ranks look through them for the store claimed for `job`, passing over another job's (or any
-  // server that is not an aiacc store), until `timeout`. 1: only `port`.
+  // server that is not an aiacc store), until `timeout`. With client_only (a launcher hosts it,
+  // at the first it could bind: hostJobStore) every rank looks. 1: only `port`.
   int port_tries = 1;
 };
 

@@ -83,31 +83,40 @@ std::string ownerOf(c10d::Store& store, std::chrono::milliseconds wait) {
   return std::string(owner.begin(), owner.end());
 }
 
-// port_tries > 1: rank 0 hosts at the first port it can bind and claims it at once; the others
-// look through the ports, round after round, for the store claimed for o.job.
-c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
+// The last of a port search's ports, once o is checked for one.
+int lastPort(const StoreOptions& o) {
   AIACC_CHECK_INPUT(!o.job.empty(), "StoreOptions::port_tries ", o.port_tries,
                     " needs StoreOptions::job: the ranks tell their store from another job's by it");
-  AIACC_CHECK_INPUT(!o.client_only, "StoreOptions::port_tries ", o.port_tries,
-                    " cannot go with client_only: a store another process hosts is at one port");
   const int last = o.port + o.port_tries - 1;
   AIACC_CHECK_INPUT(o.port >= 1 && last <= 65535, "StoreOptions: ports ", o.port, "-", last, " are not all in 1-65535");
-  if (o.rank == 0) {
-    std::string why;
-    for (int port = o.port; port <= last; ++port) {
-      try {
-        auto store = tcpStoreAt(o, port, /*server=*/true, o.timeout);
-        claimForJob(*store, o.job, o.host + ":" + std::to_string(port));
-        return store;
-      } catch (const std::exception& e) {  // in use (another job's store, or anything else)
-        why = firstLine(e.what());
-      }
+  return last;
+}
+
+// The host's side of a port search: the server at the first of the ports it can bind, claimed
+// for o.job at once.
+c10::intrusive_ptr<c10d::TCPStore> hostAtFirstFree(const StoreOptions& o, const std::string& who) {
+  const int last = lastPort(o);
+  std::string why;
+  for (int port = o.port; port <= last; ++port) {
+    try {
+      auto store = tcpStoreAt(o, port, /*server=*/true, o.timeout);
+      claimForJob(*store, o.job, o.host + ":" + std::to_string(port));
+      return store;
+    } catch (const std::exception& e) {  // in use (another job's store, or anything else)
+      why = firstLine(e.what());
     }
-    throw CommError(strCat("rank 0 cannot host the rendezvous store on any of ports ", o.port, "-", last,
-                           " (the last: ", why, "); are ", o.port_tries,
-                           " other jobs on this node? give the store a port of its own"),
-                    CommError::Remedy::kStore);
   }
+  throw CommError(strCat(who, " cannot host the rendezvous store on any of ports ", o.port, "-", last, " (the last: ",
+                         why, "); are ", o.port_tries, " other jobs on this node? give the store a port of its own"),
+                  CommError::Remedy::kStore);
+}
+
+// port_tries > 1: rank 0 hosts at the first port it can bind and claims it at once (unless
+// client_only: a launcher did so); the others look through the ports, round after round, for the
+// store claimed for o.job.
+c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
+  const int last = lastPort(o);
+  if (o.rank == 0 && !o.client_only) return hostAtFirstFree(o, "rank 0");
   // A look at a port with nothing behind it is short (a refused or unanswered connect), and
   // rank 0 may take any of them. (TCPStore's own connect is no look: LibTorch 1.13 counts its
   // timeout in whole seconds, so a short one fails at once.)
@@ -179,6 +188,12 @@ c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::mill
                            "); is the port in use? give the store another port"),
                     CommError::Remedy::kStore);
   }
+}
+
+c10::intrusive_ptr<c10d::Store> hostJobStore(const StoreOptions& o) {
+  StoreOptions own = o;  // (its own client: on this host)
+  own.host = StoreOptions{}.host;
+  return hostAtFirstFree(own, "this launcher");
 }
 
 int hostedPort(const c10d::Store& store) {

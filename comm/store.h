@@ -25,7 +25,13 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o);
 // so. Keep the returned store alive for as long as the ranks run.
 c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::milliseconds timeout);
 
-// The port a store from hostStore listens on: with port 0 there, the free one the system chose.
+// hostStore for a job whose port came from a launcher's job id (o.port, o.port_tries, o.world,
+// o.timeout, o.job): the server at the first of the ports it can bind, claimed for o.job at once,
+// so that the ranks, client_only with the same port_tries, find it and pass over another job's.
+// hostedPort says which port. A CommError when none is free.
+c10::intrusive_ptr<c10d::Store> hostJobStore(const StoreOptions& o);
+
+// The port a store from hostStore or hostJobStore listens on: with port 0 there, the free one the system chose.
 int hostedPort(const c10d::Store& store);
 
 // The claim itself, on an unprefixed store (makeTcpStore calls it; tests call it directly).

@@ -114,6 +114,13 @@ TEST(LaunchEnv, SlurmOneTaskPerNodeStartsTheNodesWorkers) {
   EXPECT_EQ(p.spawn.nnodes, 2);
   EXPECT_EQ(p.spawn.node_rank, 1);
   EXPECT_EQ(p.spawn.master, "a1:29507");
+  // Node 0's launcher hosts the store there or at one of the next 7 (another job may hold the
+  // job id's port), for the job every node's launcher names alike.
+  EXPECT_EQ(p.spawn.master_ports, 8);
+  EXPECT_EQ(p.spawn.job_id, "slurm-7.1");
+  EnvMap given = env;
+  given["MASTER_PORT"] = "29999";  // a port given is that port alone
+  EXPECT_EQ(planLaunch(detectLaunch(given), f).spawn.master_ports, 1);
 }
 
 // srun --mpi=pmi2 (sites with MpiDefault=pmi2): Slurm's pmi2 plugin sets PMI_RANK, PMI_SIZE,
@@ -199,20 +206,80 @@ TEST(LaunchEnv, ABatchScriptOfSeveralTasksRunAsOneProcessIsAnError) {
 }
 
 // In a batch script, run by its shell rather than exec'ed: Slurm's signals would never reach
-// aiacc_train, which warns at start and names the fix; exec'ed (parent slurmstepd), under srun or
-// outside Slurm, no warning.
+// aiacc_train, which warns at start and names the fix (and says when it runs itself as a job
+// step); exec'ed (parent slurmstepd), under srun or outside Slurm, no warning.
 TEST(LaunchEnv, ABatchScriptsShellIsWarnedAbout) {
   const EnvMap batch = {{"SLURM_JOB_ID", "4242"}, {"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}};
   const LaunchEnv e = detectLaunch(batch);
   EXPECT_TRUE(e.slurm_batch);
-  EXPECT_EQ(batchScriptWarning(e, "bash"),
-            "aiacc_train runs under its Slurm batch script's shell (bash), not as the batch step: Slurm's signals "
-            "(scancel, scancel --signal, --signal=B:...) reach the shell, and the job would stop without saving; "
-            "start it with `exec aiacc_train ...` (or `srun aiacc_train ...`) in the script");
-  EXPECT_EQ(batchScriptWarning(e, "slurmstepd"), "");
-  EXPECT_EQ(batchScriptWarning(detectLaunch(slurmStep()), "bash"), "");
-  EXPECT_EQ(batchScriptWarning(detectLaunch({}), "bash"), "");
+  const std::string said =
+      "aiacc_train runs under its Slurm batch script's shell (bash), not as the batch step: Slurm's signals "
+      "(scancel, scancel --signal, --signal=B:...) reach the shell, and the job would stop without saving; ";
+  const std::string fix = "start it with `exec aiacc_train ...` (or `srun aiacc_train ...`) in the script";
+  EXPECT_EQ(batchScriptWarning(e, "bash", false), said + fix);
+  EXPECT_EQ(batchScriptWarning(e, "bash", true),
+            said +
+                "it runs itself as a job step (srun) instead, which a cancel, a requeue or the job's end stops "
+                "with SIGTERM, saving (--signal=B: still reaches the shell alone); " +
+                fix);
+  for (bool as_step : {false, true}) {
+    EXPECT_EQ(batchScriptWarning(e, "slurmstepd", as_step), "");
+    EXPECT_EQ(batchScriptWarning(detectLaunch(slurmStep()), "bash", as_step), "");
+    EXPECT_EQ(batchScriptWarning(detectLaunch({}), "bash", as_step), "");
+  }
   EXPECT_FALSE(detectLaunch(slurmStep()).slurm_batch);
+}
+
+// The job step it runs itself as: one task on this node with the job's CPUs and GPUs there, shared
+// with any other step, appending to the batch script's output files itself (through a shell that
+// redirects, then execs), then the same program and arguments; the batch's per-task and per-GPU
+// variables unset. Where Slurm's variables are missing or odd, srun's defaults; where the output
+// is no file, srun's forwarding. No step for a process that needs none, for one run by another
+// shell than the batch script's (salloc's), or for one whose flags name other nodes or a store.
+TEST(LaunchEnv, ABatchScriptsShellsChildRunsItselfAsAJobStep) {
+  const EnvMap batch = {{"SLURM_JOB_ID", "4242"},     {"SLURM_NTASKS", "1"},         {"SLURM_PROCID", "0"},
+                        {"SLURMD_NODENAME", "node7"}, {"SLURM_CPUS_ON_NODE", "16"},  {"SLURM_GPUS_ON_NODE", "8"},
+                        {"SLURM_CPUS_PER_GPU", "2"},  {"SLURM_NTASKS_PER_NODE", "1"}};
+  const LaunchEnv e = detectLaunch(batch);
+  LaunchFlags nproc2;
+  nproc2.nproc = 2;
+  nproc2.values.nproc = 2;
+  const LaunchPlan plan = planLaunch(e, nproc2);
+  const std::vector<std::string> args = {"--data", "/d", "--nproc", "2"};
+  const std::string redirect =
+      R"(o=$1; e=$2; shift 2; [ -z "$o" ] || exec >> "$o"; [ -z "$e" ] || exec 2>> "$e"; exec "$@")";
+  const JobStep step = srunAsJobStep(e, plan, "slurm_script", batch, "/opt/aiacc_train", args, "/out/j 1.log", "");
+  EXPECT_EQ(step.argv,
+            (std::vector<std::string>{"srun", "--nodes=1", "--ntasks=1", "--overlap", "--nodelist=node7",
+                                      "--cpus-per-task=16", "--gres=gpu:8", "/bin/sh", "-c", redirect, "sh",
+                                      "/out/j 1.log", "", "/opt/aiacc_train", "--data", "/d", "--nproc", "2"}));
+  EXPECT_EQ(step.unset, (std::vector<std::string>{"SLURM_CPUS_PER_GPU", "SLURM_NTASKS_PER_NODE"}));
+  EnvMap bare = {
+      {"SLURM_JOB_ID", "4242"}, {"SLURM_NTASKS", "1"}, {"SLURM_CPUS_ON_NODE", "16(x2)"}, {"SLURM_GPUS_ON_NODE", "0"}};
+  const JobStep plain = srunAsJobStep(detectLaunch(bare), plan, "slurm_script", bare, "/opt/aiacc_train", args, "", "");
+  EXPECT_EQ(plain.argv, (std::vector<std::string>{"srun", "--nodes=1", "--ntasks=1", "--overlap", "/opt/aiacc_train",
+                                                  "--data", "/d", "--nproc", "2"}));
+  EXPECT_TRUE(plain.unset.empty());
+  const auto none = [&](const LaunchEnv& env, const LaunchPlan& p, const std::string& parent, const std::string& exe) {
+    return srunAsJobStep(env, p, parent, batch, exe, args, "", "").argv.empty();
+  };
+  EXPECT_FALSE(none(e, plan, "slurm_script", "/opt/aiacc_train"));
+  EXPECT_TRUE(none(e, plan, "slurmstepd", "/opt/aiacc_train"));
+  EXPECT_TRUE(none(e, plan, "bash", "/opt/aiacc_train"));  // (salloc's shell, say)
+  EXPECT_TRUE(none(e, plan, "slurm_script", ""));
+  EXPECT_TRUE(none(detectLaunch(slurmStep()), plan, "slurm_script", "/opt/aiacc_train"));
+  LaunchFlags two_nodes = nproc2;
+  two_nodes.nnodes = 2;
+  two_nodes.values.nnodes = 2;
+  two_nodes.node_rank = 0;
+  two_nodes.master = "n1:29600";
+  two_nodes.values.master = "n1:29600";
+  EXPECT_TRUE(none(e, planLaunch(e, two_nodes), "slurm_script", "/opt/aiacc_train"));
+  LaunchFlags master = nproc2;
+  master.master = "127.0.0.1:29600";
+  master.values.master = "127.0.0.1:29600";
+  EXPECT_TRUE(none(e, planLaunch(e, master), "slurm_script", "/opt/aiacc_train"));
+  EXPECT_FALSE(none(e, planLaunch(e, noFlags()), "slurm_script", "/opt/aiacc_train"));  // one process
 }
 
 }  // namespace

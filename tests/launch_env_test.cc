@@ -68,7 +68,17 @@ TEST(LaunchEnv, AiaccWorkerVariables) {
   EXPECT_EQ(p.world.local_rank, 1);
   EXPECT_EQ(p.world.local_size, 2);
   EXPECT_EQ(p.store.master, "10.0.0.1:29501");
+  EXPECT_EQ(p.store.ports, 1);
   EXPECT_FALSE(p.store.agent_hosted);
+  // A worker of another node than the launcher that hosts its store at a job id's port, or the
+  // next ones: it looks through them (srun's one task per node).
+  EnvMap other = env;
+  other["AIACC_MASTER_PORTS"] = "8";
+  EXPECT_EQ(planLaunch(detectLaunch(other), f).store.ports, 8);
+  for (const char* bad : {"0", "9", "x"}) {
+    other["AIACC_MASTER_PORTS"] = bad;
+    EXPECT_NE(errorOf([&] { detectLaunch(other); }).find("AIACC_MASTER_PORTS"), std::string::npos) << bad;
+  }
 }
 
 // What torch.distributed.run (1.13 and 2.x) puts in each worker's environment.

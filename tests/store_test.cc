@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <exception>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,22 @@ bool listening(int port) {
   const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
   ::close(fd);
   return ok;
+}
+
+// A job of 2 ranks whose store may be at any of `taken`'s port and the next 3.
+StoreOptions searchingPorts(const TakenPorts& taken, const std::string& job) {
+  StoreOptions o = taken.a;
+  o.job = job;
+  o.world = 2;
+  o.port_tries = 4;
+  o.timeout = 20s;
+  return o;
+}
+
+// Rank 1 of `o`'s job, looking for its store in a thread of its own: the store, or its error.
+std::future<c10::intrusive_ptr<c10d::Store>> rankOneLooking(StoreOptions o) {
+  o.rank = 1;
+  return std::async(std::launch::async, [o] { return makeTcpStore(o); });
 }
 
 // What the store at `port` was claimed for (its unprefixed job key).
@@ -181,26 +198,12 @@ TEST(Store, ASecondJobOnATakenPortHostsAtTheNextAndItsRanksFindIt) {
   const int port = freePorts(4);
   ASSERT_GT(port, 0);
   const TakenPorts taken(port);
-  StoreOptions b = taken.a;
-  b.job = "job-b";
-  b.world = 2;
-  b.port_tries = 4;
-  b.timeout = 20s;
-  c10::intrusive_ptr<c10d::Store> stores[2];
-  std::exception_ptr error;
-  std::thread rank1([&] {
-    try {
-      StoreOptions o = b;
-      o.rank = 1;
-      stores[1] = makeTcpStore(o);
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
+  const StoreOptions b = searchingPorts(taken, "job-b");
+  auto rank1 = rankOneLooking(b);
   std::this_thread::sleep_for(300ms);  // rank 1 looks before rank 0 hosts
+  c10::intrusive_ptr<c10d::Store> stores[2];
   stores[0] = makeTcpStore(b);
-  rank1.join();
-  if (error) std::rethrow_exception(error);
+  stores[1] = rank1.get();
   EXPECT_EQ(ownerAt(port), "job-a");
   // The first port of its 4 that rank 0 could bind: port + 2, unless another process of this
   // machine took that one meanwhile (the kernel hands out ports of this range to connections).
@@ -250,9 +253,34 @@ TEST(Store, RankZeroWithEveryPortTakenSaysSo) {
   const std::string no_job = aiacc::test::messageOf<InputError>([&] { makeTcpStore(o); });
   EXPECT_NE(no_job.find("needs StoreOptions::job"), std::string::npos) << no_job;
   o.job = "job-d";
-  o.client_only = true;  // a store another process hosts (torchrun's agent) is at one port
-  const std::string hosted = aiacc::test::messageOf<InputError>([&] { makeTcpStore(o); });
-  EXPECT_NE(hosted.find("cannot go with client_only"), std::string::npos) << hosted;
+  const std::string launcher = aiacc::test::messageOf<CommError>([&] { hostJobStore(o); });
+  EXPECT_NE(launcher.find(strCat("this launcher cannot host the rendezvous store on any of ports ", port, "-",
+                                 port + 1)),
+            std::string::npos)
+      << launcher;
+}
+
+// A launcher that hosts its job's store (srun's one task per node: node 0's) at a port taken by
+// another job takes the next free one and claims it; the ranks, every one a client (rank 0
+// too), find it there, as does one that looked before the launcher hosted it.
+TEST(Store, ALaunchersJobStoreOnATakenPortIsFoundByItsClientRanks) {
+  const int port = freePorts(4);
+  ASSERT_GT(port, 0);
+  const TakenPorts taken(port);
+  StoreOptions e = searchingPorts(taken, "job-e");
+  e.client_only = true;
+  auto early = rankOneLooking(e);
+  std::this_thread::sleep_for(300ms);  // rank 1 looks before the launcher hosts
+  const auto hosted = hostJobStore(e);
+  c10::intrusive_ptr<c10d::Store> ranks[2];
+  ranks[0] = makeTcpStore(e);
+  ranks[1] = early.get();
+  const int at = hostedPort(*hosted);
+  EXPECT_GE(at, port + 2);
+  EXPECT_EQ(ownerAt(at), "job-e");
+  ranks[1]->set("hello", std::vector<uint8_t>{7});
+  EXPECT_EQ(ranks[0]->get("hello"), std::vector<uint8_t>{7});
+  EXPECT_FALSE(taken.first->check({"hello"}));
 }
 
 }  // namespace
