@@ -1,6 +1,7 @@
 #include "app/launch_env.h"
 
 #include "aiacc/common/error.h"
+#include "aiacc/common/parse_number.h"
 
 namespace aiacc::app {
 namespace {
@@ -76,10 +77,15 @@ LaunchPlan planNode(const LaunchEnv& env, const LaunchFlags& flags, int nnodes, 
   return p;
 }
 
+// A Slurm batch script's process that is not the batch step itself (its parent is no slurmstepd).
+bool underBatchShell(const LaunchEnv& env, const std::string& parent) {
+  return env.source == LaunchSource::kNone && env.slurm_batch && parent != "slurmstepd";
+}
+
 }  // namespace
 
 std::string batchScriptWarning(const LaunchEnv& env, const std::string& parent, bool as_step) {
-  if (env.source != LaunchSource::kNone || !env.slurm_batch || parent == "slurmstepd") return "";
+  if (!underBatchShell(env, parent)) return "";
   return strCat("aiacc_train runs under its Slurm batch script's shell (", parent.empty() ? "?" : parent,
                 "), not as the batch step: Slurm's signals (scancel, scancel --signal, --signal=B:...) reach the "
                 "shell, and the job would stop without saving; ",
@@ -94,18 +100,18 @@ JobStep srunAsJobStep(const LaunchEnv& env, const LaunchPlan& plan, const std::s
                       const std::string& err) {
   const bool this_node = plan.role == LaunchPlan::Role::kSingle ||
                          (plan.role == LaunchPlan::Role::kSpawn && plan.spawn.pick_port);
-  if (batchScriptWarning(env, parent, true).empty() || parent != "slurm_script" || !this_node || exe.empty()) {
+  if (!underBatchShell(env, parent) || parent != "slurm_script" || !this_node || exe.empty()) {
     return {};
   }
   const auto var = [&](const char* name) {
     const auto it = vars.find(name);
     return it == vars.end() ? std::string() : it->second;
   };
-  // (A count as Slurm writes it; anything else is left to srun's default.)
+  // (A count as Slurm writes it, 1 to 999999; anything else is left to srun's default.)
   const auto count = [&](const char* name) {
     const std::string v = var(name);
-    const bool digits = !v.empty() && v.size() < 7 && v.find_first_not_of("0123456789") == std::string::npos;
-    return digits && std::stoi(v) > 0 ? v : std::string();
+    const std::optional<int> n = parseInteger<int>(v);
+    return n && *n > 0 && *n < 1000000 ? v : std::string();
   };
   JobStep step;
   std::vector<std::string>& cmd = step.argv;

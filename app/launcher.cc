@@ -245,9 +245,9 @@ int launchWorkers(const LaunchSpec& given, const std::vector<std::string>& args)
       o.job = spec.job_id;
       store = comm::hostJobStore(o);
       spec.master_ports = 1;  // (this node's workers: the port it took)
-      if (comm::hostedPort(*store) != port) {
+      if (const int taken = comm::hostedPort(*store); taken != port) {
         std::cerr << "aiacc_train: port " << port << " of job " << spec.job_id
-                  << " is taken; its rendezvous store is at " << host << ":" << comm::hostedPort(*store) << "\n";
+                  << " is taken; its rendezvous store is at " << host << ":" << taken << "\n";
       }
     } else {
       store = comm::hostStore(pick ? 0 : port, spec.nproc * spec.nnodes, spec.store_timeout);

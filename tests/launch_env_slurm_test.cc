@@ -260,6 +260,12 @@ TEST(LaunchEnv, ABatchScriptsShellsChildRunsItselfAsAJobStep) {
   EXPECT_EQ(plain.argv, (std::vector<std::string>{"srun", "--nodes=1", "--ntasks=1", "--overlap", "/opt/aiacc_train",
                                                   "--data", "/d", "--nproc", "2"}));
   EXPECT_TRUE(plain.unset.empty());
+  for (const char* odd : {"-2", "1000000", "+4", "4 "}) {  // (no count srun would take as Slurm wrote it)
+    bare["SLURM_CPUS_ON_NODE"] = odd;
+    EXPECT_EQ(srunAsJobStep(detectLaunch(bare), plan, "slurm_script", bare, "/opt/aiacc_train", args, "", "").argv,
+              plain.argv)
+        << odd;
+  }
   const auto none = [&](const LaunchEnv& env, const LaunchPlan& p, const std::string& parent, const std::string& exe) {
     return srunAsJobStep(env, p, parent, batch, exe, args, "", "").argv.empty();
   };
