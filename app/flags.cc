@@ -79,7 +79,9 @@ DEFINE_int32(eval_batch_size, 0, "evaluation batch size per process; 0: the trai
 DEFINE_int32(image_size, 224, "training image size (side, pixels) when no stage schedule is set");
 DEFINE_string(resize_schedule, "", "progressive resizing, EPOCH:SIZE list, e.g. 0:128,10:192,14:224");
 // ---- Model ---------------------------------------------------------------------------------
-DEFINE_string(arch, "resnet50", "model: resnet18 | resnet34 | resnet50 | resnet101 (v1.5)");
+DEFINE_string(arch, "resnet50",
+              "model: resnet18 | resnet34 | resnet50 | resnet101 (v1.5); each also narrowed, as resnet18-w16: "
+              "stages of 16 to 128 channels instead of 64 to 512 (-w8, -w16, -w32), for smoke tests");
 DEFINE_bool(zero_init_residual, false, "zero-init the last BN gamma of each residual block");
 DEFINE_string(init_weights, "",
               "start from this model state instead of a fresh initialization, with torchvision's "

@@ -48,8 +48,10 @@
 //       final evaluation if one is due, else just before the report's sums over the ranks
 //       (after the end of training's collective), create FILE.held.<pid> and wait until FILE
 //       exists (at most 10 minutes), once (tests/elastic_test.cc).
-//   AIACC_TEST_SAMPLE_LOG=PATH    each process appends, to PATH.<pid>, one line per applied step
-//       with its samples and one per restore (tests/elastic_test.cc).
+//   AIACC_TEST_SAMPLE_LOG=PATH    each process appends, to PATH.<pid>, one line per step with its
+//       samples, written before the step (a step the others kept was trained however soon after
+//       this rank died), one per step it applied, and one per restore; each names the run and
+//       the generation (tests/elastic_job.cc reads them).
 #pragma once
 
 #include <cstdint>

@@ -200,6 +200,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     setLearningRate(lr);
     const auto t0 = Clock::now();
     run.in_step = true;  // (a failure from here on cuts this step)
+    if (sample_log) logSamples(*batch, pos.step + 1);
     const StepResult step = trainStep(*batch, st, t0);
     run.in_step = false;
     const auto t1 = Clock::now();
@@ -237,7 +238,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
       AIACC_THROW(Error, "AIACC_TEST_FAIL_AT_STEP: rank ", rank, " fails after step ", pos.step,
                   " (a test's own error)");
     }
-    if (sample_log && step.applied) logSamples(*batch);
+    if (sample_log && step.applied) logApplied();
     run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, global_batch);
     LogWindow& w = run.window;
     const int64_t n = batch->labels.numel();

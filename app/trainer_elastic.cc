@@ -413,7 +413,7 @@ int64_t Trainer::State::restoreFromRank0(int previous_world) {
     }
     if (scaler->enabled() && pos.loss_scale > 0) scaler->setState(pos.loss_scale, pos.loss_scale_good_steps);
   }
-  if (sample_log) *sample_log << "restore " << pos.generation << " " << pos.step << std::endl;
+  if (sample_log) *sample_log << sampleLogPrefix("restore", pos.step) << std::endl;
   // The hashes above already compared every rank's parameters when nothing but the position moved.
   if (!all_hold) checkSameParameters();
   return n;
@@ -437,12 +437,21 @@ void Trainer::State::endOfTraining() {
   sync().allreduceSum(here);
 }
 
-void Trainer::State::logSamples(const data::Batch& batch) {
+// Each line names the run (its elastic run id: a run resumed from a checkpoint is another) and
+// the generation, so that a step is matched with its own restores and its own applied lines.
+std::string Trainer::State::sampleLogPrefix(const char* kind, int64_t step) const {
+  return strCat(kind, " ", elastic ? elastic->runId() : std::string("-"), " ",
+                elastic ? elastic->generation().number : -1, " ", step);
+}
+
+void Trainer::State::logSamples(const data::Batch& batch, int64_t step) {
   std::ofstream& out = *sample_log;
-  out << "step " << (elastic ? elastic->generation().number : -1) << " " << pos.step << " " << pos.epochs_done;
+  out << sampleLogPrefix("step", step) << " " << pos.epochs_done;
   for (const int64_t s : batch.samples) out << " " << s;
   out << "\n";
   out.flush();
 }
+
+void Trainer::State::logApplied() { *sample_log << sampleLogPrefix("applied", pos.step) << std::endl; }
 
 }  // namespace aiacc::app

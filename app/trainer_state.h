@@ -277,8 +277,13 @@ struct Trainer::State {
   TrainingState snapshot() const;
   // After a completed step: ends a pending elastic change's record (first_step_s, log, metrics).
   void finishChange();
-  // Tests: the applied step's samples into the sample log.
-  void logSamples(const data::Batch& batch);
+  // Tests: into the sample log, the samples of the step that ends at `step`, before the step: a
+  // rank killed once its part of the step was sent has its samples logged, since the others may
+  // keep the step. logApplied() then says this rank applied it; the step was trained when any
+  // rank applied it and no later generation restored a state from before it.
+  void logSamples(const data::Batch& batch, int64_t step);
+  void logApplied();
+  std::string sampleLogPrefix(const char* kind, int64_t step) const;  // "KIND RUN GENERATION STEP"
 
   // One optimizer step (below, with the loss scaler's handling in one place).
   StepResult trainStep(const data::Batch& batch, const Stage& st, Clock::time_point t0);

@@ -5,6 +5,7 @@
 #include <torch/nn/init.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "aiacc/common/error.h"
 #include "aiacc/common/torch_compat.h"
@@ -21,18 +22,30 @@ torch::nn::Sequential makeDownsample(int64_t in, int64_t out, int64_t stride) {
   return torch::nn::Sequential(conv(in, out, 1, stride, 0), torch::nn::BatchNorm2d(out));
 }
 
-struct Depths {
+struct NetShape {
   bool bottleneck;
   int64_t blocks[4];
+  int64_t width;  // the first stage's channels (the stem's too); each later stage doubles them
 };
 
-Depths depthsFor(const std::string& arch) {
-  requireResNetArch(arch);
-  if (arch == "resnet18") return {false, {2, 2, 2, 2}};
-  if (arch == "resnet34") return {false, {3, 4, 6, 3}};
-  if (arch == "resnet50") return {true, {3, 4, 6, 3}};
-  if (arch == "resnet101") return {true, {3, 4, 23, 3}};
-  AIACC_THROW(Error, "internal: resnetArchs() lists '", arch, "' without its depths");
+constexpr int64_t kWidths[] = {8, 16, 32};  // the narrow forms' -wN; 64 is the plain name's
+
+// The shape an --arch name stands for; nullopt for a name that is not one.
+std::optional<NetShape> shapeOf(const std::string& arch) {
+  std::string depth = arch;
+  int64_t width = 64;
+  for (const int64_t w : kWidths) {
+    const std::string suffix = "-w" + std::to_string(w);
+    if (arch.size() > suffix.size() && arch.compare(arch.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      depth = arch.substr(0, arch.size() - suffix.size());
+      width = w;
+    }
+  }
+  if (depth == "resnet18") return NetShape{false, {2, 2, 2, 2}, width};
+  if (depth == "resnet34") return NetShape{false, {3, 4, 6, 3}, width};
+  if (depth == "resnet50") return NetShape{true, {3, 4, 6, 3}, width};
+  if (depth == "resnet101") return NetShape{true, {3, 4, 23, 3}, width};
+  return std::nullopt;
 }
 
 // A block's strided 3x3 convolution. On a 1x1 input (layer4's first block at 16 px, the smallest
@@ -60,12 +73,18 @@ torch::Tensor strided3x3(torch::nn::Conv2d& conv, const torch::Tensor& x) {
 
 }  // namespace
 
-std::vector<std::string> resnetArchs() { return {"resnet18", "resnet34", "resnet50", "resnet101"}; }
+std::vector<std::string> resnetArchs() {
+  std::vector<std::string> archs;
+  for (const char* depth : {"resnet18", "resnet34", "resnet50", "resnet101"}) {
+    archs.emplace_back(depth);
+    for (const int64_t w : kWidths) archs.push_back(std::string(depth) + "-w" + std::to_string(w));
+  }
+  return archs;
+}
 
 void requireResNetArch(const std::string& arch) {
-  const std::vector<std::string> archs = resnetArchs();
-  AIACC_CHECK_INPUT(std::find(archs.begin(), archs.end(), arch) != archs.end(), "unknown --arch '", arch,
-                    "' (choose resnet18, resnet34, resnet50 or resnet101)");
+  AIACC_CHECK_INPUT(shapeOf(arch).has_value(), "unknown --arch '", arch,
+                    "' (choose resnet18, resnet34, resnet50 or resnet101, optionally narrowed by -w8, -w16 or -w32)");
 }
 
 BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, bool ds) {
@@ -113,11 +132,13 @@ torch::nn::Sequential ResNetImpl::makeLayer(int64_t planes, int64_t blocks, int6
 }
 
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
-  const Depths d = depthsFor(options.arch);
+  requireResNetArch(options.arch);
+  const NetShape d = *shapeOf(options.arch);
   AIACC_CHECK_INPUT(options.num_classes >= 1, "number of classes must be positive");
-  conv1 = register_module("conv1", conv(3, 64, 7, 2, 3));
-  bn1 = register_module("bn1", torch::nn::BatchNorm2d(64));
-  const int64_t planes[4] = {64, 128, 256, 512};
+  inplanes_ = d.width;
+  conv1 = register_module("conv1", conv(3, d.width, 7, 2, 3));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(d.width));
+  const int64_t planes[4] = {d.width, 2 * d.width, 4 * d.width, 8 * d.width};
   const int64_t strides[4] = {1, 2, 2, 2};
   torch::nn::Sequential* layers[4] = {&layer1, &layer2, &layer3, &layer4};
   for (int i = 0; i < 4; ++i) {

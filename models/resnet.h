@@ -3,6 +3,9 @@
 // stride sits in the 3x3 convolution, not the first 1x1.
 //
 // resnet50, 1000 classes: 25,557,032 parameters; resnet18: 11,689,512.
+// Each arch also comes narrowed: "resnet18-w16" is resnet18 with 16, 32, 64 and 128 channels in
+// its stages instead of 64 to 512 (-w8, -w16, -w32), for runs where the model is not the subject
+// (smoke tests, the process tests): 1/16 of the parameters at -w16, and about 1/16 of the work.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -17,7 +20,7 @@
 namespace aiacc::models {
 
 struct ResNetOptions {
-  std::string arch = "resnet50";  // resnet18 | resnet34 | resnet50 | resnet101
+  std::string arch = "resnet50";  // resnet18 | resnet34 | resnet50 | resnet101, each optionally -w8|-w16|-w32
   int64_t num_classes = 1000;
   // Start each residual block as the identity: the last BN's gamma in every block is zero
   // (Goyal et al., "ImageNet in 1 hour"; torchvision's zero_init_residual).

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <tuple>
 #include <sstream>
 
 #include "aiacc/config.h"
@@ -13,12 +15,17 @@ namespace aiacc::app::test_elastic {
 namespace {
 
 // What the sample logs say about epoch 0: how often each sample was trained, counting a step only
-// if no later generation restored a state from before it (a step some rank applied that the
-// others did not is trained again); *trained: the images of every such step, all epochs.
+// if some rank applied it and no later generation of its run restored a state from before it (a
+// step some rank applied that the others did not is trained again); *trained: the images of every
+// such step, all epochs. Each rank logs a step's samples before the step, and says when it applied
+// it (app/test_hooks.h): a rank killed in a step the others kept has its samples counted.
 std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* restores, int64_t* trained) {
-  std::map<int64_t, int64_t> restored;  // generation -> the step it went on from
+  using Key = std::tuple<std::string, int64_t, int64_t>;        // run, generation, step
+  std::map<std::pair<std::string, int64_t>, int64_t> restored;  // (run, generation) -> the step it went on from
+  std::set<Key> applied;
   struct Step {
-    int64_t generation, step, epoch;
+    Key key;
+    int64_t epoch;
     std::vector<int64_t> samples;
   };
   std::vector<Step> steps;
@@ -28,25 +35,27 @@ std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* rest
     std::string line;
     while (std::getline(in, line)) {
       std::istringstream words(line);
-      std::string kind;
-      words >> kind;
+      std::string kind, run;
+      int64_t g = 0, s = 0;
+      words >> kind >> run >> g >> s;
       if (kind == "restore") {
-        int64_t g = 0, s = 0;
-        words >> g >> s;
-        restored[g] = s;
-        continue;
+        restored[{run, g}] = s;
+      } else if (kind == "applied") {
+        applied.insert({run, g, s});
+      } else if (kind == "step") {
+        Step st{{run, g, s}, 0, {}};
+        words >> st.epoch;
+        for (int64_t id; words >> id;) st.samples.push_back(id);
+        steps.push_back(std::move(st));
       }
-      Step st;
-      words >> st.generation >> st.step >> st.epoch;
-      for (int64_t id; words >> id;) st.samples.push_back(id);
-      steps.push_back(std::move(st));
     }
   }
-  for (const auto& [g, s] : restored) *restores += strCat("generation ", g, " from step ", s, "; ");
+  for (const auto& [rg, s] : restored) *restores += strCat("generation ", rg.second, " from step ", s, "; ");
   std::map<int64_t, int> counts;
   for (const Step& st : steps) {
-    bool redone = false;
-    for (const auto& [g, s] : restored) redone = redone || (g > st.generation && st.step > s);
+    const auto& [run, g, step] = st.key;
+    bool redone = applied.count(st.key) == 0;
+    for (const auto& [rg, s] : restored) redone = redone || (rg.first == run && rg.second > g && step > s);
     if (!redone) *trained += static_cast<int64_t>(st.samples.size());
     if (redone || st.epoch != 0) continue;
     for (int64_t id : st.samples) ++counts[id];
@@ -84,9 +93,9 @@ Job runKilledJob(const test::TempDir& d, const JobSpec& spec) {
     std::string prefix = spec.node_prefix;
     for (size_t at; (at = prefix.find("%N")) != std::string::npos;) prefix.replace(at, 2, std::to_string(n));
     return strCat(launch, "AIACC_TEST_SAMPLE_LOG=", d / "samples", " ", prefix, " ", AIACC_HOOKED_TRAIN_BIN, " --data ",
-                  data, " --arch resnet18 --image-size 32 --rdzv-timeout 60 --rdzv-last-call 10 --batch-size ", kBatch,
-                  " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60", flags, " ",
-                  extra, more, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
+                  data, " --arch ", spec.arch, " --image-size 32 --rdzv-timeout 60 --rdzv-last-call 10 --batch-size ",
+                  kBatch, " --epochs 2 --warmup-epochs 0 --threads 1 --workers 1 --log-every 2 --comm-timeout 60",
+                  flags, " ", extra, more, n == 0 ? strCat(" --metrics-file ", metrics) : std::string(),
                   n == 0 || server ? strCat(" --report-file ", d / (n == 0 ? "r.json" : strCat("r", n, ".json")))
                                    : std::string(),
                   " > ", log, " 2>&1 & L", n, "=$!; ");
@@ -132,9 +141,9 @@ std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int6
     std::ifstream in(f.path());
     for (std::string line; std::getline(in, line);) {
       std::istringstream words(line);
-      std::string kind;
+      std::string kind, run;
       int64_t generation = 0, step = 0, epoch = 0;
-      if (!(words >> kind >> generation >> step >> epoch) || kind != "step" || generation != g) continue;
+      if (!(words >> kind >> run >> generation >> step >> epoch) || kind != "step" || generation != g) continue;
       size_t n = 0;
       for (int64_t id; words >> id;) ++n;
       sizes[step].push_back(n);

@@ -25,14 +25,14 @@ using test::freePort;
 
 // A short CPU job: 2 ranks x 8 images x `steps` steps.
 std::string smallJob(int steps) {
-  return " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 128 --batch-size 8 "
+  return " --data synthetic --arch resnet18-w16 --synthetic-classes 4 --synthetic-images 128 --batch-size 8 "
          "--image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --max-steps " +
          std::to_string(steps);
 }
 
 // A job that runs until stopped.
 std::string longJob() {
-  return " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 100000 --batch-size 4 "
+  return " --data synthetic --arch resnet18-w16 --synthetic-classes 4 --synthetic-images 100000 --batch-size 4 "
          "--image-size 32 --epochs 1 --warmup-epochs 0 --threads 1 --comm-timeout 30";
 }
 

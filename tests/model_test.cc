@@ -30,6 +30,34 @@ TEST(ResNet, ParameterCountsMatchTorchvision) {
   EXPECT_THROW(make("resnet7", 10), InputError);
 }
 
+// A narrowed arch ("-w16": 16 channels where the plain one has 64) is the same network with a
+// quarter of the channels everywhere: the same parameter names in the same order, each shape the
+// plain one's with its channel dimensions divided by 64 / 16 (not the image's 3 channels, nor
+// the classes). Any other suffix is refused.
+TEST(ResNet, NarrowedArchsAreThePlainOnesWithFewerChannels) {
+  for (const std::string depth : {"resnet18", "resnet50"}) {
+    for (const int64_t width : {8, 16, 32}) {
+      const std::string arch = depth + "-w" + std::to_string(width);
+      const auto plain = make(depth, 10)->named_parameters(), narrow = make(arch, 10)->named_parameters();
+      ASSERT_EQ(plain.keys(), narrow.keys()) << arch;
+      const int64_t by = 64 / width;
+      for (size_t i = 0; i < plain.size(); ++i) {
+        std::vector<int64_t> want = plain[i].value().sizes().vec();
+        const bool fc = plain[i].key().rfind("fc.", 0) == 0;
+        for (size_t dim = 0; dim < want.size() && dim < 2; ++dim) {
+          if (!(fc && dim == 0) && want[dim] != 3) want[dim] /= by;
+        }
+        EXPECT_EQ(narrow[i].value().sizes().vec(), want) << arch << " " << plain[i].key();
+      }
+      EXPECT_EQ(make(arch, 10)->forward(torch::randn({2, 3, 32, 32})).sizes(), (std::vector<int64_t>{2, 10}));
+    }
+  }
+  EXPECT_EQ(parameterCount(*make("resnet18-w16", 6)), 702870);  // the elastic tests' model
+  for (const char* bad : {"resnet18-w64", "resnet18-w4", "resnet18-w16-w8", "resnet-w16", "-w16", "resnet18w16"}) {
+    EXPECT_THROW(make(bad, 10), InputError) << bad;
+  }
+}
+
 TEST(ResNet, NamesAndV15Stride) {
   ResNet m = make("resnet50", 10);
   auto params = m->named_parameters();

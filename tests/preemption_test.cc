@@ -43,7 +43,8 @@ class Preemption : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
   static Config config() {
     Config c = test::learnableConfig(*dir_ / "ds");
-    c.epochs = 2;  // 20 steps each
+    c.epochs = 2;             // 20 steps each
+    c.arch = "resnet18-w16";  // (what a stop and a resume keep does not depend on the model's size)
     return c;
   }
   static test::TempDir* dir_;
