@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 
 #include "aiacc/common/error.h"
 #include "app/amp.h"
@@ -87,10 +89,10 @@ TEST(ResNet, ZeroInitResidualZeroesLastBnGamma) {
 
 // A strided 3x3 convolution whose input is 1x1 (layer4's first block at 16 px; layer3's too at
 // 8 px): the kernel's taps that meet only padding have an exactly zero weight gradient (as fp32's),
-// and the whole gradient is fp32's within bf16's precision. Under CPU autocast, LibTorch's oneDNN bf16 backward
-// returned garbage for those taps, depending on what the heap held, often inf or NaN, which the next forward turns into
-// a NaN loss (issue 26). So the heap keeps freed memory, as aiacc_train's does, and is filled with NaN and freed before
-// every backward.
+// and the whole gradient is no farther from fp32's than bf16 takes the network's other convolutions. Under CPU
+// autocast, LibTorch's oneDNN bf16 backward returned garbage for those taps, depending on what the heap held, often inf
+// or NaN, which the next forward turns into a NaN loss (issue 26). So the heap keeps freed memory, as aiacc_train's
+// does, and is filled with NaN and freed before every backward.
 struct OneByOneCase {
   std::string arch;
   int64_t image_size;
@@ -107,6 +109,7 @@ TEST_P(StridedConvOnOneByOne, Bf16WeightGradientIsFp32sAndZeroWhereOnlyPaddingIs
   m->eval();  // BatchNorm from running statistics: bf16's rounding is not amplified by 1x1 batch statistics
   const torch::Tensor x = torch::randn({8, 3, c.image_size, c.image_size});
   auto params = m->named_parameters();
+  // Every convolution's weight gradient, by name.
   auto gradients = [&](bool amp) {
     m->zero_grad();
     torch::Tensor y;
@@ -115,26 +118,41 @@ TEST_P(StridedConvOnOneByOne, Bf16WeightGradientIsFp32sAndZeroWhereOnlyPaddingIs
       y = m->forward(x);
     }
     y.to(at::kFloat).square().sum().backward();
-    std::vector<torch::Tensor> g;
-    for (const auto& name : c.weights) g.push_back(params[name].grad().clone());
+    std::map<std::string, torch::Tensor> g;
+    for (const auto& p : params) {
+      if (p.value().dim() == 4) g[p.key()] = p.value().grad().clone();
+    }
     return g;
   };
-  const std::vector<torch::Tensor> fp32 = gradients(false);
+  std::map<std::string, torch::Tensor> fp32 = gradients(false);
+  const auto distance = [&](const std::map<std::string, torch::Tensor>& g, const std::string& name) {
+    return ((g.at(name) - fp32.at(name)).norm() / fp32.at(name).norm()).item<float>();
+  };
   for (int rep = 0; rep < 6; ++rep) {
     for (int64_t n : {int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 22}) {
       torch::full({n}, std::numeric_limits<float>::quiet_NaN());  // freed at once: a heap of NaN
     }
-    const std::vector<torch::Tensor> bf16 = gradients(true);
-    for (size_t i = 0; i < c.weights.size(); ++i) {
-      const torch::Tensor& g = bf16[i];
-      const torch::Tensor padding_only = fp32[i].abs().sum(at::IntArrayRef{0, 1}) == 0;  // 3x3: taps that meet no pixel
-      ASSERT_GE(padding_only.sum().item<int64_t>(), 6) << c.weights[i];
-      ASSERT_TRUE(g.isfinite().all().item<bool>()) << c.weights[i] << ", repetition " << rep;
+    const std::map<std::string, torch::Tensor> bf16 = gradients(true);
+    // bf16's own distance from fp32 in this network, with this machine's kernels: the farthest of
+    // the other convolutions' weight gradients. (resnet18 at 16 px: 2 to 9% on the machine where
+    // this was first measured; 4 to 33% with AVX2 alone, where the conv under test is at 10.4%.)
+    float others = 0;
+    for (const auto& [name, g] : bf16) {
+      if (std::find(c.weights.begin(), c.weights.end(), name) == c.weights.end()) {
+        others = std::max(others, distance(bf16, name));
+      }
+    }
+    for (const std::string& name : c.weights) {
+      const torch::Tensor& g = bf16.at(name);
+      const torch::Tensor padding_only = fp32.at(name).abs().sum(at::IntArrayRef{0, 1}) ==
+                                         0;  // 3x3: taps that meet no pixel
+      ASSERT_GE(padding_only.sum().item<int64_t>(), 6) << name;
+      ASSERT_TRUE(g.isfinite().all().item<bool>()) << name << ", repetition " << rep;
       EXPECT_EQ(g.index({torch::indexing::Slice(), torch::indexing::Slice(), padding_only}).abs().max().item<float>(),
                 0)
-          << c.weights[i] << ", repetition " << rep;
-      // bf16's own distance in this network: 2 to 9% for resnet18's other convolutions at 16 px.
-      EXPECT_LT(((g - fp32[i]).norm() / fp32[i].norm()).item<float>(), 0.1) << c.weights[i] << ", repetition " << rep;
+          << name << ", repetition " << rep;
+      // No farther from fp32 than bf16 takes the others (the fault gave inf, NaN or garbage).
+      EXPECT_LE(distance(bf16, name), others) << name << ", repetition " << rep;
     }
   }
 }
