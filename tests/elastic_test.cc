@@ -317,6 +317,10 @@ TEST(Elastic, ASurvivorWhoseStateDiffersFromRankZerosReceivesItWhole) {
 TEST(Elastic, AKilledWorkerStartedAgainRejoinsAndTheJobLearnsAsAnUninterruptedOne) {
   test::TempDir d, alone;
   JobSpec spec;
+  // (resnet18 itself: a worker started again must join before the job ends, and its start
+  // (LibTorch's load, 1 to 3 s) races the job's steps: a clock made of steps, for issue 56's
+  // injected clock to replace.)
+  spec.arch = "resnet18";
   spec.extra = "--max-restarts 1 --epochs 8 --lr 0.4";
   spec.sample_shapes = 1;
   spec.val_per_class = 20;
@@ -341,6 +345,10 @@ TEST(Elastic, AKilledWorkerStartedAgainRejoinsAndTheJobLearnsAsAnUninterruptedOn
 TEST(Elastic, ANewcomerAgreedAtAnEpochsLastStepJoinsAfterItsEnd) {
   test::TempDir d;
   JobSpec spec;
+  // (resnet18 itself: a worker started again must join before the job ends, and its start
+  // (LibTorch's load, 1 to 3 s) races the job's steps: a clock made of steps, for issue 56's
+  // injected clock to replace.)
+  spec.arch = "resnet18";
   spec.extra = "--max-restarts 1 --batch-size 60 --epochs 8 --log-every 1";
   const Job job = runKilledJob(d, spec);
   expectTheWorkerRejoined(job);
@@ -532,7 +540,11 @@ TEST(Elastic, AStoppedWorkerIsLeftOutAndRejoinsAfterItContinues) {
 TEST(Elastic, UnderAnElasticPyTorchJobAKilledWorkerRejoins) {
   test::TempDir d;
   JobSpec spec;
-  spec.extra = "--max-restarts 1 --epochs 8";  // (long enough for the worker started again to join)
+  // (resnet18 itself: a worker started again must join before the job ends, and its start
+  // (LibTorch's load, 1 to 3 s) races the job's steps: a clock made of steps, for issue 56's
+  // injected clock to replace.)
+  spec.arch = "resnet18";
+  spec.extra = "--max-restarts 1";
   spec.kubeflow = true;
   const Job job = runKilledJob(d, spec);
   expectTheWorkerRejoined(job);
