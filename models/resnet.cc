@@ -4,7 +4,6 @@
 #include <torch/nn/functional/pooling.h>
 #include <torch/nn/init.h>
 
-#include <algorithm>
 #include <optional>
 
 #include "aiacc/common/error.h"
@@ -48,6 +47,13 @@ std::optional<NetShape> shapeOf(const std::string& arch) {
   return std::nullopt;
 }
 
+NetShape shapeFor(const std::string& arch) {
+  const std::optional<NetShape> shape = shapeOf(arch);
+  AIACC_CHECK_INPUT(shape.has_value(), "unknown --arch '", arch,
+                    "' (choose resnet18, resnet34, resnet50 or resnet101, optionally narrowed by -w8, -w16 or -w32)");
+  return *shape;
+}
+
 // A block's strided 3x3 convolution. On a 1x1 input (layer4's first block at 16 px, the smallest
 // --image-size) it runs in fp32 under CPU autocast: LibTorch's oneDNN bf16 convolution backward
 // gets this case wrong (and 2x1, which aiacc's square images never give). The weight gradient of the taps that meet
@@ -73,19 +79,7 @@ torch::Tensor strided3x3(torch::nn::Conv2d& conv, const torch::Tensor& x) {
 
 }  // namespace
 
-std::vector<std::string> resnetArchs() {
-  std::vector<std::string> archs;
-  for (const char* depth : {"resnet18", "resnet34", "resnet50", "resnet101"}) {
-    archs.emplace_back(depth);
-    for (const int64_t w : kWidths) archs.push_back(std::string(depth) + "-w" + std::to_string(w));
-  }
-  return archs;
-}
-
-void requireResNetArch(const std::string& arch) {
-  AIACC_CHECK_INPUT(shapeOf(arch).has_value(), "unknown --arch '", arch,
-                    "' (choose resnet18, resnet34, resnet50 or resnet101, optionally narrowed by -w8, -w16 or -w32)");
-}
+void requireResNetArch(const std::string& arch) { shapeFor(arch); }
 
 BasicBlockImpl::BasicBlockImpl(int64_t inplanes, int64_t planes, int64_t stride, bool ds) {
   conv1 = register_module("conv1", conv(inplanes, planes, 3, stride, 1));
@@ -132,8 +126,7 @@ torch::nn::Sequential ResNetImpl::makeLayer(int64_t planes, int64_t blocks, int6
 }
 
 ResNetImpl::ResNetImpl(const ResNetOptions& options) : options_(options) {
-  requireResNetArch(options.arch);
-  const NetShape d = *shapeOf(options.arch);
+  const NetShape d = shapeFor(options.arch);
   AIACC_CHECK_INPUT(options.num_classes >= 1, "number of classes must be positive");
   inplanes_ = d.width;
   conv1 = register_module("conv1", conv(3, d.width, 7, 2, 3));

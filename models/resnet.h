@@ -15,7 +15,6 @@
 #include <torch/nn/modules/linear.h>
 
 #include <string>
-#include <vector>
 
 namespace aiacc::models {
 
@@ -72,9 +71,8 @@ class ResNetImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ResNet);
 
-// Names accepted by ResNetOptions::arch.
-std::vector<std::string> resnetArchs();
-// Throws InputError (naming --arch and the accepted names) unless `arch` is one of resnetArchs().
+// Throws InputError (naming --arch and the accepted names) unless `arch` names a ResNet of this
+// file (ResNetOptions::arch).
 void requireResNetArch(const std::string& arch);
 
 // Number of parameters (elements), as torchvision counts them (buffers excluded).
