@@ -14,6 +14,9 @@ namespace aiacc::app {
 
 namespace {
 
+// AIACC_TEST_FAIL_AT_STEP's RANK `*`.
+constexpr int kEveryRank = -2;
+
 // Creates `marker`, then waits until `release` exists (at most 10 minutes).
 void holdUntilReleased(const std::string& marker, const std::string& release, int64_t note) {
   std::ofstream(marker) << note << "\n";
@@ -92,12 +95,32 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
     const std::string v = fail;
     const size_t colon = v.find(':');
     AIACC_CHECK_INPUT(colon != std::string::npos, "AIACC_TEST_FAIL_AT_STEP must be RANK:STEP (got '", v, "')");
-    h.fail_rank = v.substr(0, colon) == "*" ? kEveryRank
-                                            : parseBounded("AIACC_TEST_FAIL_AT_STEP's RANK", v.substr(0, colon).c_str(),
-                                                           0, 1 << 20, "a rank or *");
-    h.fail_step = parseBounded("AIACC_TEST_FAIL_AT_STEP's STEP", v.substr(colon + 1).c_str(), 1, 1 << 30, "a step");
+    const int fail_rank = v.substr(0, colon) == "*"
+                              ? kEveryRank
+                              : parseBounded("AIACC_TEST_FAIL_AT_STEP's RANK", v.substr(0, colon).c_str(), 0, 1 << 20,
+                                             "a rank or *");
+    const int64_t fail_step = parseBounded("AIACC_TEST_FAIL_AT_STEP's STEP", v.substr(colon + 1).c_str(), 1, 1 << 30,
+                                           "a step");
+    h.step_end = [fail_rank, fail_step](int rank, int64_t step) {
+      if ((rank == fail_rank || fail_rank == kEveryRank) && step == fail_step) {
+        AIACC_THROW(Error, "AIACC_TEST_FAIL_AT_STEP: rank ", rank, " fails after step ", step, " (a test's own error)");
+      }
+    };
     h.notes.push_back("AIACC_TEST_FAIL_AT_STEP=" + v +
                       ": that rank (*: every rank) throws an error of its own after that step");
+  }
+  if (const char* hold = get("AIACC_TEST_HOLD_AT_STEP")) {
+    const std::string v = hold;
+    const size_t colon = v.find(':');
+    AIACC_CHECK_INPUT(colon != std::string::npos && colon + 1 < v.size(),
+                      "AIACC_TEST_HOLD_AT_STEP must be STEP:FILE (got '", v, "')");
+    const int64_t at = parseBounded("AIACC_TEST_HOLD_AT_STEP's STEP", v.substr(0, colon).c_str(), 1, 1 << 30, "a step");
+    const std::string release = v.substr(colon + 1);
+    h.step_end = [at, release, then = std::move(h.step_end)](int rank, int64_t step) {
+      if (then) then(rank, step);
+      if (step == at) holdUntilReleased(release + ".held." + std::to_string(::getpid()), release, step);
+    };
+    h.notes.push_back("AIACC_TEST_HOLD_AT_STEP=" + v + ": every process waits for the file after that step");
   }
   if (const char* die = get("AIACC_TEST_DIE_JOINING")) {
     const std::string v = die;

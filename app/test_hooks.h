@@ -34,6 +34,11 @@
 //       an error of its own (app/main.cc: exit 1, the job told a rank failed), as one rank's out
 //       of memory or full disk would (tests/elastic_test.cc); RANK `*`: every rank, as an error
 //       that is everyone's would (settings, data; tests/elastic_failure_test.cc).
+//   AIACC_TEST_HOLD_AT_STEP=STEP:FILE   every process, when step STEP ends (before the step's
+//       vote), creates FILE.held.<pid> and waits until FILE exists (at most 10 minutes): a test
+//       signals a job held there and then lets it go, so that the stop is agreed within the
+//       vote's 2 steps of STEP however fast the steps are (tests/preemption_test.cc,
+//       tests/slurm_test.cc).
 //   AIACC_TEST_DIE_JOINING=settings|restore   a process that joins a running elastic job (started
 //       later, or started again by its launcher) SIGKILLs itself during its set-up in the new
 //       generation: before it gives its settings to the agreement (the others wait for them
@@ -64,9 +69,6 @@
 
 namespace aiacc::app {
 
-// AIACC_TEST_FAIL_AT_STEP's RANK `*`.
-constexpr int kEveryRank = -2;
-
 // Where AIACC_TEST_DIE_JOINING kills a joining process.
 enum class JoinDeath { kNone, kSettings, kRestore };
 
@@ -77,17 +79,18 @@ CheckpointFaultHook checkpointHoldHook(const std::string& value);
 
 // What the variables above ask for; all unset: none of it.
 struct TestHooks {
-  CheckpointFaultHook checkpoint;            // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
-  bool step_vote = true;                     // false with AIACC_BENCH_NO_STEP_VOTE=1
-  bool survivor_save = true;                 // false with AIACC_BENCH_NO_SURVIVOR_SAVE=1
-  int step_vote_ab = 0;                      // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
-  std::string sample_log;                    // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
-  std::function<void()> epoch_eval;          // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)
-  std::function<void()> run_end;             // AIACC_TEST_HOLD_RUN_END (empty: none)
-  bool skew_at_regroup = false;              // AIACC_TEST_SKEW_AT_REGROUP=1
-  int late_to_regroup_ms = 0;                // AIACC_TEST_LATE_TO_REGROUP_MS
-  int fail_rank = -1;                        // AIACC_TEST_FAIL_AT_STEP's RANK (-1: none, kEveryRank: `*`) ...
-  int64_t fail_step = -1;                    // ... and STEP
+  CheckpointFaultHook checkpoint;    // AIACC_TEST_HOLD_CHECKPOINT (empty: none)
+  bool step_vote = true;             // false with AIACC_BENCH_NO_STEP_VOTE=1
+  bool survivor_save = true;         // false with AIACC_BENCH_NO_SURVIVOR_SAVE=1
+  int step_vote_ab = 0;              // AIACC_BENCH_STEP_VOTE_AB's K (0: a vote after every step)
+  std::string sample_log;            // AIACC_TEST_SAMPLE_LOG's PATH (empty: no log)
+  std::function<void()> epoch_eval;  // AIACC_TEST_HOLD_EPOCH_EVAL (empty: none)
+  std::function<void()> run_end;     // AIACC_TEST_HOLD_RUN_END (empty: none)
+  bool skew_at_regroup = false;      // AIACC_TEST_SKEW_AT_REGROUP=1
+  int late_to_regroup_ms = 0;        // AIACC_TEST_LATE_TO_REGROUP_MS
+  // AIACC_TEST_FAIL_AT_STEP and AIACC_TEST_HOLD_AT_STEP: called with the process's rank and the
+  // step number as each step ends (empty: neither is set); the fault throws aiacc::Error.
+  std::function<void(int rank, int64_t step)> step_end;
   JoinDeath die_joining = JoinDeath::kNone;  // AIACC_TEST_DIE_JOINING
   int fail_setups = 0;                       // AIACC_TEST_FAIL_SETUP
   std::vector<std::string> notes;            // one line for each variable set, for rank 0's log

@@ -66,8 +66,7 @@ void Trainer::setTestHooks(const TestHooks& hooks) {
   s_->run_end_hook = hooks.run_end;
   s_->skew_at_regroup = hooks.skew_at_regroup;
   s_->late_to_regroup_ms = hooks.late_to_regroup_ms;
-  s_->fail_rank = hooks.fail_rank;
-  s_->fail_step = hooks.fail_step;
+  s_->step_end_hook = hooks.step_end;
   s_->die_joining = hooks.die_joining;
   s_->fail_setups = hooks.fail_setups;
 }
@@ -234,10 +233,7 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     ++step_in_epoch;
     run.last_step_end = t1;
     if (run.change_began) finishChange();
-    if ((rank == fail_rank || fail_rank == kEveryRank) && pos.step == fail_step) {
-      AIACC_THROW(Error, "AIACC_TEST_FAIL_AT_STEP: rank ", rank, " fails after step ", pos.step,
-                  " (a test's own error)");
-    }
+    if (step_end_hook) step_end_hook(rank, pos.step);
     if (sample_log && step.applied) logApplied();
     run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, global_batch);
     LogWindow& w = run.window;

@@ -150,10 +150,9 @@ struct Trainer::State {
   std::function<void()> run_end_hook;     // AIACC_TEST_HOLD_RUN_END (app/test_hooks.h); empty: none
   bool skew_at_regroup = false;           // AIACC_TEST_SKEW_AT_REGROUP=1 (app/test_hooks.h)
   int late_to_regroup_ms = 0;             // AIACC_TEST_LATE_TO_REGROUP_MS (app/test_hooks.h)
-  int fail_rank = -1;                     // AIACC_TEST_FAIL_AT_STEP (app/test_hooks.h)
-  int64_t fail_step = -1;
-  JoinDeath die_joining = JoinDeath::kNone;  // AIACC_TEST_DIE_JOINING (app/test_hooks.h)
-  int fail_setups = 0;                       // AIACC_TEST_FAIL_SETUP (app/test_hooks.h): set-ups left to fail
+  std::function<void(int, int64_t)> step_end_hook;  // AIACC_TEST_{FAIL,HOLD}_AT_STEP (app/test_hooks.h); empty: none
+  JoinDeath die_joining = JoinDeath::kNone;         // AIACC_TEST_DIE_JOINING (app/test_hooks.h)
+  int fail_setups = 0;                              // AIACC_TEST_FAIL_SETUP (app/test_hooks.h): set-ups left to fail
   // Tests (AIACC_TEST_SAMPLE_LOG): one line per applied step with its samples, one per restore.
   std::unique_ptr<std::ofstream> sample_log;
 

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <thread>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <unistd.h>
 
 #include "app/amp.h"
 #include "app/checkpoint.h"
@@ -245,21 +247,39 @@ TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
   EXPECT_EQ(h.notes.size(), 1u);
   env = {{"AIACC_TEST_DIE_JOINING", "settings"}};
   EXPECT_EQ(aiacc::app::testHooksFromEnvironment(get).die_joining, aiacc::app::JoinDeath::kSettings);
+  EXPECT_FALSE(h.step_end);
   env = {{"AIACC_TEST_FAIL_AT_STEP", "*:3"}, {"AIACC_TEST_FAIL_SETUP", "2"}};
   h = aiacc::app::testHooksFromEnvironment(get);
-  EXPECT_EQ(h.fail_rank, aiacc::app::kEveryRank);
-  EXPECT_EQ(h.fail_step, 3);
+  ASSERT_TRUE(h.step_end);
+  EXPECT_NO_THROW(h.step_end(0, 2));
+  EXPECT_THROW(h.step_end(0, 3), aiacc::Error);
+  EXPECT_THROW(h.step_end(5, 3), aiacc::Error);
   EXPECT_EQ(h.fail_setups, 2);
   EXPECT_EQ(h.notes.size(), 2u);
-  env = {{"AIACC_TEST_FAIL_AT_STEP", "1:4"}};
+  // A hold after step 2, beside rank 1's fault after step 4: each process says it is held (FILE.held.<pid>)
+  // and goes on once FILE exists.
+  test::TempDir d;
+  const std::string release = d / "release";
+  env = {{"AIACC_TEST_FAIL_AT_STEP", "1:4"}, {"AIACC_TEST_HOLD_AT_STEP", "2:" + release}};
   h = aiacc::app::testHooksFromEnvironment(get);
-  EXPECT_EQ(h.fail_rank, 1);
   EXPECT_EQ(h.fail_setups, 0);
+  EXPECT_EQ(h.notes.size(), 2u);
+  EXPECT_NO_THROW(h.step_end(0, 4));
+  EXPECT_THROW(h.step_end(1, 4), aiacc::Error);
+  std::thread held([&] { h.step_end(1, 2); });
+  const std::string marker = release + ".held." + std::to_string(::getpid());
+  while (!std::filesystem::exists(marker)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  test::writeText(release, "");
+  held.join();
+  EXPECT_NO_THROW(h.step_end(1, 3));  // (no marker written, nothing waited for)
   for (const auto& bad : std::vector<std::map<std::string, std::string>>{
            {{"AIACC_TEST_DIE_JOINING", "later"}},
            {{"AIACC_TEST_FAIL_SETUP", "0"}},
            {{"AIACC_TEST_FAIL_AT_STEP", "**:3"}},
            {{"AIACC_TEST_FAIL_AT_STEP", "*"}},
+           {{"AIACC_TEST_HOLD_AT_STEP", "3"}},
+           {{"AIACC_TEST_HOLD_AT_STEP", "3:"}},
+           {{"AIACC_TEST_HOLD_AT_STEP", "0:/x"}},
            {{"AIACC_TEST_LATE_TO_REGROUP_MS", "0"}},
            {{"AIACC_TEST_LATE_TO_REGROUP_MS", "1s"}},
            {{"AIACC_BENCH_STEP_VOTE_AB", "0"}},

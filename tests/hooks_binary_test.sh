@@ -13,7 +13,7 @@ nm -C "$train" > "$work/train.nm" && nm -C "$hooked" > "$work/hooked.nm"
 grep -q "$parser" "$work/train.nm" && fail "$train links $parser"
 grep -q "$parser" "$work/hooked.nm" || fail "$hooked does not link $parser"
 # A malformed fault: the hooked build refuses it before training, aiacc_train trains one step.
-job=(--data synthetic --arch resnet18 --synthetic-classes 2 --synthetic-images 16 --batch-size 8 --image-size 32
+job=(--data synthetic --arch resnet18-w16 --synthetic-classes 2 --synthetic-images 16 --batch-size 8 --image-size 32
      --epochs 1 --max-steps 1 --warmup-epochs 0 --threads 1 --noautotune --eval-every 0)
 if AIACC_TEST_FAIL_AT_STEP=bogus "$hooked" "${job[@]}" > "$work/hooked.log" 2>&1; then
   cat "$work/hooked.log"; fail "aiacc_train_hooked accepted AIACC_TEST_FAIL_AT_STEP=bogus"

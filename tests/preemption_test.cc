@@ -373,20 +373,39 @@ TEST_F(Preemption, ResumeAutoStartsAfreshAndRefusesOtherSettings) {
 namespace aiacc::app {
 namespace {
 
-// 2 ranks x batch 8 on 320 synthetic images: 20 steps an epoch, 2 epochs; bin: aiacc_train, or
-// aiacc_train_hooked for a test's fault (app/binary_hooks.h).
+// 2 ranks x batch 8 on 320 synthetic images: 20 steps an epoch, 2 epochs, of the narrowed
+// resnet18 (its steps take milliseconds: a test that signals the job holds it at a step first,
+// HeldJob); bin: aiacc_train, or aiacc_train_hooked for a test's fault (app/binary_hooks.h).
 std::string twoRankJob(const std::string& dir, bool shm, const std::string& bin = AIACC_TRAIN_BIN) {
   return bin + " --nproc 2 --master 127.0.0.1:" + std::to_string(test::freePort()) +
-         " --data synthetic --arch resnet18 --synthetic-classes 4 --synthetic-images 320 --batch-size 8"
+         " --data synthetic --arch resnet18-w16 --synthetic-classes 4 --synthetic-images 320 --batch-size 8"
          " --image-size 32 --epochs 2 --warmup-epochs 0 --threads 1 --noautotune --streams 1 --progress-seconds 1000" +
          (shm ? "" : " --noshm") + " --checkpoint-dir " + dir + "/ck --metrics-file " + dir + "/m.jsonl";
 }
 
-// Shell: waits (up to 120 s) until FILE has at least N lines.
-std::string waitForLines(const std::string& file, int n) {
-  return "for i in $(seq 600); do [ -f " + file + " ] && [ $(wc -l < " + file + ") -ge " + std::to_string(n) +
-         " ] && break; sleep 0.2; done; ";
+// The hooked job held as step STEP ends (AIACC_TEST_HOLD_AT_STEP, app/test_hooks.h): `start`
+// runs it in the background (its launcher's pid in $L, its output in LOG) and waits until both
+// ranks are held; `go` lets them go. A signal sent in between reaches every rank at STEP, so
+// the ranks agree to stop within the step vote's 2 steps of it, however fast the steps are.
+struct HeldJob {
+  std::string release;  // the file the ranks wait for
+  std::string start, go;
+
+  HeldJob(const std::string& job, int step, const std::string& log, const std::string& file) : release(file) {
+    start = "AIACC_TEST_HOLD_AT_STEP=" + std::to_string(step) + ":" + release + " " + job + " > " + log +
+            " 2>&1 & L=$!; for i in $(seq 2400); do [ $(ls " + release +
+            ".held.* 2> /dev/null | wc -l) -ge 2 ] && break; sleep 0.05; done; ";
+    go = "touch " + release + "; ";
+  }
+};
+
+// Shell: waits (up to 120 s) until FILE has a line with TEXT.
+std::string waitForText(const std::string& file, const std::string& text) {
+  return "for i in $(seq 2400); do grep -q '" + text + "' " + file + " && break; sleep 0.05; done; ";
 }
+
+// The job's launcher has forwarded its signal to the workers (it signals them, then says so).
+std::string waitForwarded(const std::string& log) { return waitForText(log, "; forwarding it to the "); }
 
 class PreemptedJob : public ::testing::TestWithParam<bool> {};
 
@@ -399,12 +418,13 @@ TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
   const bool shm = GetParam();
   if (!shm) AIACC_SKIP_WITHOUT_GLOO();
   test::TempDir d;
-  const std::string job = twoRankJob(d.path(), shm);
+  const std::string job = twoRankJob(d.path(), shm, AIACC_HOOKED_TRAIN_BIN);
   auto [rc, out] = test::runShell(twoRankJob(d / "whole", shm).replace(0, 0, "mkdir -p " + d.path() + "/whole && ") +
                                   " 2>&1");
   ASSERT_EQ(rc, 0) << out;
-  const std::string script = job + " > " + d.path() + "/log 2>&1 & L=$!; " + waitForLines(d / "m.jsonl", 6) +
-                             "kill -TERM $L; wait $L; echo rc=$?; cat " + d.path() + "/log";
+  const HeldJob held(job, 6, d / "log", d / "release");
+  const std::string script = held.start + "kill -TERM $L; " + waitForwarded(d / "log") + held.go +
+                             "wait $L; echo rc=$?; cat " + d.path() + "/log";
   test::writeText(d / "term.sh", script + "\n");
   std::tie(rc, out) = test::runShell("bash " + d.path() + "/term.sh");
   ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
@@ -414,6 +434,8 @@ TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
   const auto steps_before = test::metricValues(d / "m.jsonl", "step", "step");
   ASSERT_FALSE(steps_before.empty());
   ASSERT_LT(steps_before.back(), 20) << "stopped in epoch 1: " << out;
+  EXPECT_GE(steps_before.back(), 6) << out;
+  EXPECT_LE(steps_before.back(), 8) << "stopped within 2 steps of the signal at step 6\n" << out;
   EXPECT_NE(out.find("after step " + std::to_string(static_cast<int>(steps_before.back())) + "; saved"),
             std::string::npos)
       << "the saved step is the last step trained\n"
@@ -447,12 +469,11 @@ TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
 // saves it, each exits 75, and so does the launcher.
 TEST(PreemptedJobSignals, SigtermToEachWorkerHalfASecondApart) {
   test::TempDir d;
-  const std::string script = twoRankJob(d.path(), true) + " > " + d.path() + "/log 2>&1 & L=$!; " +
-                             waitForLines(d / "m.jsonl", 4) +
+  const HeldJob held(twoRankJob(d.path(), true, AIACC_HOOKED_TRAIN_BIN), 4, d / "log", d / "release");
+  const std::string script = held.start +
                              "for r in 0 1; do for w in $(pgrep -P $L); do "
-                             "tr '\\0' '\\n' < /proc/$w/environ | grep -qx AIACC_RANK=$r && kill -TERM $w; done; "
-                             "sleep 0.5; done; wait $L; echo rc=$?; cat " +
-                             d.path() + "/log";
+                             "tr '\\0' '\\n' < /proc/$w/environ | grep -qx AIACC_RANK=$r && kill -TERM $w; done; " +
+                             held.go + "sleep 0.5; done; wait $L; echo rc=$?; cat " + d.path() + "/log";
   test::writeText(d / "term.sh", script + "\n");
   const std::string out = test::runShell("bash " + d.path() + "/term.sh").second;
   ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
@@ -475,13 +496,14 @@ TEST(PreemptedJobSignals, SigtermToEachWorkerHalfASecondApart) {
 // later step once, and ends. The checkpoint says its BatchNorm statistics are rank 1's own.
 TEST(PreemptedJobSignals, Rank0KilledThenSigtermTheSurvivorSavesAndTheJobResumes) {
   test::TempDir d;
-  const std::string job = twoRankJob(d.path(), true);
+  const std::string job = twoRankJob(d.path(), true, AIACC_HOOKED_TRAIN_BIN);
+  const HeldJob held(job, 4, d / "log", d / "release");
   const std::string rank_pid = "$(for w in $(pgrep -P $L); do tr '\\0' '\\n' < /proc/$w/environ | "
                                "grep -qx AIACC_RANK=R && echo $w; done)";
   auto pidOf = [&](int r) { return std::string(rank_pid).replace(rank_pid.find("=R"), 2, "=" + std::to_string(r)); };
-  const std::string script = job + " > " + d.path() + "/log 2>&1 & L=$!; " + waitForLines(d / "m.jsonl", 4) +
-                             "R1=" + pidOf(1) + "; kill -KILL " + pidOf(0) + "; sleep 0.3; kill -TERM $R1; wait $L; " +
-                             "echo rc=$?; cat " + d.path() + "/log";
+  const std::string script = held.start + "R1=" + pidOf(1) + "; kill -KILL " + pidOf(0) +
+                             "; sleep 0.3; kill -TERM $R1; " + held.go + "wait $L; echo rc=$?; cat " + d.path() +
+                             "/log";
   test::writeText(d / "kill.sh", script + "\n");
   const std::string out = test::runShell("bash " + d.path() + "/kill.sh").second;
   ASSERT_EQ(out.find("rc=0"), std::string::npos) << "a worker was killed: the launcher reports it\n" << out;
@@ -519,11 +541,10 @@ TEST(PreemptedJobSignals, Rank0KilledThenSigtermTheSurvivorSavesAndTheJobResumes
 // within a step plus the checkpoint write plus a few seconds of the signal.
 TEST(PreemptedJobSignals, Sigusr1StopsAndSavesPromptly) {
   test::TempDir d;
-  const std::string script = twoRankJob(d.path(), true) + " > " + d.path() + "/log 2>&1 & L=$!; " +
-                             waitForLines(d / "m.jsonl", 4) +
-                             "t0=$(date +%s%N); kill -USR1 $L; wait $L; echo rc=$?; "
-                             "echo ms=$(( ($(date +%s%N) - t0) / 1000000 )); cat " +
-                             d.path() + "/log";
+  const HeldJob held(twoRankJob(d.path(), true, AIACC_HOOKED_TRAIN_BIN), 4, d / "log", d / "release");
+  const std::string script = held.start + "t0=$(date +%s%N); kill -USR1 $L; " + waitForwarded(d / "log") + held.go +
+                             "wait $L; echo rc=$?; echo ms=$(( ($(date +%s%N) - t0) / 1000000 )); cat " + d.path() +
+                             "/log";
   test::writeText(d / "usr1.sh", script + "\n");
   const std::string out = test::runShell("bash " + d.path() + "/usr1.sh").second;
   ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
@@ -539,8 +560,8 @@ TEST(PreemptedJobSignals, Sigusr1StopsAndSavesPromptly) {
 
 // SIGTERM while a checkpoint is being written: the --checkpoint-every 4 write of step 4, held half
 // way through its payload by the test hook (a disk that stalls: AIACC_TEST_HOLD_CHECKPOINT), and
-// the launcher signalled then. Training goes on meanwhile (step 8's checkpoint is skipped, the
-// write still in flight), the ranks agree on a later step, and rank 0 says it will write that
+// the launcher signalled then (the ranks held at step 6 meanwhile). Training goes on while the
+// write is in flight, the ranks agree on a later step, and rank 0 says it will write that
 // step's checkpoint once the write in flight has ended; the test then lets the held write go. Both
 // checkpoints end whole, the stop's is the newest, every rank exits 75 at the step saved, and the
 // same command with --resume auto finishes the job from it.
@@ -548,11 +569,11 @@ TEST(PreemptedJobSignals, SigtermDuringACheckpointWrite) {
   test::TempDir d;
   const std::string release = d / "release";
   const std::string job = twoRankJob(d.path(), true, AIACC_HOOKED_TRAIN_BIN) + " --checkpoint-every 4";
-  const std::string script = "AIACC_TEST_HOLD_CHECKPOINT=4:" + release + " " + job + " > " + d.path() +
-                             "/log 2>&1 & L=$!; for i in $(seq 600); do [ -f " + release +
-                             ".held ] && break; sleep 0.2; done; kill -TERM $L; "
-                             "for i in $(seq 600); do grep -q 'writing its checkpoint' " +
-                             d.path() + "/log && break; sleep 0.2; done; touch " + release +
+  // Training held at step 6 too, while step 4's write is held: the signal comes during that write.
+  const HeldJob held("AIACC_TEST_HOLD_CHECKPOINT=4:" + release + " " + job, 6, d / "log", d / "release-step");
+  const std::string script = held.start + "for i in $(seq 2400); do [ -f " + release +
+                             ".held ] && break; sleep 0.05; done; kill -TERM $L; " + waitForwarded(d / "log") +
+                             held.go + waitForText(d / "log", "writing its checkpoint") + "touch " + release +
                              "; wait $L; echo rc=$?; cat " + d.path() + "/log";
   test::writeText(d / "term.sh", script + "\n");
   std::string out = test::runShell("bash " + d.path() + "/term.sh").second;

@@ -22,12 +22,21 @@ namespace {
 using test::contains;
 using test::readText;
 
-// A short CPU job: batch 8, 32 px, `steps` steps (a long one: until stopped).
-std::string job(int steps) {
-  return strCat(AIACC_TRAIN_BIN,
-                " --data synthetic --arch resnet18 --synthetic-classes 2 --synthetic-images 64 --batch-size 8 "
-                "--image-size 32 --epochs 100 --warmup-epochs 0 --threads 1 --noautotune --max-steps ",
-                steps);
+// A short CPU job: the narrowed resnet18, batch 8, 32 px, `steps` steps (4 an epoch); bin:
+// aiacc_train, or aiacc_train_hooked for a job held at a step (heldAt).
+std::string job(int steps, const std::string& bin = AIACC_TRAIN_BIN) {
+  return strCat(bin,
+                " --data synthetic --arch resnet18-w16 --synthetic-classes 2 --synthetic-images 64 --batch-size 8 "
+                "--image-size 32 --warmup-epochs 0 --threads 1 --noautotune --epochs ",
+                (steps + 3) / 4, " --max-steps ", steps);
+}
+
+// A job to stop: aiacc_train_hooked with `steps` steps, whose 2 ranks wait as step 3 ends until
+// the file `release` exists (AIACC_TEST_HOLD_AT_STEP, app/test_hooks.h), so that Slurm's signal
+// finds it training however fast its steps are. `prefix` goes before the command (exec, a
+// variable).
+std::string heldAt(const std::string& release, const std::string& prefix, int steps) {
+  return strCat("export AIACC_TEST_HOLD_AT_STEP=3:", release, "\n", prefix, job(steps, AIACC_HOOKED_TRAIN_BIN));
 }
 
 bool haveCommand(const std::string& name) { return test::runShell("command -v " + name + " > /dev/null").first == 0; }
@@ -112,6 +121,20 @@ class Slurm : public ::testing::TestWithParam<Proctrack> {
     }
     return "job " + id + " never ended";
   }
+  // Waits (at most 120 s) until both ranks of a heldAt job wait for `release`.
+  static bool held(const std::string& release) {
+    for (int i = 0; i < 2400; ++i) {
+      if (test::runShell("ls " + release + ".held.* 2> /dev/null | wc -l").second == "2\n") return true;
+      ::usleep(50000);
+    }
+    return false;
+  }
+  // Once aiacc_train's launcher has forwarded a stop signal to its workers (its line in `log`;
+  // at most 120 s), lets a heldAt job go on, to stop within the step vote's 2 steps of step 3.
+  static void releaseOnceSignalled(const std::string& log, const std::string& release) {
+    for (int i = 0; i < 2400 && !contains(readText(log), "; forwarding it to the "); ++i) ::usleep(50000);
+    test::writeText(release, "");
+  }
   static std::vector<std::string> lines(const std::string& text) {
     std::vector<std::string> out;
     for (size_t at = 0; at < text.size();) {
@@ -165,14 +188,13 @@ TEST_P(Slurm, ABatchScriptOfTwoTasksRunAloneIsRefused) {
 // and ends; no warning (its parent is the batch step). A script that runs aiacc_train without
 // exec is warned about at start (its parent: the script's shell, which Slurm names slurm_script).
 TEST_P(Slurm, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) {
-  const std::string ck = lab_ / "ck", metrics = lab_ / "m.jsonl";
-  const std::string body = strCat("exec ", job(30), " --nproc 2 --checkpoint-dir ", ck,
-                                  " --resume auto --metrics-file ", metrics);
+  const std::string ck = lab_ / "ck", release = lab_ / "release";
+  const std::string body = strCat(heldAt(release, "exec ", 30), " --nproc 2 --checkpoint-dir ", ck, " --resume auto");
   const std::string id = submit("exec.sh", body, "-n1 -c2");
   ASSERT_NE(id, "");
-  for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
-  ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "exec.sh.out");
+  ASSERT_TRUE(held(release)) << readText(lab_ / "exec.sh.out");
   slurm("scancel " + id);
+  releaseOnceSignalled(lab_ / "exec.sh.out", release);
   ended(id);
   const std::string out = readText(lab_ / "exec.sh.out");
   EXPECT_FALSE(contains(out, "warning: aiacc_train runs under")) << out;
@@ -200,15 +222,14 @@ TEST_P(Slurm, ExecInABatchScriptSavesOnScancelAndTheSameScriptResumes) {
 // next run, the same script, resumes at the saved step and ends, no step run twice. (Slurm holds
 // a requeued job back for a while; the test releases it at once.)
 TEST_P(Slurm, ARequeuedJobSavesAndItsNextRunResumesThere) {
-  const std::string ck = lab_ / "ck", metrics = lab_ / "m.jsonl";
-  const std::string body = strCat("exec ", job(30), " --nproc 2 --checkpoint-dir ", ck,
-                                  " --resume auto --metrics-file ", metrics);
+  const std::string ck = lab_ / "ck", release = lab_ / "release";
+  const std::string body = strCat(heldAt(release, "exec ", 30), " --nproc 2 --checkpoint-dir ", ck, " --resume auto");
   const std::string id = submit("rq.sh", body, "-n1 -c2 --requeue --open-mode=append");
   ASSERT_NE(id, "");
-  for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
-  ASSERT_FALSE(readText(metrics).empty()) << readText(lab_ / "rq.sh.out");
+  ASSERT_TRUE(held(release)) << readText(lab_ / "rq.sh.out");
   ASSERT_EQ(slurm("scontrol requeue " + id).first, 0);
-  bool released = false;  // (pending again, its start two minutes ahead: now)
+  releaseOnceSignalled(lab_ / "rq.sh.out", release);  // (its next run passes step 3 at once)
+  bool released = false;                              // (pending again, its start two minutes ahead: now)
   for (int i = 0; i < 600 && !released; ++i) {
     ::usleep(100000);
     const auto [rc, state] = slurm("squeue -h -o %T -j " + id);
@@ -230,7 +251,7 @@ TEST_P(Slurm, ARequeuedJobSavesAndItsNextRunResumesThere) {
 
 // Slurm's warning before the time limit (--signal=USR1@50 with --time=1; Slurm's timer sends it
 // 10 to 40 s into the job) to the tasks of an exec'd srun: they stop at one step, save it, and the
-// job ends with 75 before its limit (not TIMEOUT).
+// job ends with 75 before its limit (not TIMEOUT). (Its 100000 steps outlast the limit.)
 TEST_P(Slurm, TheTimeLimitsWarningSavesBeforeTheLimit) {
   const std::string ck = lab_ / "ck";
   const std::string id = submit("warn.sh", strCat("exec srun -n2 -c1 ", job(100000), " --checkpoint-dir ", ck),
@@ -300,16 +321,16 @@ TEST_P(Slurm, AScriptsShellKilledBySlurmsSignalLeavesItsJobSavedAndNoProcess) {
   if (!cgroup_) cases.push_back({"nosrun", "scancel --batch --signal=USR1 ", "PATH=/nonexistent "});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string ck = lab_ / (c.name + "-ck"), metrics = lab_ / (c.name + ".jsonl");
+    const std::string ck = lab_ / (c.name + "-ck"), release = lab_ / (c.name + "-release");
     const std::string log = lab_ / (c.name + ".sh.out");
     const std::string id = submit(c.name + ".sh",
-                                  strCat(c.path, job(400), " --nproc 2 --checkpoint-dir ", ck,
-                                         " --resume auto --metrics-file ", metrics),
+                                  strCat(heldAt(release, c.path, 400), " --nproc 2 --checkpoint-dir ", ck,
+                                         " --resume auto"),
                                   "-n1 -c2");
     ASSERT_NE(id, "");
-    for (int i = 0; i < 1200 && readText(metrics).empty(); ++i) ::usleep(100000);
-    ASSERT_FALSE(readText(metrics).empty()) << readText(log);
+    ASSERT_TRUE(held(release)) << readText(log);
     slurm(c.cancel + id);
+    releaseOnceSignalled(log, release);
     ended(id);
     std::string out;
     for (int i = 0; i < 600 && !contains(out, "worker(s) saved and stopped"); ++i) {
