@@ -1,6 +1,7 @@
 // GPU tests, for a machine with a GPU and a CUDA LibTorch (scripts/gpu/check.sh runs them).
-// Compiled into aiacc_tests in a CUDA build with NCCL; elsewhere CTest syntax-checks this file
-// (GpuSources.SyntaxCheck) so it cannot rot unseen; without a visible GPU every test skips.
+// Compiled into aiacc_tests in a CUDA build with NCCL; elsewhere the build compiles it against the
+// CUDA and NCCL headers (aiacc_gpu_sources_check, tests/CMakeLists.txt) so it cannot rot unseen;
+// without a visible GPU every test skips.
 // One GPU allows NCCL world size 1 only, where a collective that did nothing would leave
 // in-place buffers as they were: so each assertion is one a no-op fails (out-of-place outputs
 // poisoned first, exact bytes and measured busy time per channel, .grad poisoned before
