@@ -39,6 +39,13 @@ run_ctest() {
   echo "test.sh: the five slowest tests in $dir:"
   sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$dir/ctest.log" |
     sort -rn | awk 'NR <= 5 { printf "  %7.1f s  %s\n", $1, $2 }'
+  # The share of the tests that start a job's real processes (CTest label "process", tests/CMakeLists.txt).
+  local process
+  process=$(cd "$dir" && ctest -N -L process | sed -n 's/^ *Test *#[0-9]*: \([^ ]*\).*/\1/p')
+  sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$dir/ctest.log" |
+    awk -v names="$process" 'BEGIN { n = split(names, a, "\n"); for (i = 1; i <= n; ++i) p[a[i]] = 1 }
+      { all += $1; ++count; if ($2 in p) { mine += $1; ++k } }
+      END { printf "test.sh: %d of the %d tests in '"$dir"' are labelled process; %.0f s of their %.0f s\n", k, count, mine, all }'
   return $rc
 }
 t0=$SECONDS
