@@ -31,7 +31,7 @@
 //       --rdzv-timeout then runs out apart; each says "rank R arrives for the next generation
 //       now" on its log as it goes on (tests/elastic_test.cc).
 //   AIACC_TEST_FAIL_AT_STEP=RANK:STEP   the process that is rank RANK when step STEP ends throws
-//       an error of its own (app/main.cc: exit 1, the job told a rank failed), as one rank's out
+//       an error of its own (app/command_train.cc: exit 1, the job told a rank failed), as one rank's out
 //       of memory or full disk would (tests/elastic_test.cc); RANK `*`: every rank, as an error
 //       that is everyone's would (settings, data; tests/elastic_failure_test.cc).
 //   AIACC_TEST_HOLD_AT_STEP=STEP:FILE   every process, when step STEP ends (before the step's
