@@ -3,22 +3,16 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <immintrin.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-
-#include <climits>
-#include <ctime>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <string>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -27,70 +21,13 @@
 
 #include "aiacc/comm/channel_worker.h"
 #include "aiacc/comm/reduce_ops.h"
+#include "aiacc/comm/shm_segment.h"
 #include "aiacc/comm/store.h"
 
 namespace aiacc::comm {
-// The segment header; in a named namespace because Channel (of an exported class) uses it.
-namespace shm_segment {
-
-constexpr size_t kHeader = 128;  // two cache lines: the barrier and the rank's liveness
-
-// What a rank's channel says of itself to its peers.
-enum State : uint32_t { kOpen = 0, kAborted = 1, kClosed = 2 };
-
-// seq: the last barrier this rank reached. word: its low 32 bits, the futex others sleep on.
-// waiters: how many threads (of any rank) sleep or are about to sleep on word; the publisher
-// makes the wake-up system call only when there is one. state: kAborted once abort() was
-// called, kClosed once its worker ran its last operation (the transport is going). beat: bumped by the rank's heartbeat
-// thread. life: a process-shared robust mutex the channel's worker thread holds for as long as
-// it runs; the kernel releases it, marked "owner died", the moment that thread's process dies
-// (in any PID namespace), so a peer's try-lock that succeeds means the rank is gone. pid and
-// start: the process's id and start time (/proc/self/stat's 22nd field; 0: unknown), so that a
-// peer in the same PID namespace can tell a stopped process from a slow one. mapped: how many
-// peers have mapped this segment; the one that completes the count unlinks its name.
-struct Header {
-  std::atomic<uint64_t> seq;
-  std::atomic<uint32_t> word;
-  std::atomic<uint32_t> waiters;
-  std::atomic<uint32_t> state;
-  std::atomic<uint32_t> beat;
-  pthread_mutex_t life;
-  std::atomic<int32_t> pid;
-  std::atomic<uint64_t> start;
-  std::atomic<uint32_t> mapped;
-};
-static_assert(sizeof(Header) <= kHeader);
-
-}  // namespace shm_segment
 using namespace shm_segment;
 
 namespace {
-
-static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32 bits");
-
-// Process-shared futexes (no FUTEX_PRIVATE_FLAG): the word lives in a MAP_SHARED segment that
-// every rank of the node maps.
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected, long timeout_ns) {
-  timespec ts{0, timeout_ns};
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-void futexWakeAll(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-// Process `pid`'s state letter and start time from /proc/PID/stat; false when unreadable.
-bool procStat(pid_t pid, char* state, uint64_t* start) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const size_t name_end = s.rfind(')');  // (the command name may hold spaces and parentheses)
-  if (name_end == std::string::npos) return false;
-  std::istringstream fields(s.substr(name_end + 1));
-  std::string skip;
-  fields >> *state;                             // field 3
-  for (int i = 4; i < 22; ++i) fields >> skip;  // ppid ... itrealvalue
-  fields >> *start;                             // field 22: start time, clock ticks after boot
-  return !fields.fail();
-}
 
 std::string sanitize(const std::string& s) {
   std::string out;
