@@ -14,6 +14,34 @@
 namespace aiacc::app::test_elastic {
 namespace {
 
+// A line of a sample log (AIACC_TEST_SAMPLE_LOG, app/test_hooks.h): "step RUN GEN STEP EPOCH
+// ids...", written before the step; "applied RUN GEN STEP" after it; "restore RUN GEN STEP".
+struct SampleLine {
+  std::string kind, run;
+  int64_t generation = 0, step = 0, epoch = 0;  // (epoch: step lines only)
+  std::vector<int64_t> samples;                 // (step lines only)
+};
+
+// Every line of every rank's sample log in `dir` (the files samples.<pid>).
+std::vector<SampleLine> sampleLines(const std::string& dir) {
+  std::vector<SampleLine> lines;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().filename().string().rfind("samples.", 0) != 0) continue;
+    std::ifstream in(f.path());
+    for (std::string text; std::getline(in, text);) {
+      std::istringstream words(text);
+      SampleLine l;
+      if (!(words >> l.kind >> l.run >> l.generation >> l.step)) continue;
+      if (l.kind == "step") {
+        words >> l.epoch;
+        for (int64_t id; words >> id;) l.samples.push_back(id);
+      }
+      lines.push_back(std::move(l));
+    }
+  }
+  return lines;
+}
+
 // What the sample logs say about epoch 0: how often each sample was trained, counting a step only
 // if some rank applied it and no later generation of its run restored a state from before it (a
 // step some rank applied that the others did not is trained again); *trained: the images of every
@@ -23,39 +51,23 @@ std::map<int64_t, int> epochZeroCounts(const std::string& dir, std::string* rest
   using Key = std::tuple<std::string, int64_t, int64_t>;        // run, generation, step
   std::map<std::pair<std::string, int64_t>, int64_t> restored;  // (run, generation) -> the step it went on from
   std::set<Key> applied;
-  struct Step {
-    Key key;
-    int64_t epoch;
-    std::vector<int64_t> samples;
-  };
-  std::vector<Step> steps;
-  for (const auto& f : std::filesystem::directory_iterator(dir)) {
-    if (f.path().filename().string().rfind("samples.", 0) != 0) continue;
-    std::ifstream in(f.path());
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream words(line);
-      std::string kind, run;
-      int64_t g = 0, s = 0;
-      words >> kind >> run >> g >> s;
-      if (kind == "restore") {
-        restored[{run, g}] = s;
-      } else if (kind == "applied") {
-        applied.insert({run, g, s});
-      } else if (kind == "step") {
-        Step st{{run, g, s}, 0, {}};
-        words >> st.epoch;
-        for (int64_t id; words >> id;) st.samples.push_back(id);
-        steps.push_back(std::move(st));
-      }
+  std::vector<SampleLine> steps;
+  for (SampleLine& l : sampleLines(dir)) {
+    if (l.kind == "restore") {
+      restored[{l.run, l.generation}] = l.step;
+    } else if (l.kind == "applied") {
+      applied.insert({l.run, l.generation, l.step});
+    } else if (l.kind == "step") {
+      steps.push_back(std::move(l));
     }
   }
   for (const auto& [rg, s] : restored) *restores += strCat("generation ", rg.second, " from step ", s, "; ");
   std::map<int64_t, int> counts;
-  for (const Step& st : steps) {
-    const auto& [run, g, step] = st.key;
-    bool redone = applied.count(st.key) == 0;
-    for (const auto& [rg, s] : restored) redone = redone || (rg.first == run && rg.second > g && step > s);
+  for (const SampleLine& st : steps) {
+    bool redone = applied.count({st.run, st.generation, st.step}) == 0;
+    for (const auto& [rg, s] : restored) {
+      redone = redone || (rg.first == st.run && rg.second > st.generation && st.step > s);
+    }
     if (!redone) *trained += static_cast<int64_t>(st.samples.size());
     if (redone || st.epoch != 0) continue;
     for (int64_t id : st.samples) ++counts[id];
@@ -136,18 +148,8 @@ void expectEachSampleOnce(const Job& job, int worlds_tail) {
 
 std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int64_t g) {
   std::map<int64_t, std::vector<size_t>> sizes;
-  for (const auto& f : std::filesystem::directory_iterator(dir)) {
-    if (f.path().filename().string().rfind("samples.", 0) != 0) continue;
-    std::ifstream in(f.path());
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream words(line);
-      std::string kind, run;
-      int64_t generation = 0, step = 0, epoch = 0;
-      if (!(words >> kind >> run >> generation >> step >> epoch) || kind != "step" || generation != g) continue;
-      size_t n = 0;
-      for (int64_t id; words >> id;) ++n;
-      sizes[step].push_back(n);
-    }
+  for (const SampleLine& l : sampleLines(dir)) {
+    if (l.kind == "step" && l.generation == g) sizes[l.step].push_back(l.samples.size());
   }
   return sizes;
 }
