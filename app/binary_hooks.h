@@ -1,4 +1,5 @@
-// The test faults and benchmark switches (app/test_hooks.h) a binary's main() hands its Trainer.
+// The test faults and benchmark switches (app/test_hooks.h) a binary's worker (runWorker,
+// app/command_train.cc) hands its Trainer.
 // One definition per binary, chosen when it is linked: aiacc_train's (hooks_none.cc) is empty, so
 // the production binary reads no AIACC_TEST_* or AIACC_BENCH_* variable and holds no code that
 // parses one; aiacc_train_hooked's (hooks_env.cc) reads them from the environment. The process

@@ -2,8 +2,8 @@
 // that need one on cue (tests/preemption_test.cc), and the benchmark scripts' switches; in-process
 // tests call Trainer's setters directly. Only aiacc_train_hooked reads them (app/binary_hooks.h:
 // the production aiacc_train links no parser of them), and a set variable is said on rank 0's log.
-// main() reads them once (testHooksFromEnvironment) and hands them to the Trainer
-// (Trainer::setTestHooks).
+// The worker (runWorker, app/command_train.cc) reads them once (hooksOfThisBinary) and hands them
+// to the Trainer (Trainer::setTestHooks).
 //
 //   AIACC_TEST_HOLD_CHECKPOINT=STEP:FILE   half way through writing step STEP's checkpoint
 //       payload (rank 0's writer thread), create FILE.held and wait until FILE exists (at most

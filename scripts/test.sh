@@ -41,7 +41,7 @@ run_ctest() {
     sort -rn | awk 'NR <= 5 { printf "  %7.1f s  %s\n", $1, $2 }'
   # The share of the tests that start a job's real processes (CTest label "process", tests/CMakeLists.txt).
   local process
-  process=$(cd "$dir" && ctest -N -L process | sed -n 's/^ *Test *#[0-9]*: \([^ ]*\).*/\1/p')
+  process=$(cd "$dir" && ctest -N -L process | sed -n 's/^ *Test *#[0-9]*: \([^ ]*\).*/\1/p') || true
   sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$dir/ctest.log" |
     awk -v names="$process" 'BEGIN { n = split(names, a, "\n"); for (i = 1; i <= n; ++i) p[a[i]] = 1 }
       { all += $1; ++count; if ($2 in p) { mine += $1; ++k } }

@@ -268,7 +268,10 @@ TEST(TestHooks, ReadFromTheEnvironmentOnceAndSaid) {
   EXPECT_THROW(h.step_end(1, 4), aiacc::Error);
   std::thread held([&] { h.step_end(1, 2); });
   const std::string marker = release + ".held." + std::to_string(::getpid());
-  while (!std::filesystem::exists(marker)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 60000 && !std::filesystem::exists(marker); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(std::filesystem::exists(marker)) << "the held thread says so";
   test::writeText(release, "");
   held.join();
   EXPECT_NO_THROW(h.step_end(1, 3));  // (no marker written, nothing waited for)

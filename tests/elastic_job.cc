@@ -33,7 +33,7 @@ std::vector<SampleLine> sampleLines(const std::string& dir) {
       SampleLine l;
       if (!(words >> l.kind >> l.run >> l.generation >> l.step)) continue;
       if (l.kind == "step") {
-        words >> l.epoch;
+        if (!(words >> l.epoch)) continue;  // (a line cut short by a rank's death)
         for (int64_t id; words >> id;) l.samples.push_back(id);
       }
       lines.push_back(std::move(l));

@@ -22,7 +22,7 @@ namespace {
 using test::contains;
 using test::readText;
 
-// A short CPU job: the narrowed resnet18, batch 8, 32 px, `steps` steps (4 an epoch); bin:
+// A short CPU job: the narrowed resnet18, batch 8, 32 px, `steps` steps (4 an epoch on 2 ranks); bin:
 // aiacc_train, or aiacc_train_hooked for a job held at a step (heldAt).
 std::string job(int steps, const std::string& bin = AIACC_TRAIN_BIN) {
   return strCat(bin,
