@@ -197,6 +197,19 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
       }
     }
     Report report = trainer.run();
+    // Ranks lost (a job of fixed size; an elastic regroup below MIN, failed twice, or without its
+    // store): this rank's line and exit code. (A --timeline is written by its destructor.)
+    if (const std::optional<SurvivorStop>& stop = report.survivor_stop) {
+      endElastic(stop->onDisk() ? comm::JobEnd::kStopped : comm::JobEnd::kStoppedUnsaved);
+      std::cerr << "aiacc_train: " << stop->why() << "; stopped; "
+                << (stop->checkpoint().empty()
+                        ? stop->unsaved()
+                        : "saved " + stop->checkpoint() + "; run the job again with --resume auto to continue")
+                << "\n";
+      Ending end{Ending::How::kStopped};
+      end.saved = stop->onDisk();
+      return exitCode(end);
+    }
     if (timeline) timeline->flush();
     // (The store may be gone while every rank lived on: the job's end is its report all the same.)
     if (elastic && elastic->generation().rank == 0) {
@@ -214,16 +227,6 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
     }
     // A run that missed its target finished all the same: the report says so.
     return exitCode(Ending{Ending::How::kFinished});
-  } catch (const SurvivorStop& e) {  // ranks lost (elastic: below MIN, or the store gone)
-    endElastic(e.onDisk() ? comm::JobEnd::kStopped : comm::JobEnd::kStoppedUnsaved);
-    std::cerr << "aiacc_train: " << e.what() << "; stopped; "
-              << (e.checkpoint().empty()
-                      ? e.unsaved()
-                      : "saved " + e.checkpoint() + "; run the job again with --resume auto to continue")
-              << "\n";
-    Ending end{Ending::How::kStopped};
-    end.saved = e.onDisk();
-    return exitCode(end);
   } catch (const comm::JobEndedError& e) {  // a process started again after the elastic job's end
     // It ends as the job did: finished, stopped with its state saved (resumable), or not.
     const comm::JobEnd how = e.how();

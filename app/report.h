@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "app/config.h"
+#include "app/survivor_stop.h"
 
 namespace aiacc::app {
 
@@ -94,6 +96,9 @@ struct Report {
   std::string checkpoint;                    // the checkpoint written at that step (rank 0; "" if none)
   int64_t saved_step = -1;                   // that checkpoint's step, on every rank (-1: none was written)
   std::vector<MembershipChange> membership;  // an elastic job's changes, in order
+  // Stopped with ranks lost (app/survivor_stop.h): how, and what this rank saved. The report's
+  // other fields are then not filled (no collective runs after the loss).
+  std::optional<SurvivorStop> survivor_stop;
   // AIACC_BENCH_STEP_VOTE_AB=K (app/test_hooks.h): this rank's steady steps (wall time from the end
   // of the one before, which holds the vote) after a vote and after none. block 0: not measured.
   struct VoteAb {

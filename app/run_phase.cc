@@ -12,7 +12,7 @@ std::optional<Phase> next(Phase phase, Event event, const RunFacts& facts) {
   // an elastic job and stops a job of fixed size (a survivor saves).
   if (event == Event::kStopAgreed) return phase == Phase::kRegrouping ? std::nullopt : std::optional(Phase::kStopping);
   if (event == Event::kCommFailed) {
-    if (phase == Phase::kRegrouping) return std::nullopt;  // (its failures are errors, or a survivor's stop)
+    if (phase == Phase::kRegrouping) return std::nullopt;  // (its failures are errors, or kRanksLost)
     return facts.elastic ? Phase::kRegrouping : Phase::kSurvivorStop;
   }
   // After the work: the steps left, or the run's end.
@@ -36,6 +36,7 @@ std::optional<Phase> next(Phase phase, Event event, const RunFacts& facts) {
       return std::nullopt;
     case Phase::kRegrouping:
       if (event == Event::kDone) return facts.work_left ? Phase::kCatchUp : Phase::kRunEnd;
+      if (event == Event::kRanksLost) return Phase::kSurvivorStop;
       return std::nullopt;
     default: return std::nullopt;
   }
@@ -78,6 +79,7 @@ const char* eventName(Event event) {
     case Event::kEvaluated: return "evaluated";
     case Event::kStopAgreed: return "stop agreed";
     case Event::kRegroupAgreed: return "regroup agreed";
+    case Event::kRanksLost: return "ranks lost";
     case Event::kCommFailed: return "communication failed";
   }
   return "?";

@@ -3,7 +3,8 @@
 // (Trainer::State::trainEpochs, app/trainer.cc) is the driver: it runs the current phase's work,
 // which reports an event, asks next() for the phase that follows, and stops at a terminal one.
 // Exceptions stay for errors: an error in a phase's work ends the process (app/exit_code.h),
-// except a failure of the communication (comm::CommError), which is the event kCommFailed.
+// except a failure of the communication (comm::CommError), which is the event kCommFailed. A
+// survivor's stop is a value (app/survivor_stop.h) the driver returns from kSurvivorStop.
 //
 //              start, resume, newcomer
 //                        |
@@ -23,6 +24,7 @@
 //
 //   kStopAgreed (a stop request, in steps or an evaluation) --> kStopping: the stop's checkpoint
 //   kCommFailed [fixed size]                                 --> kSurvivorStop: a survivor saves
+//   kRegrouping --kRanksLost (below MIN, set-up failed twice, store gone)--> kSurvivorStop
 //
 // An elastic job's protocol state lives in its rendezvous store, under the job's key prefix
 // (comm/membership.h writes them; `elastic/g<T>/...` is generation T's):
@@ -51,7 +53,7 @@ enum class Phase {
   kRunEnd,        // the final evaluation (unless one at this step), the end's checkpoint, the last collective
   kRegrouping,    // an elastic job's next generation: leave, rendezvous, set up, restore
   kStopping,      // terminal: the stop's checkpoint and report (Trainer::State::finishPreempted)
-  kSurvivorStop,  // terminal: a rank lost in a job of fixed size; a survivor saves (stopAfterLostRank)
+  kSurvivorStop,  // terminal: ranks lost; a survivor saves (fixed size: stopAfterLostRank; elastic: the regroup)
   kFinished,      // terminal: the report
 };
 constexpr int kPhases = 8;
@@ -65,8 +67,10 @@ enum class Event {
   kStopAgreed,      // the ranks agreed on a stop request (a signal on some rank)
   kRegroupAgreed,   // the ranks agreed to let a newcomer in
   kCommFailed,      // a collective or a store request failed: a rank lost, or the store
+  kRanksLost,       // kRegrouping: too few ranks came back, its set-up failed twice, or the store is
+                    // gone; this rank's survivor stop is decided (and its state saved, if its turn)
 };
-constexpr int kEvents = 7;
+constexpr int kEvents = 8;
 
 // What the transition depends on besides the phase and the event.
 struct RunFacts {
@@ -75,8 +79,8 @@ struct RunFacts {
 };
 
 // next(): the phase after `phase` whose work ended with `event`, or nullopt where that event
-// cannot end that phase (a terminal phase has no work; kRegrouping's failures are errors or a
-// survivor's stop; each such pair is named in tests/run_phase_test.cc).
+// cannot end that phase (a terminal phase has no work; kRegrouping's failures are errors or
+// kRanksLost; each such pair is named in tests/run_phase_test.cc).
 std::optional<Phase> next(Phase phase, Event event, const RunFacts& facts);
 bool isTerminal(Phase phase);
 const char* phaseName(Phase phase);

@@ -78,7 +78,11 @@ Report Trainer::run() {
     s.evaluateAndRecord();
     return s.run.preempted ? s.finishPreempted() : s.finishReport();
   }
-  s.trainEpochs();
+  if (std::optional<SurvivorStop> stop = s.trainEpochs()) {
+    // Ranks were lost: no collective runs after it; the report says only how this rank stopped.
+    s.report.survivor_stop = std::move(stop);
+    return s.report;
+  }
   return s.run.preempted ? s.finishPreempted() : s.finishReport();
 }
 
@@ -94,12 +98,13 @@ Report Trainer::run() {
 // After the last epoch, or a stop within one (target, --max-steps), the final state is
 // evaluated unless an epoch's end just was, or a stop request cut the run; in an elastic job
 // a rank lost meanwhile regroups as anywhere else, and the survivors evaluate it.
-void Trainer::State::trainEpochs() {
+std::optional<SurvivorStop> Trainer::State::trainEpochs() {
   const auto workLeft = [this] { return !run.stop && pos.epochs_done < cfg.epochs; };
   Phase phase = workLeft() ? Phase::kCatchUp : Phase::kRunEnd;  // (a resumed run may be at its end)
   bool complete = false;                  // kTraining -> kEpochEnd: the epoch's last step was trained
   bool held = false;                      // (run_end_hook: once)
   std::optional<comm::CommError> failed;  // kCommFailed: what failed
+  std::optional<SurvivorStop> stop;       // kRanksLost, or kCommFailed in a job of fixed size: this rank's stop
   const auto work = [&]() -> Event {
     switch (phase) {
       case Phase::kCatchUp:  // the evaluation the state holds pending (a stop or a failure cut it)
@@ -148,7 +153,8 @@ void Trainer::State::trainEpochs() {
         // Why: a failure's first line, or "" to let a newcomer in. (A failure within trainStep
         // cut that step; one elsewhere cut none.)
         const std::string cause = failed ? firstLine(failed->what()) : "";
-        regroup(cause, failed && run.in_step);
+        stop = regroup(cause, failed && run.in_step);
+        if (stop) return Event::kRanksLost;
         failed.reset();
         run.in_step = false;
         // The restored state decides whether the run is at its end: this rank may have passed a
@@ -161,7 +167,7 @@ void Trainer::State::trainEpochs() {
   };
   while (!isTerminal(phase)) {
     Event event;
-    if (phase == Phase::kRegrouping) {  // (its failures are errors, or a survivor's stop: not caught here)
+    if (phase == Phase::kRegrouping) {  // (its failures are errors, or kRanksLost: not caught here)
       event = work();
     } else {
       try {
@@ -173,9 +179,10 @@ void Trainer::State::trainEpochs() {
     }
     const std::optional<Phase> to = next(phase, event, RunFacts{elastic != nullptr, workLeft()});
     AIACC_CHECK(to.has_value(), "internal: the run's phase ", phaseName(phase), " cannot end with ", eventName(event));
-    if (*to == Phase::kSurvivorStop) stopAfterLostRank(*failed);  // (throws: a survivor's stop, or the error)
+    if (*to == Phase::kSurvivorStop && !stop) stop = stopAfterLostRank(*failed);  // (or throws the error)
     phase = *to;
   }
+  return stop;
 }
 
 std::optional<bool> Trainer::State::trainSegment(int epoch) {

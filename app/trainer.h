@@ -71,8 +71,8 @@ class Trainer {
   // A job of fixed size: when a step fails with a rank lost, `claim` is asked on each survivor and
   // returns true on exactly one (e.g. the first add to a key of the job's store, which a launcher
   // serves outside the workers). That one saves its own state to Config::checkpoint_dir, and run()
-  // throws SurvivorStop (app/elastic.h) on every survivor. Unset, or when `claim` throws (the store
-  // went with the lost rank), the failure ends the run as an error.
+  // returns on every survivor with Report::survivor_stop (app/survivor_stop.h). Unset, or when
+  // `claim` throws (the store went with the lost rank), the failure ends the run as an error.
   void setSurvivorClaim(std::function<bool()> claim);
   Report run();
 

@@ -43,7 +43,7 @@ TrainingState Trainer::State::snapshot() const {
   return p;
 }
 
-void Trainer::State::regroup(const std::string& cause, bool step_cut) {
+std::optional<SurvivorStop> Trainer::State::regroup(const std::string& cause, bool step_cut) {
   const auto t_failed = Clock::now();
   MembershipChange change;
   change.cause = cause;
@@ -77,22 +77,29 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   retry.why = cause;
   Clock::time_point t_grouped;
   for (;;) {
-    const comm::Generation& g = regroupOrStop(retry.why, retry.gone);
+    if (std::optional<SurvivorStop> stop = regroupOrStop(retry.why, retry.gone)) return stop;
+    const comm::Generation& g = elastic->generation();
     AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
                 " has no process of the one before, so nobody holds the training state; start the job again "
                 "with --resume auto to continue from its newest checkpoint");
+    SetUpVerdict verdict;
     try {
       t_grouped = setUpGeneration(g, change.world_before, &change.bytes);
       break;
     } catch (const comm::CommError& e) {
-      if (!leaveFailedSetUp(g, e, true, trained_in, retry)) throw;
+      verdict = leaveFailedSetUp(g, e, true, trained_in, retry);
+      if (!verdict.retry && !verdict.stop) throw;
     } catch (const InputError& e) {  // the agreement: a newcomer started with other settings
-      if (!leaveFailedSetUp(g, e, false, trained_in, retry)) throw;
+      verdict = leaveFailedSetUp(g, e, false, trained_in, retry);
+      if (!verdict.retry && !verdict.stop) throw;
     } catch (const c10::Error& e) {  // a store request of a transport's set-up (a peer gone meanwhile)
-      if (!leaveFailedSetUp(g, e, true, trained_in, retry)) throw;
+      verdict = leaveFailedSetUp(g, e, true, trained_in, retry);
+      if (!verdict.retry && !verdict.stop) throw;
     } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors)
-      if (!leaveFailedSetUp(g, e, true, trained_in, retry)) throw;
+      verdict = leaveFailedSetUp(g, e, true, trained_in, retry);
+      if (!verdict.retry && !verdict.stop) throw;
     }
+    if (verdict.stop) return std::move(verdict.stop);
   }
   const comm::Generation& g = elastic->generation();
   const std::vector<std::string> unused = sync().restoreCommState(pos.comm);
@@ -124,6 +131,7 @@ void Trainer::State::regroup(const std::string& cause, bool step_cut) {
   // What this rank's newest checkpoint holds is its own: after a regroup every rank writes one
   // where the run ends, so that the ranks take the same collectives there (trainEpochs).
   run.checkpoint_step = -1;
+  return std::nullopt;
 }
 
 void Trainer::State::sayNoSurvivor() const {
@@ -161,8 +169,9 @@ Clock::time_point Trainer::State::setUpGeneration(const comm::Generation& g, int
   return grouped;
 }
 
-bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
-                                      const comm::WorldInfo& trained_in, SetUpRetry& retry) {
+Trainer::State::SetUpVerdict Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exception& e,
+                                                              bool communication, const comm::WorldInfo& trained_in,
+                                                              SetUpRetry& retry) {
   // Only a process that held the state before this generation goes on to the next (a newcomer
   // received none: it ends, and its launcher may start it again as a newcomer). Every such rank
   // decides alike, from the generation alone: it leaves after any failure of the communication,
@@ -172,12 +181,12 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
   // resumable. (Counted by each rank for the regroup it is in: a rank whose set-up completed
   // while another's failed counts from zero at its next regroup, a rare double failure.)
   constexpr int kRetriesAlone = 1;
-  if (!g.isSurvivor(g.rank)) return false;
+  if (!g.isSurvivor(g.rank)) return {};
   std::vector<int> newcomers;
   for (int r = 0; r < g.size(); ++r) {
     if (!g.isSurvivor(r)) newcomers.push_back(r);
   }
-  if (newcomers.empty() && !communication) return false;
+  if (newcomers.empty() && !communication) return {};
   const bool stop = newcomers.empty() && ++retry.alone > kRetriesAlone;
   sync_ptr.reset();  // the generation's transports close: every member still waiting in them is released
   // Until the next generation is set up, the state is the one `trained_in` trained (a survivor
@@ -197,20 +206,20 @@ bool Trainer::State::leaveFailedSetUp(const comm::Generation& g, const std::exce
     bool writer = false;
     try {
       writer = elastic->claimSave();
-    } catch (const std::exception&) {           // the store is gone too: the survivors take turns at the folder
-      throw survivorStop(why, /*saver=*/true);  // (every one may: saveInTurn's note keeps it to one)
+    } catch (const std::exception&) {  // the store is gone too: the survivors take turns at the folder
+      return {false, survivorStop(why, /*saver=*/true)};  // (every one may: saveInTurn's note keeps it to one)
     }
     LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why
                  << (cfg.checkpoint_dir.empty() ? "; nothing is saved (no --checkpoint-dir)"
                      : writer                   ? "; it saves its own state"
                                                 : "; another rank saves its state");
-    throw survivorStop(why, writer);
+    return {false, survivorStop(why, writer)};
   }
   retry.why = firstLine(e.what());
   retry.gone = std::move(newcomers);
   LOG(WARNING) << "elastic: leaving generation " << g.number
                << " before its first step, its set-up failed: " << retry.why;
-  return true;
+  return {true, std::nullopt};
 }
 
 void Trainer::State::finishChange() {
@@ -224,19 +233,20 @@ void Trainer::State::finishChange() {
   writeMetric(membershipJson(c));
 }
 
-const comm::Generation& Trainer::State::regroupOrStop(const std::string& cause, const std::vector<int>& gone) {
+std::optional<SurvivorStop> Trainer::State::regroupOrStop(const std::string& cause, const std::vector<int>& gone) {
   try {
-    return elastic->regroup(pos.step, cause, gone);
+    elastic->regroup(pos.step, cause, gone);
+    return std::nullopt;
   } catch (const comm::JobEndedError&) {
     throw;
   } catch (const StoreLostError& e) {
     // Nobody to pick one saver: every survivor may save (saveInTurn's note keeps it to one).
-    throw survivorStop(firstLine(e.what()), /*saver=*/true);
+    return survivorStop(firstLine(e.what()), /*saver=*/true);
   } catch (const comm::CommError& e) {
     if (e.remedy() != comm::CommError::Remedy::kMembership) throw;
     // Too few came back: the one that came first saves what it holds (its own BatchNorm
     // statistics: nobody is left to average them with), and every one stops, resumable.
-    throw survivorStop(firstLine(e.what()), elastic->arrivedFirst());
+    return survivorStop(firstLine(e.what()), elastic->arrivedFirst());
   }
 }
 
@@ -251,7 +261,7 @@ std::string Trainer::State::saveOwnState() {
   return takeCheckpointErrors() ? cfg.checkpoint_dir + "/" + checkpointPayloadName(pos.step) : "";
 }
 
-void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
+SurvivorStop Trainer::State::stopAfterLostRank(const comm::CommError& e) {
   if (cfg.checkpoint_dir.empty() || !survivor_claim) throw e;
   bool writer = false;
   try {
@@ -262,7 +272,7 @@ void Trainer::State::stopAfterLostRank(const comm::CommError& e) {
   sync_ptr.reset();  // the transports close: a survivor still waiting in them is released
   LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << firstLine(e.what())
                << (writer ? "; it saves its own state" : "; another surviving rank saves its state");
-  throw survivorStop(firstLine(e.what()), writer);
+  return survivorStop(firstLine(e.what()), writer);
 }
 
 SurvivorStop Trainer::State::survivorStop(const std::string& why, bool saver) {

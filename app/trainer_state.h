@@ -17,6 +17,7 @@
 #include "app/fused_sgd.h"
 #include "app/run_phase.h"
 #include "app/stop_signal.h"
+#include "app/survivor_stop.h"
 #include "app/tensorboard.h"
 #include "app/trainer.h"
 #include "app/training_state.h"
@@ -171,8 +172,9 @@ struct Trainer::State {
   // The epochs from pos.epochs_done on, each with its end (metrics, evaluation, checkpoint), until
   // the run stops, then the final state's evaluation if no epoch's end made it. In an elastic
   // job a failure of the communication anywhere in them, or a newcomer, regroups and goes on (the
-  // one place that regroups).
-  void trainEpochs();
+  // one place that regroups). Returns how this rank stopped when ranks were lost and the run
+  // cannot go on (the terminal phase kSurvivorStop); nullopt for every other ending.
+  std::optional<SurvivorStop> trainEpochs();
   // An elastic job's last collective of training (a one-element sum): every rank is past the
   // final evaluation, or all regroup.
   void endOfTraining();
@@ -201,7 +203,10 @@ struct Trainer::State {
   // newcomer), joins the next, rebuilds the gradient sync for its world and restores the
   // training state from its rank 0 (restoreFromRank0); records the change. `step_cut`: the
   // failure came within a step, which is lost (false: at an epoch's end, between steps).
-  void regroup(const std::string& cause, bool step_cut = true);
+  // Returns this rank's survivor stop when too few ranks came back (regroupOrStop) or the set-up
+  // failed twice with no newcomer (leaveFailedSetUp), its state saved or not; nullopt once the
+  // next generation trains.
+  std::optional<SurvivorStop> regroup(const std::string& cause, bool step_cut = true);
   // Rank 0 of an elastic job's generation that no process of the one before is in (all of them
   // gone, the workers started again): says on its log where the training goes on from, the
   // checkpoint resumed or step 0, so that a restart from the beginning is never silent.
@@ -219,26 +224,33 @@ struct Trainer::State {
     std::vector<int> gone;  // the failed generation's newcomers, reported gone to the next
     int alone = 0;          // set-ups failed with no newcomer in them
   };
+  // What a rank does after its set-up of a generation failed: go on to the next generation,
+  // stop (a survivor's stop, its state saved or not), or neither (the failure is an error).
+  struct SetUpVerdict {
+    bool retry = false;
+    std::optional<SurvivorStop> stop;
+  };
   // After `e` failed the set-up of generation `g` (`communication`: a transport's or the store's
-  // failure, else the agreement's InputError): true when this rank leaves `g` for the next, its
-  // transports closed, its world and shards those of `trained_in` again, `retry` updated. False:
-  // `e` ends this process as any other error. A communication failure of a generation with no
-  // newcomer, after one such already in this regroup (two ranks lost in a row, or a failure that
-  // repeats), stops this rank resumable instead: the first of `g`'s members to claim it
-  // (comm::Membership::claimSave; one behind the newest step waits a second first) saves its
-  // state, and SurvivorStop is thrown.
-  bool leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
-                        const comm::WorldInfo& trained_in, SetUpRetry& retry);
-  // elastic->regroup, or, below MIN after --rdzv-timeout, the stop: the first to arrive saves its
-  // state (with --checkpoint-dir) and SurvivorStop is thrown; so too when the store is lost (with
-  // no store to pick one, every survivor is a saver in survivorStop). `gone`: ranks of the generation left that are
-  // known not to come (ElasticJob::regroup).
-  const comm::Generation& regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
+  // failure, else the agreement's InputError): retry when this rank leaves `g` for the next, its
+  // transports closed, its world and shards those of `trained_in` again, `retry` updated.
+  // Neither retry nor stop: `e` ends this process as any other error. A communication failure of
+  // a generation with no newcomer, after one such already in this regroup (two ranks lost in a
+  // row, or a failure that repeats), stops this rank resumable instead: the first of `g`'s
+  // members to claim it (comm::Membership::claimSave; one behind the newest step waits a second
+  // first) saves its state; `stop` says so.
+  SetUpVerdict leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
+                                const comm::WorldInfo& trained_in, SetUpRetry& retry);
+  // elastic->regroup (nullopt: the generation it closed is elastic->generation()), or, below MIN
+  // after --rdzv-timeout, the stop: the first to arrive saves its state (with --checkpoint-dir),
+  // and the SurvivorStop says so; so too when the store is lost (with no store to pick one, every
+  // survivor is a saver in survivorStop). `gone`: ranks of the generation left that are known
+  // not to come (ElasticJob::regroup).
+  std::optional<SurvivorStop> regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
   // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first
   // (survivor_claim: one store request, no collective) saves its own state, and every survivor
-  // throws SurvivorStop; otherwise `e` goes on as before.
-  [[noreturn]] void stopAfterLostRank(const comm::CommError& e);
+  // returns its SurvivorStop; otherwise `e` is thrown again, an error as before.
+  SurvivorStop stopAfterLostRank(const comm::CommError& e);
   // This rank's own state as the newest checkpoint (its BatchNorm statistics are its own:
   // rank_local_buffers); the file's path, or "" when it could not be written.
   std::string saveOwnState();

@@ -21,6 +21,7 @@ struct Cell {
 };
 Cell to(Phase p) { return Cell{p, ""}; }
 Cell none(const char* why) { return Cell{std::nullopt, why}; }
+constexpr const char* kLostOnlyInARegroup = "only a regroup finds too few ranks (elsewhere a lost rank is kCommFailed)";
 
 // The expected table for a job (elastic or not) with work left or none: written out cell by cell
 // from the design (docs/elastic.md), not computed like next() computes it.
@@ -38,6 +39,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kEndWithinEpoch: return none("no step is trained in catch-up");
         case E::kEvaluated: return none("the run's final evaluation is kRunEnd's");
         case E::kRegroupAgreed: return none("no vote is taken in catch-up");
+        case E::kRanksLost: return none(kLostOnlyInARegroup);
       }
       break;
     case P::kTraining:
@@ -49,6 +51,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kCommFailed: return failure;
         case E::kDone: return none("a segment ends at the epoch's end, a stop, or a regroup");
         case E::kEvaluated: return none("the run's final evaluation is kRunEnd's");
+        case E::kRanksLost: return none(kLostOnlyInARegroup);
       }
       break;
     case P::kEpochEnd:
@@ -60,6 +63,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kCommFailed: return failure;
         case E::kEpochDone: return none("no step is trained at an epoch's end");
         case E::kEvaluated: return none("the run's final evaluation is kRunEnd's");
+        case E::kRanksLost: return none(kLostOnlyInARegroup);
       }
       break;
     case P::kRunEnd:
@@ -71,12 +75,14 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kEpochDone: return none("no step is trained at the run's end");
         case E::kEndWithinEpoch: return none("no step is trained at the run's end");
         case E::kRegroupAgreed: return none("no vote is taken at the run's end");
+        case E::kRanksLost: return none(kLostOnlyInARegroup);
       }
       break;
     case P::kRegrouping:
       switch (e) {
         case E::kDone: return work_left ? to(P::kCatchUp) : to(P::kRunEnd);
-        case E::kCommFailed: return none("a regroup's failures are errors, or a survivor's stop");
+        case E::kCommFailed: return none("a regroup's failures are errors, or kRanksLost");
+        case E::kRanksLost: return to(P::kSurvivorStop);
         case E::kStopAgreed: return none("no vote is taken in a regroup");
         case E::kEpochDone: return none("no step is trained in a regroup");
         case E::kEndWithinEpoch: return none("no step is trained in a regroup");
