@@ -1,5 +1,6 @@
 #include "app/test_hooks.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -36,18 +37,25 @@ int parseBounded(const char* name, const char* text, long lo, long hi, const cha
   return static_cast<int>(v);
 }
 
+// A hold's STEP:FILE (STEP at least min_step); otherwise an input error that names `name`.
+struct StepFile {
+  int64_t step = 0;
+  std::string file;
+};
+StepFile parseStepFile(const char* name, const std::string& value, long min_step) {
+  const size_t colon = value.find(':');
+  AIACC_CHECK_INPUT(colon != std::string::npos && colon + 1 < value.size(), name, " must be STEP:FILE (got '", value,
+                    "')");
+  return {parseBounded(strCat(name, "'s STEP").c_str(), value.substr(0, colon).c_str(), min_step, 1 << 30, "a step"),
+          value.substr(colon + 1)};
+}
+
 }  // namespace
 
 CheckpointFaultHook checkpointHoldHook(const std::string& value) {
-  const size_t colon = value.find(':');
-  char* end = nullptr;
-  const long long step = colon == std::string::npos ? -1 : std::strtoll(value.c_str(), &end, 10);
-  AIACC_CHECK_INPUT(colon != std::string::npos && colon > 0 && end == value.c_str() + colon && step >= 0 &&
-                        colon + 1 < value.size(),
-                    "AIACC_TEST_HOLD_CHECKPOINT must be STEP:FILE (got '", value, "')");
-  const std::string release = value.substr(colon + 1);
-  return [step, release](CheckpointPhase phase, int64_t at) {
-    if (phase == CheckpointPhase::kMidPayload && at == step) holdUntilReleased(release + ".held", release, at);
+  const StepFile hold = parseStepFile("AIACC_TEST_HOLD_CHECKPOINT", value, 0);
+  return [hold](CheckpointPhase phase, int64_t at) {
+    if (phase == CheckpointPhase::kMidPayload && at == hold.step) holdUntilReleased(hold.file + ".held", hold.file, at);
   };
 }
 
@@ -111,14 +119,17 @@ TestHooks testHooksFromEnvironment(const std::function<const char*(const char*)>
   }
   if (const char* hold = get("AIACC_TEST_HOLD_AT_STEP")) {
     const std::string v = hold;
-    const size_t colon = v.find(':');
-    AIACC_CHECK_INPUT(colon != std::string::npos && colon + 1 < v.size(),
-                      "AIACC_TEST_HOLD_AT_STEP must be STEP:FILE (got '", v, "')");
-    const int64_t at = parseBounded("AIACC_TEST_HOLD_AT_STEP's STEP", v.substr(0, colon).c_str(), 1, 1 << 30, "a step");
-    const std::string release = v.substr(colon + 1);
-    h.step_end = [at, release, then = std::move(h.step_end)](int rank, int64_t step) {
+    std::vector<StepFile> holds;
+    for (size_t from = 0; from <= v.size();) {
+      const size_t comma = std::min(v.find(',', from), v.size());
+      holds.push_back(parseStepFile("AIACC_TEST_HOLD_AT_STEP", v.substr(from, comma - from), 1));
+      from = comma + 1;
+    }
+    h.step_end = [holds, then = std::move(h.step_end)](int rank, int64_t step) {
       if (then) then(rank, step);
-      if (step == at) holdUntilReleased(release + ".held." + std::to_string(::getpid()), release, step);
+      for (const StepFile& at : holds) {
+        if (step == at.step) holdUntilReleased(at.file + ".held." + std::to_string(::getpid()), at.file, step);
+      }
     };
     h.notes.push_back("AIACC_TEST_HOLD_AT_STEP=" + v + ": every process waits for the file after that step");
   }

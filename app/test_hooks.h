@@ -34,11 +34,13 @@
 //       an error of its own (app/command_train.cc: exit 1, the job told a rank failed), as one rank's out
 //       of memory or full disk would (tests/elastic_test.cc); RANK `*`: every rank, as an error
 //       that is everyone's would (settings, data; tests/elastic_failure_test.cc).
-//   AIACC_TEST_HOLD_AT_STEP=STEP:FILE   every process, when step STEP ends (before the step's
-//       vote), creates FILE.held.<pid> and waits until FILE exists (at most 10 minutes): a test
+//   AIACC_TEST_HOLD_AT_STEP=STEP:FILE[,STEP:FILE...]   every process, when step STEP ends (before
+//       the step's vote and rank 0's look for newcomers), creates FILE.held.<pid> and waits until
+//       FILE exists (at most 10 minutes); each pair of the list is a hold of its own. A test
 //       signals a job held there and then lets it go, so that the stop is agreed within the
 //       vote's 2 steps of STEP however fast the steps are (tests/preemption_test.cc,
-//       tests/slurm_test.cc).
+//       tests/slurm_test.cc); or lets it go once a newcomer waits, so that it is let in at STEP
+//       (tests/elastic_test.cc).
 //   AIACC_TEST_DIE_JOINING=settings|restore   a process that joins a running elastic job (started
 //       later, or started again by its launcher) SIGKILLs itself during its set-up in the new
 //       generation: before it gives its settings to the agreement (the others wait for them

@@ -156,6 +156,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   // A process that holds no state of generation number - 1 (a newcomer, or one late by more)
   // watches that generation's beat: while it moves, its members are alive and will come.
   const bool watch_beat = !survivor && number > 0;
+  if (watch_beat && o_.waiting_to_join) o_.waiting_to_join(number);
   int64_t beats = -1;
   auto beat_moved = start;
   // (Read twice per beat, and four times per beat_stale, not at every poll.)

@@ -37,6 +37,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,11 @@ struct MembershipOptions {
   // How long the previous generation's beat must stand still before newcomers alone may close
   // the next (its members all gone: killed at once, their workers started again).
   std::chrono::milliseconds beat_stale{std::chrono::seconds(3)};
+  // Called once a process that holds no state of the generation before (a newcomer, or one the
+  // others went on without) has arrived for a generation after the first, its ticket taken,
+  // before it waits to be let in: the running group's rank 0 sees it from its next step boundary
+  // (joinersWaiting). Empty: nothing is said.
+  std::function<void(int64_t generation)> waiting_to_join;
 };
 
 // How often a member of a generation says it is alive (beat()); well under beat_stale.

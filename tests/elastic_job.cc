@@ -157,8 +157,18 @@ std::map<int64_t, std::vector<size_t>> batchSizesOf(const std::string& dir, int6
 JobSpec killedWhileHeld(const std::string& hold_variable) {
   JobSpec spec;
   spec.env = hold_variable + "=hold";
-  spec.when = "[ \"$(ls hold.held.* 2> /dev/null | wc -l)\" -ge 3 ]";
+  spec.when = test::shellHeld("hold", 3);
   spec.act = "kill -KILL $W; touch hold";
+  return spec;
+}
+
+JobSpec comesBackAt(int64_t back_at, const std::string& fault, const std::string& then) {
+  // (Each wait bounded, 60 s: a job that never gets there fails the test on its assertions.)
+  JobSpec spec;
+  spec.env = strCat("AIACC_TEST_HOLD_AT_STEP=2:out,", back_at, ":back");
+  spec.when = test::shellHeld("out", 3);
+  spec.act = fault + "; touch out; " + test::shellWaitUntil(test::shellHeld("back", 2), 60) + then + "; " +
+             test::shellWaitUntil("grep -q 'elastic: waiting to be let into generation' log2", 60) + "touch back";
   return spec;
 }
 

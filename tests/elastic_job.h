@@ -81,6 +81,14 @@ void expectEachSampleOnce(const Job& job, int worlds_tail);
 // said so, node 2's worker is SIGKILLed, then the others are let go.
 JobSpec killedWhileHeld(const std::string& hold_variable);
 
+// A spec whose node 2 worker leaves and comes back, let in at a known step however fast the
+// steps are (AIACC_TEST_HOLD_AT_STEP): every rank is held at step 2 while `fault` is done to
+// node 2's worker ($W; then they are let go); the ranks left are held again at step `back_at`,
+// where `then` is done (for a worker its launcher starts again by itself: nothing), and let go
+// once node 2's worker waits to be let in (its log: "elastic: waiting to be let into
+// generation"). Rank 0 looks for newcomers after the hold: it sees it at step `back_at`.
+JobSpec comesBackAt(int64_t back_at, const std::string& fault = "kill -KILL $W", const std::string& then = "true");
+
 // Nodes 0 and 1 exited 0, and the report's first membership change took the world from 3 ranks
 // to 2: that change (null, after a failure, when the report has none).
 Json expectTwoOfThreeWentOn(const Job& job);

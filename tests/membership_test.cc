@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <algorithm>
 #include <thread>
@@ -133,17 +133,25 @@ TEST(Membership, SurvivorsCloseAtOnceWhenEveryRankIsAccountedForMostAdvancedFirs
 
 // A process started later waits for the next generation; the running group sees it (one check)
 // and regroups: survivors first, the newcomer last.
+// The newcomer says it waits (MembershipOptions::waiting_to_join) once it has arrived: from then
+// on the running group's joinersWaiting sees it. The survivors say nothing.
 TEST(Membership, ANewcomerIsSeenAndJoinsAfterTheSurvivors) {
   auto store = makeHashStore();
   const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
   Membership running(store, options(1, 3));
   EXPECT_FALSE(running.joinersWaiting(g0[0]));
-  auto newcomer = joinAsync(store, options(1, 3), fresh("c"));
+  std::atomic<int64_t> waits_for{-1};
+  std::atomic<int> said{0};
+  MembershipOptions joining = options(1, 3), surviving = options(1, 3);
+  joining.waiting_to_join = [&](int64_t g) { waits_for = g, ++said; };
+  surviving.waiting_to_join = [&](int64_t) { ++said; };
+  auto newcomer = joinAsync(store, joining, fresh("c"));
   const auto until = std::chrono::steady_clock::now() + kBound;
-  while (!running.joinersWaiting(g0[0]) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  while (said == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(waits_for, 1);
   ASSERT_TRUE(running.joinersWaiting(g0[0]));
   std::vector<std::future<Generation>> old;
-  for (const Generation& x : g0) old.push_back(joinAsync(store, options(1, 3), survivor(x, 5), {}, 2));
+  for (const Generation& x : g0) old.push_back(joinAsync(store, surviving, survivor(x, 5), {}, 2));
   const Generation joined = get(newcomer);
   EXPECT_EQ(joined.number, 1);
   EXPECT_EQ(joined.rank, 2);
@@ -156,6 +164,7 @@ TEST(Membership, ANewcomerIsSeenAndJoinsAfterTheSurvivors) {
     EXPECT_LT(g1.rank, 2);
     EXPECT_EQ(g1.members[static_cast<size_t>(g1.rank)].rank, g1.rank);  // the order of old ranks kept
   }
+  EXPECT_EQ(said, 1) << "only the newcomer said it waits";
 }
 
 // A newcomer alone at MIN (1) does not close the next generation while the one before beats (its

@@ -393,19 +393,18 @@ struct HeldJob {
 
   HeldJob(const std::string& job, int step, const std::string& log, const std::string& file) : release(file) {
     start = "AIACC_TEST_HOLD_AT_STEP=" + std::to_string(step) + ":" + release + " " + job + " > " + log +
-            " 2>&1 & L=$!; for i in $(seq 2400); do [ $(ls " + release +
-            ".held.* 2> /dev/null | wc -l) -ge 2 ] && break; kill -0 $L || break; sleep 0.05; done; ";
+            " 2>&1 & L=$!; " + test::shellWaitUntil(test::shellHeld(release, 2), 120, "kill -0 $L");
     go = "touch " + release + "; ";
   }
 };
 
 // Shell: waits (up to 120 s) until FILE has a line with TEXT.
 std::string waitForText(const std::string& file, const std::string& text) {
-  return "for i in $(seq 2400); do grep -q '" + text + "' " + file + " && break; sleep 0.05; done; ";
+  return test::shellWaitUntil("grep -q '" + text + "' " + file);
 }
 
 // The job's launcher has forwarded its signal to the workers (it signals them, then says so).
-std::string waitForwarded(const std::string& log) { return waitForText(log, "; forwarding it to the "); }
+std::string waitForwarded(const std::string& log) { return waitForText(log, test::kForwardedLine); }
 
 class PreemptedJob : public ::testing::TestWithParam<bool> {};
 

@@ -123,16 +123,13 @@ class Slurm : public ::testing::TestWithParam<Proctrack> {
   }
   // Waits (at most 120 s) until both ranks of a heldAt job wait for `release`.
   static bool held(const std::string& release) {
-    for (int i = 0; i < 2400; ++i) {
-      if (test::runShell("ls " + release + ".held.* 2> /dev/null | wc -l").second == "2\n") return true;
-      ::usleep(50000);
-    }
-    return false;
+    const std::string test = test::shellHeld(release, 2);
+    return test::runShell(test::shellWaitUntil(test) + test).first == 0;
   }
   // Once aiacc_train's launcher has forwarded a stop signal to its workers (its line in `log`;
   // at most 120 s), lets a heldAt job go on, to stop within the step vote's 2 steps of step 3.
   static void releaseOnceSignalled(const std::string& log, const std::string& release) {
-    for (int i = 0; i < 2400 && !contains(readText(log), "; forwarding it to the "); ++i) ::usleep(50000);
+    for (int i = 0; i < 2400 && !contains(readText(log), test::kForwardedLine); ++i) ::usleep(50000);
     test::writeText(release, "");
   }
   static std::vector<std::string> lines(const std::string& text) {

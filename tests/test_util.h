@@ -110,6 +110,23 @@ inline std::pair<int, std::string> runTrain(const std::string& args) {
   return runShell(std::string(AIACC_TRAIN_BIN) + " " + args + " 2>&1");
 }
 
+// Shell: waits until the shell test `test` holds, looking every 50 ms for at most `seconds`, and
+// leaving early once `unless` (a command) fails, e.g. "kill -0 $L" (its process ended); ends in "; ".
+inline std::string shellWaitUntil(const std::string& test, int seconds = 120, const std::string& unless = "") {
+  return "for i in $(seq " + std::to_string(seconds * 20) + "); do " + test + " && break; " +
+         (unless.empty() ? "" : unless + " 2> /dev/null || break; ") + "sleep 0.05; done; ";
+}
+
+// A process that a test hook holds (AIACC_TEST_HOLD_*, app/test_hooks.h) writes RELEASE.held.<pid>,
+// then waits until the file RELEASE exists. Shell: a test that at least `n` of them are held.
+inline std::string shellHeld(const std::string& release, int n) {
+  return "[ \"$(ls " + release + ".held.* 2> /dev/null | wc -l)\" -ge " + std::to_string(n) + " ]";
+}
+
+// The line aiacc_train's launcher writes once it has passed a signal on to its workers (each has
+// its stop flag then): a job held at a step may be let go.
+constexpr const char* kForwardedLine = "; forwarding it to the ";
+
 // A loopback port nobody listens on now (the kernel's pick for port 0): tests run in parallel.
 inline int freePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
