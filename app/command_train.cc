@@ -155,7 +155,7 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
   // store instead of waiting --rdzv-timeout; one rank's own error leaves the others going on.
   std::shared_ptr<ElasticJob> elastic;
   // (A survivor that stops below MIN says so: another survivor still waiting then stops as it did,
-  // resumable, and saves what it holds if it came first; comm/membership.h.)
+  // resumable, and saves what it holds if it claims the save first; comm/membership.h.)
   auto endElastic = [&](comm::JobEnd how) {
     try {
       if (elastic) elastic->markEnded(how);
@@ -191,9 +191,10 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
       if (world.rank == 0) {
         for (const std::string& note : hooks.notes) LOG(WARNING) << note;
       }
-      // A rank lost in a job of fixed size: the first survivor to add to this key saves its state.
+      // A rank lost in a job of fixed size: the survivor that claims it first saves its state (the
+      // job's one election, comm::claimSave; such a job is generation 0 for good).
       if (hooks.survivor_save) {
-        trainer.setSurvivorClaim([store] { return *store && (*store)->add("survivor/writes", 1) == 1; });
+        trainer.setSurvivorClaim([store] { return *store && comm::claimSave(**store, 0); });
       }
     }
     Report report = trainer.run();

@@ -67,12 +67,9 @@ class ElasticJob {
   // StoreLostError, or, the store back, forms the next generation, where it is asked again).
   bool joinersWaiting();
   const ElasticOptions& options() const { return o_; }
-  // This process came first, of the survivors, to the generation it last tried (the one that
-  // writes the checkpoint when too few came; a newcomer that came earlier holds nothing).
-  bool arrivedFirst() const { return membership_.firstSurvivor(); }
   // One store request: this process is the first of its generation's members to claim the save
-  // of the state they hold (when they stop without another generation).
-  bool claimSave() { return membership_.claimSave(generation_); }
+  // of the state they hold (comm::claimSave, the job's one election; throws the store's errors).
+  bool claimSave() { return comm::claimSave(*store_, generation_.number); }
   // This run of the job: a random id the first process to start() set in the store (a run again,
   // with a store of its own, has another), the same on every process, newcomers included.
   const std::string& runId() const { return run_id_; }

@@ -50,7 +50,7 @@ DEFINE_int32(max_restarts, 0,
              "finished, stopped, or failed on every rank)");
 DEFINE_double(rdzv_timeout, 600,
               "elastic jobs: seconds the ranks wait for at least MIN of them to regroup before they stop (the "
-              "first to arrive saves a checkpoint, with --checkpoint-dir, and they exit 75; without it, 1); also how "
+              "one of them saves a checkpoint, with --checkpoint-dir, and they exit 75; without it, 1); also how "
               "long node 0's launcher keeps the rendezvous store up for "
               "the other nodes after its own workers ended");
 DEFINE_double(rdzv_last_call, 1.0,

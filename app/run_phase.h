@@ -36,9 +36,10 @@
 //   elastic/g<T>/survivors  survivors among them (a counter); .../lost<r>, .../lost: ranks reported lost
 //   elastic/g<T>/closed     the size T closed at; elastic/g<T>/roster: its ranks
 //   elastic/g<T>/gone       waiters that left unadmitted; .../failed: ranks of T that failed
-//   elastic/g<T>/beat       T's heartbeat counter; .../saver: the claim of the survivor that saves
+//   elastic/g<T>/beat       T's heartbeat counter
+//   elastic/g<T>/saver      the one election of the survivor that saves T's state (comm::claimSave;
+//                           a job of fixed size is generation 0; no store: a lock in the folder)
 //   <prefix>/g<T>/...       T's transports' and agreement's keys, and keys/<rank> to delete them
-//   survivor/writes         a job of fixed size: the claim of the survivor that saves
 #pragma once
 
 #include <cstdint>

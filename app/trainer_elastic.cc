@@ -203,12 +203,7 @@ Trainer::State::SetUpVerdict Trainer::State::leaveFailedSetUp(const comm::Genera
     const std::string why = strCat("elastic: the set-up of generation ", g.number,
                                    ", with only ranks that hold the state in it, failed again in this regroup (",
                                    firstLine(e.what()), "; before: ", retry.why, ")");
-    bool writer = false;
-    try {
-      writer = elastic->claimSave();
-    } catch (const std::exception&) {  // the store is gone too: the survivors take turns at the folder
-      return {false, survivorStop(why, /*saver=*/true)};  // (every one may: saveInTurn's note keeps it to one)
-    }
+    const bool writer = claimTheSave();
     LOG(WARNING) << "rank " << rank << " stops after step " << pos.step << ": " << why
                  << (cfg.checkpoint_dir.empty() ? "; nothing is saved (no --checkpoint-dir)"
                      : writer                   ? "; it saves its own state"
@@ -244,9 +239,17 @@ std::optional<SurvivorStop> Trainer::State::regroupOrStop(const std::string& cau
     return survivorStop(firstLine(e.what()), /*saver=*/true);
   } catch (const comm::CommError& e) {
     if (e.remedy() != comm::CommError::Remedy::kMembership) throw;
-    // Too few came back: the one that came first saves what it holds (its own BatchNorm
+    // Too few came back: the one that claims it first saves what it holds (its own BatchNorm
     // statistics: nobody is left to average them with), and every one stops, resumable.
-    return survivorStop(firstLine(e.what()), elastic->arrivedFirst());
+    return survivorStop(firstLine(e.what()), claimTheSave());
+  }
+}
+
+bool Trainer::State::claimTheSave() {
+  try {
+    return elastic->claimSave();
+  } catch (const std::exception&) {  // the store is gone: every survivor may save, in turn (saveInTurn)
+    return true;
   }
 }
 

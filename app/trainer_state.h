@@ -236,14 +236,14 @@ struct Trainer::State {
   // Neither retry nor stop: `e` ends this process as any other error. A communication failure of
   // a generation with no newcomer, after one such already in this regroup (two ranks lost in a
   // row, or a failure that repeats), stops this rank resumable instead: the first of `g`'s
-  // members to claim it (comm::Membership::claimSave; one behind the newest step waits a second
-  // first) saves its state; `stop` says so.
+  // members to claim it (claimTheSave; one behind the newest step waits a second first) saves its
+  // state; `stop` says so.
   SetUpVerdict leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                                 const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup (nullopt: the generation it closed is elastic->generation()), or, below MIN
-  // after --rdzv-timeout, the stop: the first to arrive saves its state (with --checkpoint-dir),
-  // and the SurvivorStop says so; so too when the store is lost (with no store to pick one, every
-  // survivor is a saver in survivorStop). `gone`: ranks of the generation left that are known
+  // after --rdzv-timeout, the stop: the first to claim it (claimTheSave) saves its state (with
+  // --checkpoint-dir), and the SurvivorStop says so; so too when the store is lost (with no store
+  // to pick one, every survivor is a saver in survivorStop). `gone`: ranks of the generation left that are known
   // not to come (ElasticJob::regroup).
   std::optional<SurvivorStop> regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
@@ -251,6 +251,11 @@ struct Trainer::State {
   // (survivor_claim: one store request, no collective) saves its own state, and every survivor
   // returns its SurvivorStop; otherwise `e` is thrown again, an error as before.
   SurvivorStop stopAfterLostRank(const comm::CommError& e);
+  // An elastic survivor that stops: whether it is the one that saves the state its generation's
+  // members hold (ElasticJob::claimSave, the job's one election, as survivor_claim is a fixed-size
+  // job's). True where the store is gone: nobody can be elected, and saveInTurn's lock and note
+  // in the checkpoint folder keep the save to one.
+  bool claimTheSave();
   // This rank's own state as the newest checkpoint (its BatchNorm statistics are its own:
   // rank_local_buffers); the file's path, or "" when it could not be written.
   std::string saveOwnState();

@@ -17,7 +17,7 @@ namespace {
 // "g<T>/lost<r>" (rank r of T-1 reported, once), "g<T>/closed" (the count it closed at),
 // "g<T>/roster", "g<T>/gone" (waiters that left without being let in: the job ended, or below MIN
 // for too long), "g<T>/failed" (its ranks that ended with an error), "g<T>/beat" (its live
-// members' beats), "g<T>/saver" (claimSave). And "current": the newest closed generation.
+// members' beats), "g<T>/saver" (claimSave, the one election). And "current": the newest closed generation.
 constexpr const char* kCurrentKey = "elastic/current";
 std::string key(int64_t g, const std::string& what) { return strCat("elastic/g", g, "/", what); }
 
@@ -146,7 +146,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   last_ticket_ = ticket;
   store_->set(key(number, strCat("m", ticket)), bytes(encodeMember(self)));
   const bool survivor = self.generation == number - 1 && self.generation >= 0;
-  first_survivor_ = survivor && store_->add(key(number, "survivors"), 1) == 1;
+  if (survivor) store_->add(key(number, "survivors"), 1);
   for (const int r : lost) {  // each lost rank counted once, whoever reports it first
     if (store_->add(key(number, strCat("lost", r)), 1) == 1) store_->add(key(number, "lost"), 1);
   }
@@ -187,7 +187,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
       const JobEnd how = jobEndedHow(*store_);
       // Survivors below MIN each wait out their own timeout: the first to give up ends the job
       // before the others' run out. They stop as it did (resumable), not as a finished job's
-      // stragglers, and whichever of them came first saves what it holds.
+      // stragglers, and the first of them to claim it saves what it holds (claimSave).
       if (survivor && (how == JobEnd::kStopped || how == JobEnd::kStoppedUnsaved)) {
         leave();
         throw CommError(strCat("elastic: only ", arrived, " of at least ", o_.min, " processes arrived for generation ",
@@ -276,7 +276,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
   return true;
 }
 
-bool Membership::claimSave(const Generation& g) { return store_->add(key(g.number, "saver"), 1) == 1; }
+bool claimSave(c10d::Store& store, int64_t generation) { return store.add(key(generation, "saver"), 1) == 1; }
 
 int Membership::close(int64_t number, int count) {
   const std::string mine = std::to_string(count);

@@ -31,6 +31,19 @@
 // twice per kBeatInterval), plus the closer's one
 // per member to read the records: O(world), never O(world^2). And the beats: one request per
 // live member every kBeatInterval (2 per second each: 8k per second at 4096 ranks).
+//
+// One record per generation, and why its arrivals are counters. A generation's membership is one
+// record, its roster (one key), written once by the member whose compare-and-set of the close
+// won; everyone reads it, nobody changes it. What leads to it is not one record on purpose:
+// torchelastic's dynamic rendezvous keeps one state record that each participant reads,
+// changes and compare-and-sets, retrying when another got there first. That suits one agent per
+// node; here every process (a GPU each) arrives, and N arrivals at once on one record cost
+// O(N^2) requests and retries (4096 at 512 nodes of 8). So each arrival is one atomic add (its
+// ticket) and one write of its own record (m<ticket>), and the close's decision reads counters
+// (arrivals, survivors, lost) that the adds keep exact: O(world) requests, no retry. The other
+// keys are the generation's life after the close: its beat, its failed ranks, the waiters that
+// left (gone), and the one election of the survivor that saves (saver, claimSave). Their names
+// and meanings are listed in app/run_phase.h with the job's other keys.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -146,12 +159,6 @@ class Membership {
   const MembershipOptions& options() const { return o_; }
   // The ticket this process took in the last generation it tried (0: it arrived first; -1: none).
   int64_t lastTicket() const { return last_ticket_; }
-  // This process was the first survivor of the generation before to arrive at the last
-  // generation it tried (a newcomer that came earlier holds no state).
-  bool firstSurvivor() const { return first_survivor_; }
-  // One store request: true for the first member of `g` to claim it (the one that saves the
-  // state when the generation's members stop without another one); the key goes with `g`'s.
-  bool claimSave(const Generation& g);
 
  private:
   // Tries generation `number` once; false when it closed without this process.
@@ -165,7 +172,6 @@ class Membership {
   c10::intrusive_ptr<c10d::Store> store_;
   MembershipOptions o_;
   int64_t last_ticket_ = -1;
-  bool first_survivor_ = false;
 };
 
 // The job's end, said in the store by its last rank 0, so that a launcher serving the store
@@ -191,6 +197,15 @@ void markJobFailed(c10d::Store& store, int64_t generation, int size);
 // none does, so that a survivor still waiting below MIN, or a joiner, reads how the job ended
 // instead of meeting a closed store.
 bool waitersRemain(c10d::Store& store);
+
+// The job's one election of the survivor that saves: true for the first of generation
+// `generation`'s members to claim it, in one store request (`store` as Membership's; the key,
+// "elastic/g<G>/saver", goes with the generation's). A generation's members hold one state, and
+// one of them saves it when they stop without another generation: its set-up failed twice, too
+// few came back for the next (below MIN), or a rank was lost in a job of fixed size (generation 0
+// for good). Throws the store's errors: with the store gone nobody can be elected, and the
+// survivors save in turn under a lock in the checkpoint folder (app/trainer_state.h, saveInTurn).
+bool claimSave(c10d::Store& store, int64_t generation);
 
 // A member's record and a roster as the store holds them (exposed for tests).
 std::string encodeMember(const Member& m);
