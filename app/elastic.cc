@@ -99,7 +99,7 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
   o.membership.timeout = dist.launch.rdzv_timeout;
   o.membership.last_call = std::chrono::milliseconds(static_cast<int64_t>(dist.rdzv_last_call_s * 1000));
   o.membership.waiting_to_join = [](int64_t generation) {
-    LOG(INFO) << "elastic: waiting to be let into generation " << generation
+    LOG(INFO) << kWaitingToJoin << generation
               << " of the running job (its rank 0 looks for newcomers at each step boundary)";
   };
   char name[256] = {};

@@ -40,6 +40,10 @@ inline comm::JobEnd jobEndOf(bool stopped, int64_t saved_step) {
   return saved_step >= 0 ? comm::JobEnd::kStopped : comm::JobEnd::kStoppedUnsaved;
 }
 
+// What a process that waits to join a running job says on its log, followed by the generation's
+// number and " of the running job ..." (MembershipOptions::waiting_to_join).
+constexpr const char* kWaitingToJoin = "elastic: waiting to be let into generation ";
+
 class ElasticJob {
  public:
   // `store`: the job's store, served outside the workers (the launcher's or the agent's).
@@ -69,7 +73,9 @@ class ElasticJob {
   const ElasticOptions& options() const { return o_; }
   // One store request: this process is the first of its generation's members to claim the save
   // of the state they hold (comm::claimSave, the job's one election; throws the store's errors).
-  bool claimSave() { return comm::claimSave(*store_, generation_.number); }
+  // False, with no request, for a process that last tried a generation as no survivor of the one
+  // before (left out of a generation since: its state is older than the job's).
+  bool claimSave() { return membership_.triedAsSurvivor() && comm::claimSave(*store_, generation_.number); }
   // This run of the job: a random id the first process to start() set in the store (a run again,
   // with a store of its own, has another), the same on every process, newcomers included.
   const std::string& runId() const { return run_id_; }

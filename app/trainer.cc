@@ -240,7 +240,10 @@ std::optional<bool> Trainer::State::trainSegment(int epoch) {
     ++step_in_epoch;
     run.last_step_end = t1;
     if (run.change_began) finishChange();
-    if (step_end_hook) step_end_hook(rank, pos.step);
+    if (step_end_hook) {  // (a test's fault or hold: a hold's wait is not counted in a failure's detection)
+      step_end_hook(rank, pos.step);
+      run.last_step_end = Clock::now();
+    }
     if (sample_log && step.applied) logApplied();
     run.epoch_pos = epoch + epochFraction(step_in_epoch, nb, global_batch);
     LogWindow& w = run.window;

@@ -143,9 +143,9 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
                          Generation& out) {
   if (store_->check({key(number, "closed")})) return false;
   const int64_t ticket = store_->add(key(number, "arrivals"), 1) - 1;
-  last_ticket_ = ticket;
   store_->set(key(number, strCat("m", ticket)), bytes(encodeMember(self)));
   const bool survivor = self.generation == number - 1 && self.generation >= 0;
+  tried_as_survivor_ = survivor;
   if (survivor) store_->add(key(number, "survivors"), 1);
   for (const int r : lost) {  // each lost rank counted once, whoever reports it first
     if (store_->add(key(number, strCat("lost", r)), 1) == 1) store_->add(key(number, "lost"), 1);

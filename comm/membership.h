@@ -93,10 +93,11 @@ struct MembershipOptions {
   // How long the previous generation's beat must stand still before newcomers alone may close
   // the next (its members all gone: killed at once, their workers started again).
   std::chrono::milliseconds beat_stale{std::chrono::seconds(3)};
-  // Called once a process that holds no state of the generation before (a newcomer, or one the
-  // others went on without) has arrived for a generation after the first, its ticket taken,
-  // before it waits to be let in: the running group's rank 0 sees it from its next step boundary
-  // (joinersWaiting). Empty: nothing is said.
+  // Called each time a process that holds no state of the generation before (a newcomer, or one
+  // the others went on without) has arrived for a generation after the first, its ticket taken,
+  // before it waits to be let in (again for the next generation if that one closes without it):
+  // the running group's rank 0 sees it from its next step boundary (joinersWaiting). Empty:
+  // nothing is said.
   std::function<void(int64_t generation)> waiting_to_join;
 };
 
@@ -157,8 +158,10 @@ class Membership {
   int64_t current();
 
   const MembershipOptions& options() const { return o_; }
-  // The ticket this process took in the last generation it tried (0: it arrived first; -1: none).
-  int64_t lastTicket() const { return last_ticket_; }
+  // This process arrived as a survivor (a member of the generation before) at the last
+  // generation it tried; false for a newcomer, and for a process late by a generation or more
+  // (its state is older than the job's: it must never save it for the job, claimSave).
+  bool triedAsSurvivor() const { return tried_as_survivor_; }
 
  private:
   // Tries generation `number` once; false when it closed without this process.
@@ -171,7 +174,7 @@ class Membership {
 
   c10::intrusive_ptr<c10d::Store> store_;
   MembershipOptions o_;
-  int64_t last_ticket_ = -1;
+  bool tried_as_survivor_ = false;
 };
 
 // The job's end, said in the store by its last rank 0, so that a launcher serving the store

@@ -16,8 +16,8 @@
 #            name the lost rank), then every node starts again with --resume auto; seconds from
 #            the kill to the first metrics line of the restarted job (its first step), and the
 #            steps redone (the killed job's last step - the step resumed from). Two kinds:
-#            "aiacc": the first survivor saves the step it reached before the job stops (aiacc's
-#            own fixed-size job), so nothing is redone; "torchrun": no such save
+#            "aiacc": one survivor, elected in the store, saves the step it reached before the
+#            job stops (aiacc's own fixed-size job), so nothing is redone; "torchrun": no such save
 #            (AIACC_BENCH_NO_SURVIVOR_SAVE=1), the restart resumes from the newest periodic
 #            checkpoint, as users of torchrun have it.
 #   Both:    "back": seconds from the kill until the job completes the step the kill cut (the

@@ -10,6 +10,7 @@
 
 #include "aiacc/config.h"
 #include "aiacc/common/error.h"
+#include "app/elastic.h"
 
 namespace aiacc::app::test_elastic {
 namespace {
@@ -168,7 +169,7 @@ JobSpec comesBackAt(int64_t back_at, const std::string& fault, const std::string
   spec.env = strCat("AIACC_TEST_HOLD_AT_STEP=2:out,", back_at, ":back");
   spec.when = test::shellHeld("out", 3);
   spec.act = fault + "; touch out; " + test::shellWaitUntil(test::shellHeld("back", 2), 60) + then + "; " +
-             test::shellWaitUntil("grep -q 'elastic: waiting to be let into generation' log2", 60) + "touch back";
+             test::shellWaitUntil(strCat("grep -q '", kWaitingToJoin, "2 of' log2"), 60) + "touch back";
   return spec;
 }
 
@@ -185,13 +186,18 @@ Json expectTwoOfThreeWentOn(const Job& job) {
   return change;
 }
 
-void expectTheWorkerRejoined(const Job& job) {
+void expectTheWorkerRejoined(const Job& job, int64_t let_in_at, bool started_again) {
   for (const char* rc : {"rc0=0", "rc1=0", "rc2=0"})
     EXPECT_NE(job.out.find(rc), std::string::npos) << rc << "\n" << job.out;
-  EXPECT_NE(job.out.find("elastic: joined generation"), std::string::npos) << job.out;
+  EXPECT_EQ(job.out.find("elastic: joined generation") != std::string::npos, started_again) << job.out;
   ASSERT_TRUE(job.report.contains("membership")) << job.out;
-  const Json& joined = job.report.at("membership").back();
-  EXPECT_EQ(joined.at("world_after"), 3) << job.report.at("membership");
+  const Json& changes = job.report.at("membership");
+  ASSERT_EQ(changes.size(), 2u) << changes;
+  EXPECT_EQ(changes.at(0).at("world_after"), 2) << changes;
+  const Json& joined = changes.back();
+  EXPECT_EQ(joined.at("world_before"), 2) << changes;
+  EXPECT_EQ(joined.at("world_after"), 3) << changes;
+  EXPECT_EQ(joined.at("step"), let_in_at) << changes;
   EXPECT_GT(joined.at("bytes").get<int64_t>(), kModelBytes) << joined;  // the joiner had no model
   EXPECT_EQ(job.report.value("world_size", 0), 3);
 }

@@ -83,19 +83,23 @@ JobSpec killedWhileHeld(const std::string& hold_variable);
 
 // A spec whose node 2 worker leaves and comes back, let in at a known step however fast the
 // steps are (AIACC_TEST_HOLD_AT_STEP): every rank is held at step 2 while `fault` is done to
-// node 2's worker ($W; then they are let go); the ranks left are held again at step `back_at`,
-// where `then` is done (for a worker its launcher starts again by itself: nothing), and let go
-// once node 2's worker waits to be let in (its log: "elastic: waiting to be let into
-// generation"). Rank 0 looks for newcomers after the hold: it sees it at step `back_at`.
+// node 2's worker ($W; then they are let go); the two ranks left (generation 1) are held again at
+// step `back_at`, where `then` is done (for a worker its launcher starts again by itself:
+// nothing), and let go once node 2's worker waits to be let into generation 2 (its log,
+// app/elastic.h's kWaitingToJoin). Rank 0 looks for newcomers after the hold: it sees it at step
+// `back_at`, and the vote that lets it in comes back at the next step (DataParallel answers a
+// vote a step later), where the ranks regroup (or after that epoch's end, when it is its last).
 JobSpec comesBackAt(int64_t back_at, const std::string& fault = "kill -KILL $W", const std::string& then = "true");
 
 // Nodes 0 and 1 exited 0, and the report's first membership change took the world from 3 ranks
 // to 2: that change (null, after a failure, when the report has none).
 Json expectTwoOfThreeWentOn(const Job& job);
 
-// All three nodes exited 0, node 2's worker started again joined the running job, and the job
-// ended with 3 ranks (the report's last membership change and its world size).
-void expectTheWorkerRejoined(const Job& job);
+// All three nodes exited 0, node 2's worker (`started_again` by its launcher, and then its log
+// says it joined; or continued) joined the running job, and the job ended with 3 ranks: the
+// report's two membership changes, 3 -> 2 ranks and then 2 -> 3 at step `let_in_at`, and its
+// world size.
+void expectTheWorkerRejoined(const Job& job, int64_t let_in_at, bool started_again = true);
 
 // The job, stopped in a world of 3 with its state saved, was run again on nodes 0 and 1
 // (JobSpec::again): both exited 0 after the last epoch, in a world of 2, and no sample of the

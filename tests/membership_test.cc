@@ -286,7 +286,7 @@ TEST(Membership, AProcessWaitingToJoinAJobThatEndedIsToldSo) {
 
 // Survivors below MIN each wait out their own timeout; the first to give up stops the job
 // (JobEnd::kStopped). A survivor still waiting then stops as it did (a CommError saying so, the
-// below-MIN remedy: resumable, and it saves its state if it came first), never as a finished job's
+// below-MIN remedy: resumable, and it saves its state if it claims the save first), never as a finished job's
 // straggler; a newcomer, which holds nothing, is told how the job ended (and ends so:
 // app/exit_code.h). After kFinished a survivor too has nothing left to do.
 TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
@@ -416,6 +416,24 @@ TEST(Membership, OneMemberOfAGenerationIsElectedToSave) {
     EXPECT_EQ(won, 1) << "generation " << generation;
     EXPECT_FALSE(claimSave(*store, generation)) << "a claim after the election";
   }
+}
+
+// Only a process that arrives as a survivor of the generation before may be elected to save
+// (ElasticJob::claimSave asks triedAsSurvivor): one left out of a generation since, or a newcomer,
+// holds an older state or none.
+TEST(Membership, OnlyASurvivorOfTheGenerationBeforeTriesAsOne) {
+  auto store = makeHashStore();
+  const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
+  Membership a(store, options(1, 2)), b(store, options(1, 2)), newcomer(store, options(1, 2));
+  EXPECT_FALSE(a.triedAsSurvivor());                         // (it tried none yet)
+  const Generation g1 = a.join(survivor(g0[0], 3), {1}, 2);  // b reported lost: a alone closes it
+  EXPECT_EQ(g1.number, 1);
+  EXPECT_TRUE(a.triedAsSurvivor());
+  markJobEnded(*store, JobEnd::kFinished);                  // (so that the late ones do not wait)
+  EXPECT_THROW(b.join(survivor(g0[1], 2)), JobEndedError);  // late by one: it tries generation 2
+  EXPECT_FALSE(b.triedAsSurvivor());
+  EXPECT_THROW(newcomer.join(fresh("c")), JobEndedError);
+  EXPECT_FALSE(newcomer.triedAsSurvivor());
 }
 
 // Each close deletes the keys of the generation two before it.

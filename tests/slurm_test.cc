@@ -123,8 +123,8 @@ class Slurm : public ::testing::TestWithParam<Proctrack> {
   }
   // Waits (at most 120 s) until both ranks of a heldAt job wait for `release`.
   static bool held(const std::string& release) {
-    const std::string test = test::shellHeld(release, 2);
-    return test::runShell(test::shellWaitUntil(test) + test).first == 0;
+    const std::string both_held = test::shellHeld(release, 2);
+    return test::runShell(test::shellWaitUntil(both_held) + both_held).first == 0;
   }
   // Once aiacc_train's launcher has forwarded a stop signal to its workers (its line in `log`;
   // at most 120 s), lets a heldAt job go on, to stop within the step vote's 2 steps of step 3.
