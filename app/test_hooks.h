@@ -1,7 +1,8 @@
-// Faults a real aiacc_train_hooked process takes from its environment, for tests of real processes
-// that need one on cue (tests/preemption_test.cc), and the benchmark scripts' switches; in-process
-// tests call Trainer's setters directly. Only aiacc_train_hooked reads them (app/binary_hooks.h:
-// the production aiacc_train links no parser of them), and a set variable is said on rank 0's log.
+// Faults a real aiacc_train_hooked process takes from its environment, for tests of real
+// processes that need one on cue (tests/preempted_job_test.cc), and the benchmark scripts'
+// switches; in-process tests call Trainer's setters directly. Only aiacc_train_hooked reads them
+// (app/binary_hooks.h: the production aiacc_train links no parser of them), and a set variable is
+// said on rank 0's log.
 // The worker (runWorker, app/command_train.cc) reads them once (hooksOfThisBinary) and hands them
 // to the Trainer (Trainer::setTestHooks).
 //
@@ -38,9 +39,9 @@
 //       the step's vote and rank 0's look for newcomers), creates FILE.held.<pid> and waits until
 //       FILE exists (at most 10 minutes); each pair of the list is a hold of its own. A test
 //       signals a job held there and then lets it go, so that the stop is agreed within the
-//       vote's 2 steps of STEP however fast the steps are (tests/preemption_test.cc,
-//       tests/slurm_test.cc); or lets it go once a newcomer waits, so that it is let in at STEP
-//       (tests/elastic_test.cc).
+//       vote's 2 steps of STEP however fast the steps are (tests/preempted_job_test.cc,
+//       tests/slurm_test.cc); or lets it go once a newcomer waits, so that rank 0 sees it at STEP
+//       and the vote lets it in at the next step (tests/elastic_rejoin_test.cc).
 //   AIACC_TEST_DIE_JOINING=settings|restore   a process that joins a running elastic job (started
 //       later, or started again by its launcher) SIGKILLs itself during its set-up in the new
 //       generation: before it gives its settings to the agreement (the others wait for them

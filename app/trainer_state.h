@@ -241,10 +241,11 @@ struct Trainer::State {
   SetUpVerdict leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                                 const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup (nullopt: the generation it closed is elastic->generation()), or, below MIN
-  // after --rdzv-timeout, the stop: the first to claim it (claimTheSave) saves its state (with
-  // --checkpoint-dir), and the SurvivorStop says so; so too when the store is lost (with no store
-  // to pick one, every survivor is a saver in survivorStop). `gone`: ranks of the generation left that are known
-  // not to come (ElasticJob::regroup).
+  // after --rdzv-timeout, the stop: the first to claim it (claimTheSave; never a process the
+  // others went on without) saves its state (with --checkpoint-dir), and the SurvivorStop says
+  // so; so too when the store is lost (with no store to pick one, every survivor is a saver in
+  // survivorStop). `gone`: ranks of the generation left that are known not to come
+  // (ElasticJob::regroup).
   std::optional<SurvivorStop> regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
   // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first

@@ -132,6 +132,7 @@ Generation Membership::join(const Member& self, const std::vector<int>& lost, in
   // A survivor goes to the generation after its own; a process late by more (stopped for a
   // while) or new goes to the one after the newest closed.
   int64_t number = std::max(self.generation + 1, current() + 1);
+  tried_as_survivor_ = false;  // (until a try below says otherwise)
   Generation out;
   while (!tryJoin(number, self, self.generation == number - 1 ? lost : std::vector<int>{}, previous_world, out)) {
     ++number;  // closed without this process: the next one lets it in

@@ -1,7 +1,7 @@
-// The harness of the elastic job tests (tests/elastic_test.cc, tests/elastic_lab_test.cc): three
-// emulated nodes of one job, each an aiacc_train launcher with one worker (--nproc 1) on a sample
-// dataset of real JPEGs, a fault done to one of them on cue, and what the sample logs
-// (AIACC_TEST_SAMPLE_LOG) and the report say afterwards.
+// The harness of the elastic job tests (tests/elastic_test.cc, tests/elastic_rejoin_test.cc,
+// tests/elastic_lab_test.cc): three emulated nodes of one job, each an aiacc_train launcher with
+// one worker (--nproc 1) on a sample dataset of real JPEGs, a fault done to one of them on cue,
+// and what the sample logs (AIACC_TEST_SAMPLE_LOG) and the report say afterwards.
 #pragma once
 
 #include <cstdint>

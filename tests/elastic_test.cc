@@ -2,9 +2,10 @@
 // launcher with one worker (--nproc 1), on real JPEGs; they share this host, so their ranks
 // talk over shared memory (and over Gloo with --noshm). Node 2's worker is SIGKILLed once the job
 // trains; the other two go on from the most advanced survivor's state and share out the rest of
-// the epoch; with --max-restarts its launcher starts it again and it rejoins. Every step's
-// samples go to a log (AIACC_TEST_SAMPLE_LOG): no sample of the epoch is trained twice, and none
-// is missed beyond the tail every epoch drops (whole batches only).
+// the epoch (with --max-restarts its launcher starts it again and it rejoins:
+// tests/elastic_rejoin_test.cc). Every step's samples go to a log (AIACC_TEST_SAMPLE_LOG): no
+// sample of the epoch is trained twice, and none is missed beyond the tail every epoch drops
+// (whole batches only).
 #include <gtest/gtest.h>
 
 #include <algorithm>

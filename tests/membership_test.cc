@@ -434,6 +434,9 @@ TEST(Membership, OnlyASurvivorOfTheGenerationBeforeTriesAsOne) {
   EXPECT_FALSE(b.triedAsSurvivor());
   EXPECT_THROW(newcomer.join(fresh("c")), JobEndedError);
   EXPECT_FALSE(newcomer.triedAsSurvivor());
+  // The same process as a, once late by one (a survivor of generation 0 again): no survivor's try.
+  EXPECT_THROW(a.join(survivor(g0[0], 3)), JobEndedError);
+  EXPECT_FALSE(a.triedAsSurvivor());
 }
 
 // Each close deletes the keys of the generation two before it.

@@ -99,7 +99,8 @@ TEST_P(PreemptedJob, SigtermToTheLauncherSavesAndResumesExactly) {
   ASSERT_EQ(want.size(), 40u);
   EXPECT_EQ(test::metricValues(d / "m.jsonl", "step", "loss"), want);
   EXPECT_EQ(test::metricValues(d / "m.jsonl", "step", "step").size(), 40u) << "no step trained twice";
-  const auto a = test::checkpointTensors(newest(d / "whole/ck"), 4), b = test::checkpointTensors(newest(d / "ck"), 4);
+  const auto a = test::checkpointTensors(test::newestCheckpoint(d / "whole/ck"), 4),
+             b = test::checkpointTensors(test::newestCheckpoint(d / "ck"), 4);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     const bool running_stat = a[i].first.find("running_") != std::string::npos;
@@ -136,7 +137,7 @@ TEST(PreemptedJobSignals, SigtermToEachWorkerHalfASecondApart) {
   EXPECT_NE(out.find(" after step " + last + " (rank 0 saved the checkpoint)"), std::string::npos)
       << "every rank stopped at the step saved\n"
       << out;
-  EXPECT_EQ(newest(d / "ck"), d / ("ck/step-" + std::string(12 - last.size(), '0') + last + ".ckpt"));
+  EXPECT_EQ(test::newestCheckpoint(d / "ck"), d / ("ck/step-" + std::string(12 - last.size(), '0') + last + ".ckpt"));
 }
 
 // SIGKILL to rank 0's worker mid-epoch, then SIGTERM to rank 1 (the launcher's store outlives
@@ -162,7 +163,7 @@ TEST(PreemptedJobSignals, Rank0KilledThenSigtermTheSurvivorSavesAndTheJobResumes
   ASSERT_NE(saved_at, std::string::npos) << "rank 1 saved its state\n" << out;
   EXPECT_NE(out.find("; run the job again with --resume auto to continue", saved_at), std::string::npos) << out;
   EXPECT_NE(out.find("it saves its own state"), std::string::npos) << out;
-  const std::string ckpt = newest(d / "ck");
+  const std::string ckpt = test::newestCheckpoint(d / "ck");
   ASSERT_EQ(out.find(ckpt, saved_at), saved_at + std::string("; stopped; saved ").size()) << out;
   const c10::impl::GenericDict state =
       models::readTorchSave(ckpt).value.toGenericDict().at("training_state").toGenericDict();
@@ -247,7 +248,7 @@ TEST(PreemptedJobSignals, SigtermDuringACheckpointWrite) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find(" not saved in "), std::string::npos) << "no write failed\n" << out;
-  EXPECT_EQ(newest(d / "ck"), saved);
+  EXPECT_EQ(test::newestCheckpoint(d / "ck"), saved);
   EXPECT_TRUE(std::filesystem::exists(d / "ck/step-000000000004.manifest")) << "the held write ended whole";
 
   int rc = 0;
