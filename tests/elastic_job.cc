@@ -116,9 +116,7 @@ Job runKilledJob(const test::TempDir& d, const JobSpec& spec) {
   for (int n = 0; n < 3; ++n) script += node(n, spec.nnodes, "", strCat("log", n));
   // (A launcher that has ended already ends the wait: its job failed before the act, and the
   // output below says how.)
-  script += "for i in $(seq 600); do " + spec.when +
-            " && break; kill -0 $L0 $L1 $L2 2> /dev/null || break; sleep 0.1; done; " + "W=$(pgrep -P $L2); " +
-            spec.act + "; ";
+  script += test::shellWaitUntil(spec.when, 60, "kill -0 $L0 $L1 $L2") + "W=$(pgrep -P $L2); " + spec.act + "; ";
   const bool again2 = !spec.restart_node2_with.empty();
   if (again2) script += "wait $L2; " + node(2, spec.nnodes, " " + spec.restart_node2_with, "log2b");
   script += strCat("wait $L0; echo rc0=$?; wait $L1; echo rc1=$?; wait $L2; echo rc2=$?; ",
