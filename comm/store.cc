@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,11 +13,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "aiacc/comm/transport.h"
+#include "aiacc/common/parse_number.h"
 
 namespace aiacc::comm {
 
@@ -36,7 +40,9 @@ c10::intrusive_ptr<c10d::TCPStore> tcpStoreAt(const StoreOptions& o, int port, b
   opts.numWorkers = static_cast<std::size_t>(o.world);
   opts.waitWorkers = false;  // we wait ourselves, with a message naming the missing ranks
   opts.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+  auto store = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+  if (server) boundStalledRequests(*store, kStalledRequestBound);
+  return store;
 }
 
 c10::intrusive_ptr<c10d::Store> withPrefix(const StoreOptions& o, c10::intrusive_ptr<c10d::Store> store) {
@@ -194,6 +200,37 @@ c10::intrusive_ptr<c10d::Store> hostJobStore(const StoreOptions& o) {
   StoreOptions own = o;  // (its own client: on this host)
   own.host = StoreOptions{}.host;
   return hostAtFirstFree(own, "this launcher");
+}
+
+// The server's listening socket is found among this process's descriptors by its port; the
+// connections it accepts inherit its receive timeout (Linux copies it to each), which bounds each
+// of the server's blocking reads.
+void boundStalledRequests(const c10d::Store& server, std::chrono::milliseconds bound) {
+  const int port = hostedPort(server);
+  const timeval tv{static_cast<time_t>(bound.count() / 1000), static_cast<suseconds_t>(bound.count() % 1000 * 1000)};
+  int bounded = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const std::optional<int> fd = parseInteger<int>(entry.path().filename().string());
+    if (!fd) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    if (::getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening == 0 ||
+        ::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) {
+      continue;
+    }
+    const int at = addr.ss_family == AF_INET6  ? ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port)
+                   : addr.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
+                                               : -1;
+    if (at == port && ::setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) ++bounded;
+  }
+  if (bounded == 0) {
+    throw CommError(strCat("the rendezvous store's server on port ", port,
+                           " has no listening socket in this process to bound its reads on"),
+                    CommError::Remedy::kStore);
+  }
 }
 
 int hostedPort(const c10d::Store& store) {

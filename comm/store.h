@@ -34,6 +34,19 @@ c10::intrusive_ptr<c10d::Store> hostJobStore(const StoreOptions& o);
 // The port a store from hostStore or hostJobStore listens on: with port 0 there, the free one the system chose.
 int hostedPort(const c10d::Store& store);
 
+// LibTorch 1.13's store server reads each request with blocking reads on its one thread: a client
+// that sent part of a request and fell silent (its node's link went down between two of its
+// writes, or anything wrote stray bytes to the port) held every other client's request, the whole
+// job's rendezvous, for as long as its connection stayed open. Every server this module hosts
+// bounds each such read: a client silent for `bound` in the middle of a request is disconnected,
+// as a lost one is, and the server goes on. (A client between requests is not read, so it may be
+// silent for ever; LibTorch 2's libuv server reads without blocking, and the bound changes
+// nothing there.) hostStore and hostJobStore set kStalledRequestBound: 5 s without a byte is four
+// TCP retransmissions lost in a row. A CommError when this process has no server of `server`'s
+// port listening.
+constexpr std::chrono::milliseconds kStalledRequestBound{5000};
+void boundStalledRequests(const c10d::Store& server, std::chrono::milliseconds bound);
+
 // The claim itself, on an unprefixed store (makeTcpStore calls it; tests call it directly).
 void claimForJob(c10d::Store& store, const std::string& job, const std::string& where);
 

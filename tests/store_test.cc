@@ -123,6 +123,38 @@ TEST(Store, PortInUseIsAClearError) {
   }
 }
 
+// A client that sent part of a request and fell silent, its socket open (as one whose link went
+// down between two of its writes), does not hold the other clients' requests: the server drops it
+// once it has been silent for the bound. (LibTorch 1.13's server waited for the rest for as long
+// as the connection stayed open, and the second client's request timed out.)
+TEST(Store, AClientSilentInTheMiddleOfARequestHoldsNoOtherClient) {
+  const auto server = hostStore(0, 1, 5s);
+  boundStalledRequests(*server, 200ms);  // (hostStore's own: kStalledRequestBound)
+  const int port = hostedPort(*server);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const uint8_t partial[] = {0, 5};  // a query's type (1.13: a set) and 1 of its key length's 8 bytes
+  ASSERT_EQ(::send(fd, partial, sizeof(partial), 0), static_cast<ssize_t>(sizeof(partial)));
+  auto other = std::async(std::launch::async, [port] {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(port);
+    o.timeout = 3s;
+    c10d::TCPStore store("127.0.0.1", o);
+    store.set("k", {1, 2});
+    return store.get("k");
+  });
+  // (15 times the bound. Unbounded, the other client waits while the silent one's socket is open:
+  // closing it then lets the server, and the test, go on.)
+  const bool served = other.wait_for(3s) == std::future_status::ready;
+  ::close(fd);
+  EXPECT_TRUE(served) << "the other client's request waited on the silent one's";
+  EXPECT_EQ(other.get(), (std::vector<uint8_t>{1, 2}));
+}
+
 // The first process claims the store for its job; one of another job is refused, naming both.
 TEST(Store, AnotherJobIsRefused) {
   auto store = makeHashStore();
