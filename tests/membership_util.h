@@ -1,0 +1,69 @@
+// Elastic membership's tests (tests/membership_test.cc, tests/membership_end_test.cc): processes
+// as threads over one store, each joining on a thread of its own, every join bounded.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "aiacc/comm/membership.h"
+
+namespace aiacc::comm::test_membership {
+
+using namespace std::chrono_literals;
+constexpr auto kBound = 20s;
+
+inline MembershipOptions options(int min, int max, std::chrono::milliseconds last_call = 1h) {
+  MembershipOptions o;
+  o.min = min;
+  o.max = max;
+  o.last_call = last_call;
+  o.timeout = 1h;
+  o.poll = 2ms;
+  return o;
+}
+
+inline Member fresh(const std::string& node) {
+  Member m;
+  m.node = node;
+  return m;
+}
+
+inline Member survivor(const Generation& g, int64_t step) {
+  Member m = g.members[static_cast<size_t>(g.rank)];
+  m.generation = g.number;
+  m.rank = g.rank;
+  m.step = step;
+  return m;
+}
+
+// Joins on a thread of its own; the future fails the test if it takes longer than kBound.
+inline std::future<Generation> joinAsync(const c10::intrusive_ptr<c10d::Store>& store, MembershipOptions o, Member self,
+                                         std::vector<int> lost = {}, int previous_world = 0) {
+  return std::async(std::launch::async, [=] {
+    Membership m(store, o);
+    return m.join(self, lost, previous_world);
+  });
+}
+
+inline Generation get(std::future<Generation>& f) {
+  EXPECT_EQ(f.wait_for(kBound), std::future_status::ready) << "join did not return within the bound";
+  return f.get();
+}
+
+// The first generation of one process per node: closed when MAX (all of them) have come.
+inline std::vector<Generation> formFirst(const c10::intrusive_ptr<c10d::Store>& store,
+                                         const std::vector<std::string>& nodes, int min) {
+  std::vector<std::future<Generation>> pending;
+  for (const std::string& node : nodes) {
+    pending.push_back(joinAsync(store, options(min, static_cast<int>(nodes.size())), fresh(node)));
+  }
+  std::vector<Generation> out;
+  for (auto& f : pending) out.push_back(get(f));
+  return out;
+}
+
+}  // namespace aiacc::comm::test_membership
