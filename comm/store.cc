@@ -202,33 +202,32 @@ c10::intrusive_ptr<c10d::Store> hostJobStore(const StoreOptions& o) {
   return hostAtFirstFree(own, "this launcher");
 }
 
-// The server's listening socket is found among this process's descriptors by its port; the
-// connections it accepts inherit its receive timeout (Linux copies it to each), which bounds each
-// of the server's blocking reads.
+// The server's sockets are found among this process's descriptors by their own port: the
+// listening one, whose receive timeout Linux copies to each connection that completes its
+// handshake from then on, and those it accepted before (their local port is the server's; the
+// process's own clients of the store have ephemeral ones). Each then bounds the server's
+// blocking reads.
 void boundStalledRequests(const c10d::Store& server, std::chrono::milliseconds bound) {
   const int port = hostedPort(server);
   const timeval tv{static_cast<time_t>(bound.count() / 1000), static_cast<suseconds_t>(bound.count() % 1000 * 1000)};
-  int bounded = 0;
+  bool listener = false;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    const std::optional<int> fd = parseInteger<int>(entry.path().filename().string());
-    if (!fd) continue;
-    int listening = 0;
-    socklen_t len = sizeof(listening);
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::optional<int> fd = parseInteger<int>(it->path().filename().string());
     sockaddr_storage addr{};
     socklen_t addr_len = sizeof(addr);
-    if (::getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening == 0 ||
-        ::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) {
-      continue;
-    }
+    if (!fd || ::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
     const int at = addr.ss_family == AF_INET6  ? ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port)
                    : addr.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
                                                : -1;
-    if (at == port && ::setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) ++bounded;
+    if (at != port || ::setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) continue;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    listener = listener || (::getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0);
   }
-  if (bounded == 0) {
+  if (!listener) {
     throw CommError(strCat("the rendezvous store's server on port ", port,
-                           " has no listening socket in this process to bound its reads on"),
+                           " has no listening socket in this process to bound its reads on (is /proc mounted?)"),
                     CommError::Remedy::kStore);
   }
 }

@@ -21,7 +21,6 @@ namespace {
 using namespace std::chrono_literals;
 using test_membership::formFirst;
 using test_membership::fresh;
-using test_membership::get;
 using test_membership::joinAsync;
 using test_membership::kBound;
 using test_membership::options;

@@ -123,22 +123,36 @@ TEST(Store, PortInUseIsAClearError) {
   }
 }
 
-// A client that sent part of a request and fell silent, its socket open (as one whose link went
-// down between two of its writes), does not hold the other clients' requests: the server drops it
-// once it has been silent for the bound. (LibTorch 1.13's server waited for the rest for as long
-// as the connection stayed open, and the second client's request timed out.)
-TEST(Store, AClientSilentInTheMiddleOfARequestHoldsNoOtherClient) {
-  const auto server = hostStore(0, 1, 5s);
-  boundStalledRequests(*server, 200ms);  // (hostStore's own: kStalledRequestBound)
+// Clients that sent part of a request and fell silent, their sockets open (as ones whose link
+// went down between two of their writes), do not hold the other clients' requests: the server
+// drops each once it has been silent for the bound, one connected before the bound was set as
+// well as one after. (LibTorch 1.13's server waited for the rest for as long as a connection
+// stayed open, and the other client's request timed out.)
+TEST(Store, ClientsSilentInTheMiddleOfARequestHoldNoOtherClient) {
+  const auto server = hostStore(0, 1, 5s);  // (bound: kStalledRequestBound, 5 s)
   const int port = hostedPort(*server);
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  const uint8_t partial[] = {0, 5};  // a query's type (1.13: a set) and 1 of its key length's 8 bytes
-  ASSERT_EQ(::send(fd, partial, sizeof(partial), 0), static_cast<ssize_t>(sizeof(partial)));
+  struct Silent {  // a connection that begins a request (2 bytes of it); closed when the test ends
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    bool connected = false;
+    explicit Silent(int port) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      connected = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    }
+    ~Silent() { ::close(fd); }
+    bool begin() const {
+      const uint8_t partial[] = {0, 5};  // a query's type (1.13: a set) and 1 of its key length's 8 bytes
+      return ::send(fd, partial, sizeof(partial), 0) == static_cast<ssize_t>(sizeof(partial));
+    }
+  };
+  const Silent before(port);  // accepted before the bound is set (its reads would wait 5 s)
+  ASSERT_TRUE(before.connected);
+  std::this_thread::sleep_for(100ms);  // (so the server has accepted it: the scan, not the listener, bounds it)
+  boundStalledRequests(*server, 200ms);
+  const Silent after(port);
+  ASSERT_TRUE(after.connected && before.begin() && after.begin());
   auto other = std::async(std::launch::async, [port] {
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(port);
@@ -147,11 +161,13 @@ TEST(Store, AClientSilentInTheMiddleOfARequestHoldsNoOtherClient) {
     store.set("k", {1, 2});
     return store.get("k");
   });
-  // (15 times the bound. Unbounded, the other client waits while the silent one's socket is open:
-  // closing it then lets the server, and the test, go on.)
+  // (3 s: 15 times the bound, and less than the 5 s that `before` had. Unbounded, the other
+  // client's request waits for as long as the silent sockets stay open: shutting them then lets
+  // the server, and the test, go on.)
   const bool served = other.wait_for(3s) == std::future_status::ready;
-  ::close(fd);
-  EXPECT_TRUE(served) << "the other client's request waited on the silent one's";
+  ::shutdown(before.fd, SHUT_RDWR);
+  ::shutdown(after.fd, SHUT_RDWR);
+  EXPECT_TRUE(served) << "the other client's request waited on a silent one's";
   EXPECT_EQ(other.get(), (std::vector<uint8_t>{1, 2}));
 }
 
