@@ -220,7 +220,12 @@ void boundStalledRequests(const c10d::Store& server, std::chrono::milliseconds b
     const int at = addr.ss_family == AF_INET6  ? ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port)
                    : addr.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
                                                : -1;
-    if (at != port || ::setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) continue;
+    int type = 0;
+    socklen_t type_len = sizeof(type);
+    if (at != port || ::getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM ||
+        ::setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+      continue;  // (not TCP: a UDP socket may hold the same number)
+    }
     int listening = 0;
     socklen_t len = sizeof(listening);
     listener = listener || (::getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0);

@@ -41,10 +41,10 @@ int hostedPort(const c10d::Store& store);
 // bounds each such read: a client silent for `bound` in the middle of a request is disconnected,
 // and the server goes on. That client's store has failed for good (c10d's clients do not
 // reconnect): its process is lost to the job as if its node were, which after `bound` of silence
-// in mid-request it most likely is. (1.13's clients write a request's parts as one segment
-// (MSG_MORE), so a live one, even preempted, leaves no half request. A client between requests is
-// not read, so it may be silent for ever. LibTorch 2's libuv server, the default since 2.4, reads
-// without blocking; the bound changes nothing there.) hostStore and hostJobStore set
+// in mid-request it most likely is: a live client writes a request's parts one right after
+// another, and only one stopped (SIGSTOP, a debugger) for `bound` between two of them is dropped
+// though alive. (A client between requests is not read, so it may be silent for ever. LibTorch 2's libuv server, the
+// default since 2.4, reads without blocking; the bound changes nothing there.) hostStore and hostJobStore set
 // kStalledRequestBound: 5 s without a byte is several TCP retransmissions lost in a row. Sends are
 // not bounded: the server sends a reply once the whole request is in, to a client that waits for
 // it. A CommError when this process has no server of `server`'s port listening.
