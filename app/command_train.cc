@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,22 @@ Ending preemptedEnd(const Report& r, const Config& c, int rank) {
   return e;
 }
 
+// A process of an elastic job that ended (comm::JobEnded) before it was let in: its line, and
+// its code as the job ended (endingOf).
+int endedWithoutThisProcess(const comm::JobEnded& ended) {
+  if (ended.how == comm::JobEnd::kFailed) {
+    std::cerr << "aiacc_train: error: " << ended.what << "; nothing left to join\n";
+  } else {
+    std::cerr << "aiacc_train: " << ended.what << "; nothing left to do"
+              << (ended.how == comm::JobEnd::kStopped
+                      ? " (its survivors saved its state: run the job again with --resume auto to continue)"
+                  : ended.how == comm::JobEnd::kStoppedUnsaved ? " (nothing of its state was saved)"
+                                                               : "")
+              << "\n";
+  }
+  return exitCode(endingOf(ended.how));
+}
+
 }  // namespace
 
 int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) {
@@ -166,7 +183,8 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
     // An elastic job: the world is the membership's first generation (or, for a process started
     // later, the generation it joins), not the launcher's.
     if ((dist.elastic() || plan.min_nodes > 0) && plan.role == LaunchPlan::Role::kWorker) {
-      elastic = startElasticJob(dist, plan);
+      elastic = makeElasticJob(dist, plan);
+      if (std::optional<comm::JobEnded> ended = elastic->start()) return endedWithoutThisProcess(*ended);
     }
     const comm::WorldInfo world = elastic ? elastic->generation().world() : plan.world;
     if (world.rank == 0 && plan.source != LaunchSource::kNone && plan.source != LaunchSource::kAiacc) {
@@ -198,6 +216,7 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
       }
     }
     Report report = trainer.run();
+    if (report.job_ended) return endedWithoutThisProcess(*report.job_ended);
     // Ranks lost (a job of fixed size; an elastic regroup below MIN, failed twice, or without its
     // store): this rank's line and exit code. (A --timeline is written by its destructor.)
     if (const std::optional<SurvivorStop>& stop = report.survivor_stop) {
@@ -228,21 +247,6 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
     }
     // A run that missed its target finished all the same: the report says so.
     return exitCode(Ending{Ending::How::kFinished});
-  } catch (const comm::JobEndedError& e) {  // a process started again after the elastic job's end
-    // It ends as the job did: finished, stopped with its state saved (resumable), or not.
-    const comm::JobEnd how = e.how();
-    std::cerr << "aiacc_train: " << e.what() << "; nothing left to do"
-              << (how == comm::JobEnd::kStopped
-                      ? " (its survivors saved its state: run the job again with --resume auto to continue)"
-                  : how == comm::JobEnd::kStoppedUnsaved ? " (nothing of its state was saved)"
-                                                         : "")
-              << "\n";
-    Ending end{how == comm::JobEnd::kFinished ? Ending::How::kFinished : Ending::How::kStopped};
-    end.saved = how == comm::JobEnd::kStopped;
-    return exitCode(end);
-  } catch (const comm::JobFailedError& e) {  // started again into a job that failed on every rank
-    std::cerr << "aiacc_train: error: " << e.what() << "; nothing left to join\n";
-    return exitCode(Ending{Ending::How::kError});
   } catch (...) {  // an error: said in the store (see above), then on stderr
     try {
       if (elastic) elastic->markFailed();

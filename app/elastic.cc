@@ -11,6 +11,8 @@
 #include <sstream>
 #include <regex>
 #include <system_error>
+#include <utility>
+#include <variant>
 
 #include "app/flags.h"
 #include "app/launch_env.h"
@@ -73,7 +75,7 @@ ElasticJob::~ElasticJob() {
   beater_.join();
 }
 
-std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPlan& plan) {
+std::shared_ptr<ElasticJob> makeElasticJob(const DistSpec& dist, const LaunchPlan& plan) {
   AIACC_CHECK_INPUT(plan.source == LaunchSource::kAiacc && plan.store.agent_hosted,
                     "--nnodes MIN:MAX needs the rendezvous store outside the workers: start the job with "
                     "aiacc_train's own launcher on each node (--nproc N --nnodes MIN:MAX --node-rank K --master "
@@ -114,12 +116,10 @@ std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPl
   // cannot hold the process's end for --comm-timeout.)
   comm::StoreOptions beats = so;
   beats.timeout = std::min(so.timeout, std::chrono::milliseconds(o.membership.beat_stale));
-  auto job = std::make_shared<ElasticJob>(comm::makeTcpStore(so), o, comm::makeTcpStore(beats));
-  job->start();
-  return job;
+  return std::make_shared<ElasticJob>(comm::makeTcpStore(so), o, comm::makeTcpStore(beats));
 }
 
-const comm::Generation& ElasticJob::start() {
+std::optional<comm::JobEnded> ElasticJob::start() {
   std::random_device random;
   std::ostringstream id;
   id << std::hex << random() << random();
@@ -129,12 +129,18 @@ const comm::Generation& ElasticJob::start() {
   comm::Member self;
   self.rank = o_.launch_rank;
   self.node = o_.node;
-  generation_ = membership_.join(self);
-  beating_ = generation_.number;
-  return generation_;
+  return enter(membership_.join(self));
 }
 
-const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone) {
+std::optional<comm::JobEnded> ElasticJob::enter(comm::Membership::Joined joined) {
+  if (auto* ended = std::get_if<comm::JobEnded>(&joined)) return std::move(*ended);
+  generation_ = std::get<comm::Generation>(std::move(joined));
+  beating_ = generation_.number;
+  return std::nullopt;
+}
+
+std::optional<comm::JobEnded> ElasticJob::regroup(int64_t step, const std::string& cause,
+                                                  const std::vector<int>& also_gone) {
   AIACC_CHECK(joined(), "regroup before start");
   comm::Member self = generation_.members[static_cast<size_t>(generation_.rank)];
   self.generation = generation_.number;
@@ -154,15 +160,14 @@ const comm::Generation& ElasticJob::regroup(int64_t step, const std::string& cau
     for (const int r : also_gone) {
       if (std::find(gone.begin(), gone.end(), r) == gone.end()) gone.push_back(r);
     }
-    generation_ = membership_.join(self, gone, before);
-    beating_ = generation_.number;
-    store_lost_ = false;           // (it answered)
+    comm::Membership::Joined joined = membership_.join(self, gone, before);
+    store_lost_ = false;  // (it answered)
+    return enter(std::move(joined));
   } catch (const c10::Error& e) {  // the store's own failures: a closed connection, a timeout
     throw storeFailed(e);
   } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors: "Broken pipe")
     throw storeFailed(e);
   }
-  return generation_;
 }
 
 bool ElasticJob::joinersWaiting() {

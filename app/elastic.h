@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,13 +57,15 @@ class ElasticJob {
   ElasticJob(const ElasticJob&) = delete;
   ElasticJob& operator=(const ElasticJob&) = delete;
 
-  // Joins the first generation (or, for a process started later, the next one) and returns it.
-  const comm::Generation& start();
-  // After `cause` (a failure's message; "" for a newcomer's regroup) at `step`: the next
-  // generation. Ranks the message names as gone (dead, or silent past the heartbeat) and those in
-  // `also_gone` are reported, so that the generation closes as soon as everyone else is there.
-  // Throws comm::Membership::join's errors, and StoreLostError when a store request fails.
-  const comm::Generation& regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone = {});
+  // Joins the first generation (or, for a process started later, the next one): nullopt once in
+  // it (generation()); the job's end when it ended meanwhile (comm::Membership::join).
+  std::optional<comm::JobEnded> start();
+  // After `cause` (a failure's message; "" for a newcomer's regroup) at `step`: joins the next
+  // generation (nullopt; generation()), or returns the job's end. Ranks the message names as gone
+  // (dead, or silent past the heartbeat) and those in `also_gone` are reported, so that the
+  // generation closes as soon as everyone else is there. Throws comm::Membership::join's errors,
+  // and StoreLostError when a store request fails.
+  std::optional<comm::JobEnded> regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone = {});
   const comm::Generation& generation() const { return generation_; }
   bool joined() const { return generation_.number >= 0; }
   // A process waits for the next generation (one store request, no waiting). False once a store
@@ -102,6 +105,9 @@ class ElasticJob {
   KeysDeleted deletePreviousKeys();
 
  private:
+  // What start() and regroup() return: the generation joined becomes this process's (and the one
+  // it beats), or the job's end is handed back.
+  std::optional<comm::JobEnded> enter(comm::Membership::Joined joined);
   c10::intrusive_ptr<c10d::Store> keysOf(int64_t generation) const;  // the store under that prefix
 
   ElasticOptions o_;
@@ -135,10 +141,10 @@ class StoreLostError : public comm::CommError {
 struct DistSpec;
 struct LaunchPlan;
 // A worker of an elastic job (dist.elastic()) started by aiacc's launcher: connects to the store
-// the launcher serves (an InputError when nobody outside the workers serves it), and joins the
-// first generation, or the next one for a process started later. MIN and MAX are in processes
+// the launcher serves (an InputError when nobody outside the workers serves it); the caller then
+// joins the first generation, or the next one for a process started later (start()). MIN and MAX are in processes
 // (nodes x the launcher's processes per node); members on the same host are local to each other.
-std::shared_ptr<ElasticJob> startElasticJob(const DistSpec& dist, const LaunchPlan& plan);
+std::shared_ptr<ElasticJob> makeElasticJob(const DistSpec& dist, const LaunchPlan& plan);
 
 // The ranks a failure's message names as gone for good: "rank Q died", "rank Q stopped
 // responding" (the transports' liveness messages, comm/transport.h). A rank that aborted or

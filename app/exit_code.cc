@@ -17,6 +17,20 @@ int exitCode(const Ending& e) {
   return kExitError;
 }
 
+Ending endingOf(comm::JobEnd how) {
+  switch (how) {
+    case comm::JobEnd::kFinished: return Ending{Ending::How::kFinished};
+    case comm::JobEnd::kStopped:
+    case comm::JobEnd::kStoppedUnsaved: {
+      Ending e{Ending::How::kStopped};
+      e.saved = how == comm::JobEnd::kStopped;
+      return e;
+    }
+    case comm::JobEnd::kFailed: return Ending{Ending::How::kError};
+  }
+  return Ending{Ending::How::kError};
+}
+
 std::string exitCodeHelp() {
   return "Exit codes (a single process, each worker, and the launcher alike):\n"
          "  0      finished: the schedule ran to its end, or to --max-steps, or to the target accuracy\n"

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "aiacc/comm/job_end.h"
+
 namespace aiacc::app {
 
 constexpr int kExitFinished = 0;
@@ -55,6 +57,11 @@ struct Ending {
 
 // The exit code of `e` (the table above): 0, 75, 128 + signal, 1 or 2.
 int exitCode(const Ending& e);
+
+// A process of an elastic job that ended before it was let in (comm::JobEnded: started again too
+// late, or left out of the last generation) ends as the job did: finished; stopped with its state
+// saved (resumable) or not; a job that failed on every rank is an error to it too.
+Ending endingOf(comm::JobEnd how);
 
 // The table above as --help prints it (each line ends with '\n').
 std::string exitCodeHelp();

@@ -9,6 +9,7 @@
 
 #include "app/config.h"
 #include "app/survivor_stop.h"
+#include "aiacc/comm/job_end.h"
 
 namespace aiacc::app {
 
@@ -99,6 +100,10 @@ struct Report {
   // Stopped with ranks lost (app/survivor_stop.h): how, and what this rank saved. The report's
   // other fields are then not filled (no collective runs after the loss).
   std::optional<SurvivorStop> survivor_stop;
+  // An elastic job that ended (finished, stopped, failed) while this rank waited to regroup, left
+  // out of its last generation: it ends as the job did (app/command_train.cc). The other fields
+  // are then not filled either.
+  std::optional<comm::JobEnded> job_ended;
   // AIACC_BENCH_STEP_VOTE_AB=K (app/test_hooks.h): this rank's steady steps (wall time from the end
   // of the one before, which holds the vote) after a vote and after none. block 0: not measured.
   struct VoteAb {

@@ -3,7 +3,8 @@
 namespace aiacc::app {
 
 bool isTerminal(Phase phase) {
-  return phase == Phase::kStopping || phase == Phase::kSurvivorStop || phase == Phase::kFinished;
+  return phase == Phase::kStopping || phase == Phase::kSurvivorStop || phase == Phase::kFinished ||
+         phase == Phase::kLeftOut;
 }
 
 std::optional<Phase> next(Phase phase, Event event, const RunFacts& facts) {
@@ -37,6 +38,7 @@ std::optional<Phase> next(Phase phase, Event event, const RunFacts& facts) {
     case Phase::kRegrouping:
       if (event == Event::kDone) return facts.work_left ? Phase::kCatchUp : Phase::kRunEnd;
       if (event == Event::kRanksLost) return Phase::kSurvivorStop;
+      if (event == Event::kJobEnded) return Phase::kLeftOut;
       return std::nullopt;
     default: return std::nullopt;
   }
@@ -67,6 +69,7 @@ const char* phaseName(Phase phase) {
     case Phase::kStopping: return "stopping";
     case Phase::kSurvivorStop: return "survivor stop";
     case Phase::kFinished: return "finished";
+    case Phase::kLeftOut: return "left out";
   }
   return "?";
 }
@@ -81,6 +84,7 @@ const char* eventName(Event event) {
     case Event::kRegroupAgreed: return "regroup agreed";
     case Event::kRanksLost: return "ranks lost";
     case Event::kCommFailed: return "communication failed";
+    case Event::kJobEnded: return "job ended";
   }
   return "?";
 }

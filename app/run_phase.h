@@ -4,7 +4,8 @@
 // which reports an event, asks next() for the phase that follows, and stops at a terminal one.
 // Exceptions stay for errors: an error in a phase's work ends the process (app/exit_code.h),
 // except a failure of the communication (comm::CommError), which is the event kCommFailed. A
-// survivor's stop is a value (app/survivor_stop.h) the driver returns from kSurvivorStop.
+// survivor's stop is a value (app/survivor_stop.h) the driver returns from kSurvivorStop, and so
+// is the job's end that a regroup met (comm::JobEnded), from kLeftOut.
 //
 //              start, resume, newcomer
 //                        |
@@ -25,6 +26,7 @@
 //   kStopAgreed (a stop request, in steps or an evaluation) --> kStopping: the stop's checkpoint
 //   kCommFailed [fixed size]                                 --> kSurvivorStop: a survivor saves
 //   kRegrouping --kRanksLost (below MIN, set-up failed twice, store gone)--> kSurvivorStop
+//   kRegrouping --kJobEnded (it ended while this rank, left out, waited)--> kLeftOut
 //
 // An elastic job's protocol state lives in its rendezvous store, under the job's key prefix
 // (comm/membership.h writes them; `elastic/g<T>/...` is generation T's):
@@ -56,8 +58,9 @@ enum class Phase {
   kStopping,      // terminal: the stop's checkpoint and report (Trainer::State::finishPreempted)
   kSurvivorStop,  // terminal: ranks lost; a survivor saves (fixed size: stopAfterLostRank; elastic: the regroup)
   kFinished,      // terminal: the report
+  kLeftOut,       // terminal: the job ended while this rank waited to regroup (comm::JobEnded): it ends as the job did
 };
-constexpr int kPhases = 8;
+constexpr int kPhases = 9;
 
 // What a phase's work ended with.
 enum class Event {
@@ -70,8 +73,9 @@ enum class Event {
   kCommFailed,      // a collective or a store request failed: a rank lost, or the store
   kRanksLost,       // kRegrouping: too few ranks came back, its set-up failed twice, or the store is
                     // gone; this rank's survivor stop is decided (and its state saved, if its turn)
+  kJobEnded,        // kRegrouping: the job ended (finished, stopped, failed) before this rank was let in
 };
-constexpr int kEvents = 8;
+constexpr int kEvents = 9;
 
 // What the transition depends on besides the phase and the event.
 struct RunFacts {

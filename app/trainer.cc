@@ -78,9 +78,14 @@ Report Trainer::run() {
     s.evaluateAndRecord();
     return s.run.preempted ? s.finishPreempted() : s.finishReport();
   }
-  if (std::optional<SurvivorStop> stop = s.trainEpochs()) {
-    // Ranks were lost: no collective runs after it; the report says only how this rank stopped.
-    s.report.survivor_stop = std::move(stop);
+  if (std::optional<EarlyEnd> end = s.trainEpochs()) {
+    // Ranks were lost, or the job ended without this rank: no collective runs after it; the
+    // report says only how this rank stopped.
+    if (SurvivorStop* stop = std::get_if<SurvivorStop>(&*end)) {
+      s.report.survivor_stop = std::move(*stop);
+    } else {
+      s.report.job_ended = std::get<comm::JobEnded>(std::move(*end));
+    }
     return s.report;
   }
   return s.run.preempted ? s.finishPreempted() : s.finishReport();
@@ -98,13 +103,13 @@ Report Trainer::run() {
 // After the last epoch, or a stop within one (target, --max-steps), the final state is
 // evaluated unless an epoch's end just was, or a stop request cut the run; in an elastic job
 // a rank lost meanwhile regroups as anywhere else, and the survivors evaluate it.
-std::optional<SurvivorStop> Trainer::State::trainEpochs() {
+std::optional<EarlyEnd> Trainer::State::trainEpochs() {
   const auto workLeft = [this] { return !run.stop && pos.epochs_done < cfg.epochs; };
   Phase phase = workLeft() ? Phase::kCatchUp : Phase::kRunEnd;  // (a resumed run may be at its end)
   bool complete = false;                  // kTraining -> kEpochEnd: the epoch's last step was trained
   bool held = false;                      // (run_end_hook: once)
   std::optional<comm::CommError> failed;  // kCommFailed: what failed
-  std::optional<SurvivorStop> stop;       // kRanksLost, or kCommFailed in a job of fixed size: this rank's stop
+  std::optional<EarlyEnd> end;  // kRanksLost or kJobEnded, or kCommFailed in a job of fixed size: how this rank ends
   const auto work = [&]() -> Event {
     switch (phase) {
       case Phase::kCatchUp:  // the evaluation the state holds pending (a stop or a failure cut it)
@@ -153,8 +158,8 @@ std::optional<SurvivorStop> Trainer::State::trainEpochs() {
         // Why: a failure's first line, or "" to let a newcomer in. (A failure within trainStep
         // cut that step; one elsewhere cut none.)
         const std::string cause = failed ? firstLine(failed->what()) : "";
-        stop = regroup(cause, failed && run.in_step);
-        if (stop) return Event::kRanksLost;
+        end = regroup(cause, failed && run.in_step);
+        if (end) return std::holds_alternative<comm::JobEnded>(*end) ? Event::kJobEnded : Event::kRanksLost;
         failed.reset();
         run.in_step = false;
         // The restored state decides whether the run is at its end: this rank may have passed a
@@ -167,7 +172,7 @@ std::optional<SurvivorStop> Trainer::State::trainEpochs() {
   };
   while (!isTerminal(phase)) {
     Event event;
-    if (phase == Phase::kRegrouping) {  // (its failures are errors, or kRanksLost: not caught here)
+    if (phase == Phase::kRegrouping) {  // (its failures are errors, kRanksLost or kJobEnded: not caught here)
       event = work();
     } else {
       try {
@@ -179,10 +184,10 @@ std::optional<SurvivorStop> Trainer::State::trainEpochs() {
     }
     const std::optional<Phase> to = next(phase, event, RunFacts{elastic != nullptr, workLeft()});
     AIACC_CHECK(to.has_value(), "internal: the run's phase ", phaseName(phase), " cannot end with ", eventName(event));
-    if (*to == Phase::kSurvivorStop && !stop) stop = stopAfterLostRank(*failed);  // (or throws the error)
+    if (*to == Phase::kSurvivorStop && !end) end = stopAfterLostRank(*failed);  // (or throws the error)
     phase = *to;
   }
-  return stop;
+  return end;
 }
 
 std::optional<bool> Trainer::State::trainSegment(int epoch) {

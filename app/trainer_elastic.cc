@@ -43,7 +43,7 @@ TrainingState Trainer::State::snapshot() const {
   return p;
 }
 
-std::optional<SurvivorStop> Trainer::State::regroup(const std::string& cause, bool step_cut) {
+std::optional<EarlyEnd> Trainer::State::regroup(const std::string& cause, bool step_cut) {
   const auto t_failed = Clock::now();
   MembershipChange change;
   change.cause = cause;
@@ -77,7 +77,7 @@ std::optional<SurvivorStop> Trainer::State::regroup(const std::string& cause, bo
   retry.why = cause;
   Clock::time_point t_grouped;
   for (;;) {
-    if (std::optional<SurvivorStop> stop = regroupOrStop(retry.why, retry.gone)) return stop;
+    if (std::optional<EarlyEnd> end = regroupOrStop(retry.why, retry.gone)) return end;
     const comm::Generation& g = elastic->generation();
     AIACC_CHECK(g.survivors() > 0, "elastic: generation ", g.number,
                 " has no process of the one before, so nobody holds the training state; start the job again "
@@ -228,12 +228,10 @@ void Trainer::State::finishChange() {
   writeMetric(membershipJson(c));
 }
 
-std::optional<SurvivorStop> Trainer::State::regroupOrStop(const std::string& cause, const std::vector<int>& gone) {
+std::optional<EarlyEnd> Trainer::State::regroupOrStop(const std::string& cause, const std::vector<int>& gone) {
   try {
-    elastic->regroup(pos.step, cause, gone);
+    if (std::optional<comm::JobEnded> ended = elastic->regroup(pos.step, cause, gone)) return EarlyEnd(*ended);
     return std::nullopt;
-  } catch (const comm::JobEndedError&) {
-    throw;
   } catch (const StoreLostError& e) {
     // Nobody to pick one saver: every survivor may save (saveInTurn's note keeps it to one).
     return survivorStop(firstLine(e.what()), /*saver=*/true);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "app/amp.h"
@@ -34,6 +35,11 @@ struct StepResult {
   double loss = 0;       // the batch's mean loss per decoded image; 0 when it decoded to nothing
   bool applied = false;  // the optimizer stepped (not skipped on a non-finite gradient)
 };
+
+// How a rank's run ends before its report (a terminal phase with a value, app/run_phase.h): a
+// survivor's stop with ranks lost (kSurvivorStop), or the end of an elastic job that came while
+// this rank waited to regroup (kLeftOut).
+using EarlyEnd = std::variant<SurvivorStop, comm::JobEnded>;
 
 // How writeCheckpoint hands its snapshot to the writer thread.
 enum class CheckpointWait {
@@ -173,8 +179,9 @@ struct Trainer::State {
   // the run stops, then the final state's evaluation if no epoch's end made it. In an elastic
   // job a failure of the communication anywhere in them, or a newcomer, regroups and goes on (the
   // one place that regroups). Returns how this rank stopped when ranks were lost and the run
-  // cannot go on (the terminal phase kSurvivorStop); nullopt for every other ending.
-  std::optional<SurvivorStop> trainEpochs();
+  // cannot go on (the terminal phase kSurvivorStop), or the job's end a regroup met (kLeftOut);
+  // nullopt for every other ending.
+  std::optional<EarlyEnd> trainEpochs();
   // An elastic job's last collective of training (a one-element sum): every rank is past the
   // final evaluation, or all regroup.
   void endOfTraining();
@@ -204,9 +211,9 @@ struct Trainer::State {
   // training state from its rank 0 (restoreFromRank0); records the change. `step_cut`: the
   // failure came within a step, which is lost (false: at an epoch's end, between steps).
   // Returns this rank's survivor stop when too few ranks came back (regroupOrStop) or the set-up
-  // failed twice with no newcomer (leaveFailedSetUp), its state saved or not; nullopt once the
-  // next generation trains.
-  std::optional<SurvivorStop> regroup(const std::string& cause, bool step_cut = true);
+  // failed twice with no newcomer (leaveFailedSetUp), its state saved or not; the job's end when
+  // it ended before this rank was let in; nullopt once the next generation trains.
+  std::optional<EarlyEnd> regroup(const std::string& cause, bool step_cut = true);
   // Rank 0 of an elastic job's generation that no process of the one before is in (all of them
   // gone, the workers started again): says on its log where the training goes on from, the
   // checkpoint resumed or step 0, so that a restart from the beginning is never silent.
@@ -240,13 +247,14 @@ struct Trainer::State {
   // state; `stop` says so.
   SetUpVerdict leaveFailedSetUp(const comm::Generation& g, const std::exception& e, bool communication,
                                 const comm::WorldInfo& trained_in, SetUpRetry& retry);
-  // elastic->regroup (nullopt: the generation it closed is elastic->generation()), or, below MIN
+  // elastic->regroup (nullopt: the generation it closed is elastic->generation(); the job's end
+  // when it ended before this rank was let in), or, below MIN
   // after --rdzv-timeout, the stop: the first to claim it (claimTheSave; never a process the
   // others went on without) saves its state (with --checkpoint-dir), and the SurvivorStop says
   // so; so too when the store is lost (with no store to pick one, every survivor is a saver in
   // survivorStop). `gone`: ranks of the generation left that are known not to come
   // (ElasticJob::regroup).
-  std::optional<SurvivorStop> regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
+  std::optional<EarlyEnd> regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
   // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first
   // (survivor_claim: one store request, no collective) saves its own state, and every survivor

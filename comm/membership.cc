@@ -128,21 +128,22 @@ bool Membership::joinersWaiting(const Generation& current) {
   return store_->check({key(current.number + 1, "arrivals")});
 }
 
-Generation Membership::join(const Member& self, const std::vector<int>& lost, int previous_world) {
+Membership::Joined Membership::join(const Member& self, const std::vector<int>& lost, int previous_world) {
   // A survivor goes to the generation after its own; a process late by more (stopped for a
   // while) or new goes to the one after the newest closed.
   int64_t number = std::max(self.generation + 1, current() + 1);
   tried_as_survivor_ = false;  // (until a try below says otherwise)
-  Generation out;
-  while (!tryJoin(number, self, self.generation == number - 1 ? lost : std::vector<int>{}, previous_world, out)) {
-    ++number;  // closed without this process: the next one lets it in
+  for (;; ++number) {          // closed without this process: the next one lets it in
+    if (std::optional<Joined> out = tryJoin(number, self, self.generation == number - 1 ? lost : std::vector<int>{},
+                                            previous_world)) {
+      return *std::move(out);
+    }
   }
-  return out;
 }
 
-bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<int>& lost, int previous_world,
-                         Generation& out) {
-  if (store_->check({key(number, "closed")})) return false;
+std::optional<Membership::Joined> Membership::tryJoin(int64_t number, const Member& self, const std::vector<int>& lost,
+                                                      int previous_world) {
+  if (store_->check({key(number, "closed")})) return std::nullopt;
   const int64_t ticket = store_->add(key(number, "arrivals"), 1) - 1;
   store_->set(key(number, strCat("m", ticket)), bytes(encodeMember(self)));
   const bool survivor = self.generation == number - 1 && self.generation >= 0;
@@ -199,14 +200,12 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
       }
       leave();
       if (how == JobEnd::kFailed) {
-        throw JobFailedError(
-            strCat("elastic: every rank of the job failed (their logs say why) while this process waited "
-                   "to join generation ",
-                   number));
+        return JobEnded{how, strCat("elastic: every rank of the job failed (their logs say why) while this process "
+                                    "waited to join generation ",
+                                    number)};
       }
-      throw JobEndedError(strCat("elastic: the job ", how == JobEnd::kFinished ? "finished" : "stopped",
-                                 " while this process waited to join generation ", number),
-                          how);
+      return JobEnded{how, strCat("elastic: the job ", how == JobEnd::kFinished ? "finished" : "stopped",
+                                  " while this process waited to join generation ", number)};
     }
     if (arrived >= o_.max) {
       closed_at = close(number, o_.max);
@@ -250,7 +249,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     }
     std::this_thread::sleep_for(o_.poll);
   }
-  if (ticket >= closed_at) return false;
+  if (ticket >= closed_at) return std::nullopt;
   // The roster: written by the closer once every record it covers is readable.
   const std::string roster_key = key(number, "roster");
   const auto deadline = Clock::now() + o_.timeout;
@@ -263,7 +262,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     std::this_thread::sleep_for(o_.poll);
   }
   std::istringstream in(text(store_->get(roster_key)));
-  out = Generation{};
+  Generation out;
   out.number = number;
   out.arrivals = closed_at;
   std::string line;
@@ -274,7 +273,7 @@ bool Membership::tryJoin(int64_t number, const Member& self, const std::vector<i
     out.members.push_back(decodeMember(line.substr(space + 1)));
   }
   AIACC_CHECK(out.rank >= 0, "ticket ", ticket, " missing from the roster of generation ", number);
-  return true;
+  return out;
 }
 
 bool claimSave(c10d::Store& store, int64_t generation) { return store.add(key(generation, "saver"), 1) == 1; }

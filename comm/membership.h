@@ -51,35 +51,16 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "aiacc/comm/gradient_sync.h"
+#include "aiacc/comm/job_end.h"
 #include "aiacc/comm/transport.h"
 
 namespace aiacc::comm {
-
-// How an elastic job ended (markJobEnded, markJobFailed; below). kStoppedUnsaved: stopped, and
-// nothing of its state was saved (no --checkpoint-dir, or the write failed).
-enum class JobEnd { kFinished, kStopped, kStoppedUnsaved, kFailed };
-
-// join() found that the job has ended (markJobEnded: kFinished, kStopped or kStoppedUnsaved,
-// `how`) while this process waited to be let in.
-class JobEndedError : public CommError {
- public:
-  JobEndedError(const std::string& what, JobEnd how) : CommError(what, Remedy::kMembership), how_(how) {}
-  JobEnd how() const { return how_; }
-
- private:
-  JobEnd how_;
-};
-
-// join() found that every rank of the job's last generation failed (markJobFailed) while this
-// process waited: there is nothing to join, and starting this process again is no use.
-class JobFailedError : public CommError {
- public:
-  using CommError::CommError;
-};
 
 struct MembershipOptions {
   int min = 1;  // a generation needs at least MIN processes ...
@@ -140,14 +121,16 @@ class Membership {
   // launcher's or a rendezvous server's, not one hosted by a rank).
   Membership(c10::intrusive_ptr<c10d::Store> store, MembershipOptions options);
 
-  // Blocks until this process is in a generation, and returns it. `self.generation` says which
-  // generation it leaves (-1: none yet); `lost` lists that generation's ranks it knows are gone,
-  // and `previous_world` its size (both only speed up the close). Throws CommError when fewer than
-  // MIN arrive within options.timeout (Remedy::kMembership), or when a survivor waiting below
-  // MIN learns that the job stopped (JobEnd::kStopped: another survivor gave up first; also
-  // kMembership), or a store request fails; JobEndedError when the job ended meanwhile otherwise
-  // (a process started again too late to take part).
-  Generation join(const Member& self, const std::vector<int>& lost = {}, int previous_world = 0);
+  // Blocks until this process is in a generation, and returns it; or returns JobEnded when the
+  // job ended while this process waited (a process started again too late to take part, or one
+  // left out below MIN while the job finished). `self.generation` says which generation it leaves
+  // (-1: none yet); `lost` lists that generation's ranks it knows are gone, and `previous_world`
+  // its size (both only speed up the close). Throws CommError when fewer than MIN arrive within
+  // options.timeout (Remedy::kMembership), or when a survivor waiting below MIN learns that the
+  // job stopped (JobEnd::kStopped or kStoppedUnsaved: another survivor gave up first, and this
+  // one stops as it did; also kMembership), or a store request fails.
+  using Joined = std::variant<Generation, JobEnded>;
+  Joined join(const Member& self, const std::vector<int>& lost = {}, int previous_world = 0);
 
   // One store request, no waiting: has any process arrived for the generation after `current`?
   // (A running group asks at each step boundary; the answer is then voted, so all regroup at
@@ -164,8 +147,8 @@ class Membership {
   bool triedAsSurvivor() const { return tried_as_survivor_; }
 
  private:
-  // Tries generation `number` once; false when it closed without this process.
-  bool tryJoin(int64_t number, const Member& self, const std::vector<int>& lost, int previous_world, Generation& out);
+  // Tries generation `number` once; nullopt when it closed without this process.
+  std::optional<Joined> tryJoin(int64_t number, const Member& self, const std::vector<int>& lost, int previous_world);
   // Closes `number` at `count` arrivals (or learns who closed it at how many); returns the count.
   int close(int64_t number, int count);
   // The closer: reads the first `count` records, writes the roster, retires older keys.
@@ -183,8 +166,8 @@ class Membership {
 // stop is never overwritten by a later kFinished. How it ended decides what a survivor still
 // waiting to regroup does (join()): after kStopped or kStoppedUnsaved (a survivor gave up below
 // MIN, or a stop request) it stops as that survivor did, and saves what it holds if it came
-// first; after kFinished it has nothing left to do (JobEndedError), as has any process that
-// holds no state. kFailed: every rank of a generation ended with an error (markJobFailed).
+// first; after kFinished it has nothing left to do (join returns JobEnded), as has any process
+// that holds no state. kFailed: every rank of a generation ended with an error (markJobFailed).
 void markJobEnded(c10d::Store& store, JobEnd how = JobEnd::kFinished);
 bool jobEnded(c10d::Store& store);
 JobEnd jobEndedHow(c10d::Store& store);  // (once jobEnded)
@@ -192,8 +175,8 @@ JobEnd jobEndedHow(c10d::Store& store);  // (once jobEnded)
 // own (memory, a disk): the others go on without it, as after a lost rank (a survivor below MIN
 // waits, then saves its state and stops resumable). Once every rank of that generation has
 // failed (the error is everyone's: settings, data), the job has ended (JobEnd::kFailed): a
-// launcher may stop serving the store, and a process still waiting to join ends with a
-// CommError saying so.
+// launcher may stop serving the store, and join() tells a process still waiting to join so
+// (JobEnded, kFailed).
 void markJobFailed(c10d::Store& store, int64_t generation, int size);
 // Some process still waits to be let into the open generation (it arrived, and has neither been
 // let in nor left). A launcher serving the store goes on serving after the job's end until

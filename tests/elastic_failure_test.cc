@@ -224,7 +224,7 @@ TEST(ElasticJob, ALostStoreMeansNoNewcomersAndARegroupThatFailsAsSuch) {
   o.membership.min = o.membership.max = 1;
   o.node = "n0";
   ElasticJob job(client(), o);
-  job.start();
+  ASSERT_FALSE(job.start());  // (nullopt: joined)
   EXPECT_EQ(job.generation().size(), 1);
   ASSERT_FALSE(job.runId().empty());
   const std::vector<uint8_t> id = client()->get("run_id");

@@ -28,7 +28,7 @@ TEST(ExitCode, EveryEndingHasItsCode) {
   };
   const Row rows[] = {
       {"finished (schedule, --max-steps, target reached or not)", Ending{How::kFinished}, 0},
-      {"a job that had finished, joined late", Ending{How::kFinished}, 0},
+      {"a job that had finished, joined late or left out", endingOf(comm::JobEnd::kFinished), 0},
       {"SIGTERM, the stop's checkpoint written", stopped(true, SIGTERM), 75},
       {"SIGUSR1 (Slurm's warning), saved", stopped(true, SIGUSR1), 75},
       {"SIGTERM, no --checkpoint-dir or its write failed", stopped(false, SIGTERM), 128 + SIGTERM},
@@ -36,11 +36,12 @@ TEST(ExitCode, EveryEndingHasItsCode) {
       {"SIGUSR1, nothing saved", stopped(false, SIGUSR1), 128 + SIGUSR1},
       {"ranks lost below MIN, a survivor saved (this or another)", stopped(true, 0), 75},
       {"the store lost, saved in turn", stopped(true, 0), 75},
-      {"a job that had stopped saved, joined late", stopped(true, 0), 75},
+      {"a job that had stopped saved, joined late or left out", endingOf(comm::JobEnd::kStopped), 75},
+      {"a job that had stopped unsaved, joined late or left out", endingOf(comm::JobEnd::kStoppedUnsaved), 1},
       {"ranks lost below MIN, no --checkpoint-dir", stopped(false, 0), 1},
       {"ranks lost, this rank's write failed", stopped(false, 0), 1},
       {"an error (data, settings, a lost rank without a saver)", Ending{How::kError}, 1},
-      {"a job that failed on every rank, joined late", Ending{How::kError}, 1},
+      {"a job that failed on every rank, joined late or left out", endingOf(comm::JobEnd::kFailed), 1},
       {"a bad flag or argument", Ending{How::kUsage}, 2},
   };
   for (const Row& r : rows) EXPECT_EQ(exitCode(r.ending), r.code) << r.path;

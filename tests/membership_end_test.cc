@@ -19,9 +19,11 @@ namespace aiacc::comm {
 namespace {
 
 using namespace std::chrono_literals;
+using test_membership::ended;
 using test_membership::formFirst;
 using test_membership::fresh;
 using test_membership::joinAsync;
+using test_membership::joined;
 using test_membership::kBound;
 using test_membership::options;
 using test_membership::survivor;
@@ -29,7 +31,7 @@ using test_membership::survivor;
 // Survivors below MIN each wait out their own timeout; the first to give up stops the job
 // (JobEnd::kStopped). A survivor still waiting then stops as it did (a CommError saying so, the
 // below-MIN remedy: resumable, and it saves its state if it claims the save first), never as a finished job's
-// straggler; a newcomer, which holds nothing, is told how the job ended (and ends so:
+// straggler; a newcomer, which holds nothing, is told how the job ended (JobEnded, and ends so:
 // app/exit_code.h). After kFinished a survivor too has nothing left to do.
 TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
   for (JobEnd how : {JobEnd::kStopped, JobEnd::kStoppedUnsaved, JobEnd::kFinished}) {
@@ -43,21 +45,18 @@ TEST(Membership, ASurvivorWaitingBelowMinStopsWhenAnotherStoppedTheJob) {
     EXPECT_EQ(jobEndedHow(*store), how);
     ASSERT_EQ(waiting.wait_for(kBound), std::future_status::ready);
     ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
-    try {
-      late.get();
-      ADD_FAILURE() << "a newcomer joined an ended job";
-    } catch (const JobEndedError& e) {
-      EXPECT_EQ(e.how(), how) << e.what();
-    }
+    const JobEnded told = ended(late.get());  // (a newcomer that joined an ended job fails here)
+    EXPECT_EQ(told.how, how) << told.what;
     if (how == JobEnd::kFinished) {
-      EXPECT_THROW(waiting.get(), JobEndedError);
+      EXPECT_EQ(ended(waiting.get()).how, JobEnd::kFinished);
       continue;
     }
     try {
-      waiting.get();
-      ADD_FAILURE() << "a survivor joined a stopped job";
-    } catch (const JobEndedError& e) {
-      ADD_FAILURE() << "a survivor of a stopped job was told it had nothing left to do: " << e.what();
+      const Membership::Joined j = waiting.get();
+      ADD_FAILURE() << (std::holds_alternative<JobEnded>(j)
+                            ? "a survivor of a stopped job was told it had nothing left to do: " +
+                                  std::get<JobEnded>(j).what
+                            : std::string("a survivor joined a stopped job"));
     } catch (const CommError& e) {
       EXPECT_EQ(e.remedy(), CommError::Remedy::kMembership);
       EXPECT_NE(std::string(e.what()).find("another surviving process stopped the job"), std::string::npos) << e.what();
@@ -105,13 +104,13 @@ TEST(Membership, AWaiterRemainsUntilItHasReadTheEnd) {
   auto second = joinAsync(again, options(2, 3), survivor(h0[1], 1), {2}, 3);
   ASSERT_EQ(first.wait_for(kBound), std::future_status::ready);
   ASSERT_EQ(second.wait_for(kBound), std::future_status::ready);
-  EXPECT_EQ(first.get().size(), 2);
+  EXPECT_EQ(joined(first.get()).size(), 2);
   EXPECT_FALSE(waitersRemain(*again));
 }
 
 // One rank's own error (markJobFailed) ends nothing: a survivor below MIN waits on, as after a
 // lost rank. Once every rank of the generation has failed, the job has ended (kFailed), and a
-// process still waiting to join ends with a CommError saying so, not as a finished job's.
+// process still waiting to join is told so (JobEnded, kFailed), not as a finished job's end.
 TEST(Membership, TheJobEndsWhenEveryRankOfItsGenerationFailed) {
   auto store = makeHashStore();
   const std::vector<Generation> g0 = formFirst(store, {"a", "b", "c"}, 3);
@@ -131,14 +130,9 @@ TEST(Membership, TheJobEndsWhenEveryRankOfItsGenerationFailed) {
   EXPECT_EQ(jobEndedHow(*all), JobEnd::kFailed);
   auto late = joinAsync(all, options(2, 2), fresh("c"));
   ASSERT_EQ(late.wait_for(kBound), std::future_status::ready);
-  try {
-    late.get();
-    ADD_FAILURE() << "a process joined a job whose every rank failed";
-  } catch (const JobEndedError& e) {
-    ADD_FAILURE() << "a failed job was taken for a finished one: " << e.what();
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("every rank of the job failed"), std::string::npos) << e.what();
-  }
+  const JobEnded told = ended(late.get());  // (a process that joined a job whose every rank failed fails here)
+  EXPECT_EQ(told.how, JobEnd::kFailed) << "a failed job was taken for another end: " << told.what;
+  EXPECT_NE(told.what.find("every rank of the job failed"), std::string::npos) << told.what;
   EXPECT_FALSE(waitersRemain(*all));
 }
 
@@ -167,17 +161,17 @@ TEST(Membership, OnlyASurvivorOfTheGenerationBeforeTriesAsOne) {
   auto store = makeHashStore();
   const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
   Membership a(store, options(1, 2)), b(store, options(1, 2)), newcomer(store, options(1, 2));
-  EXPECT_FALSE(a.triedAsSurvivor());                         // (it tried none yet)
-  const Generation g1 = a.join(survivor(g0[0], 3), {1}, 2);  // b reported lost: a alone closes it
+  EXPECT_FALSE(a.triedAsSurvivor());                                 // (it tried none yet)
+  const Generation g1 = joined(a.join(survivor(g0[0], 3), {1}, 2));  // b reported lost: a alone closes it
   EXPECT_EQ(g1.number, 1);
   EXPECT_TRUE(a.triedAsSurvivor());
-  markJobEnded(*store, JobEnd::kFinished);                  // (so that the late ones do not wait)
-  EXPECT_THROW(b.join(survivor(g0[1], 2)), JobEndedError);  // late by one: it tries generation 2
+  markJobEnded(*store, JobEnd::kFinished);                              // (so that the late ones do not wait)
+  EXPECT_EQ(ended(b.join(survivor(g0[1], 2))).how, JobEnd::kFinished);  // late by one: it tries generation 2
   EXPECT_FALSE(b.triedAsSurvivor());
-  EXPECT_THROW(newcomer.join(fresh("c")), JobEndedError);
+  EXPECT_EQ(ended(newcomer.join(fresh("c"))).how, JobEnd::kFinished);
   EXPECT_FALSE(newcomer.triedAsSurvivor());
   // The same process as a, once late by one (a survivor of generation 0 again): no survivor's try.
-  EXPECT_THROW(a.join(survivor(g0[0], 3)), JobEndedError);
+  EXPECT_EQ(ended(a.join(survivor(g0[0], 3))).how, JobEnd::kFinished);
   EXPECT_FALSE(a.triedAsSurvivor());
 }
 

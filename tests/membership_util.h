@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <future>
+#include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "aiacc/comm/membership.h"
@@ -40,24 +42,42 @@ inline Member survivor(const Generation& g, int64_t step) {
   return m;
 }
 
+// The generation a join returned; throws (failing the test) when it returned the job's end.
+inline Generation joined(Membership::Joined j) {
+  if (const JobEnded* e = std::get_if<JobEnded>(&j)) throw std::logic_error("join returned the job's end: " + e->what);
+  return std::get<Generation>(std::move(j));
+}
+// The job's end a join returned; throws (failing the test) when it joined a generation.
+inline JobEnded ended(Membership::Joined j) {
+  if (const Generation* g = std::get_if<Generation>(&j)) {
+    throw std::logic_error("join let the process into generation " + std::to_string(g->number) +
+                           " instead of returning the job's end");
+  }
+  return std::get<JobEnded>(std::move(j));
+}
+
+// A join on a thread of its own.
+using Pending = std::future<Membership::Joined>;
+
 // Joins on a thread of its own; the future fails the test if it takes longer than kBound.
-inline std::future<Generation> joinAsync(const c10::intrusive_ptr<c10d::Store>& store, MembershipOptions o, Member self,
-                                         std::vector<int> lost = {}, int previous_world = 0) {
+inline Pending joinAsync(const c10::intrusive_ptr<c10d::Store>& store, MembershipOptions o, Member self,
+                         std::vector<int> lost = {}, int previous_world = 0) {
   return std::async(std::launch::async, [=] {
     Membership m(store, o);
     return m.join(self, lost, previous_world);
   });
 }
 
-inline Generation get(std::future<Generation>& f) {
+inline Membership::Joined wait(Pending& f) {
   EXPECT_EQ(f.wait_for(kBound), std::future_status::ready) << "join did not return within the bound";
   return f.get();
 }
+inline Generation get(Pending& f) { return joined(wait(f)); }
 
 // The first generation of one process per node: closed when MAX (all of them) have come.
 inline std::vector<Generation> formFirst(const c10::intrusive_ptr<c10d::Store>& store,
                                          const std::vector<std::string>& nodes, int min) {
-  std::vector<std::future<Generation>> pending;
+  std::vector<Pending> pending;
   for (const std::string& node : nodes) {
     pending.push_back(joinAsync(store, options(min, static_cast<int>(nodes.size())), fresh(node)));
   }

@@ -22,6 +22,8 @@ struct Cell {
 Cell to(Phase p) { return Cell{p, ""}; }
 Cell none(const char* why) { return Cell{std::nullopt, why}; }
 constexpr const char* kLostOnlyInARegroup = "only a regroup finds too few ranks (elsewhere a lost rank is kCommFailed)";
+constexpr const char* kEndedOnlyInARegroup =
+    "only a regroup waits to be let in, and so learns the job ended without it";
 
 // The expected table for a job (elastic or not) with work left or none: written out cell by cell
 // from the design (docs/elastic.md), not computed like next() computes it.
@@ -40,6 +42,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kEvaluated: return none("the run's final evaluation is kRunEnd's");
         case E::kRegroupAgreed: return none("no vote is taken in catch-up");
         case E::kRanksLost: return none(kLostOnlyInARegroup);
+        case E::kJobEnded: return none(kEndedOnlyInARegroup);
       }
       break;
     case P::kTraining:
@@ -52,6 +55,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kDone: return none("a segment ends at the epoch's end, a stop, or a regroup");
         case E::kEvaluated: return none("the run's final evaluation is kRunEnd's");
         case E::kRanksLost: return none(kLostOnlyInARegroup);
+        case E::kJobEnded: return none(kEndedOnlyInARegroup);
       }
       break;
     case P::kEpochEnd:
@@ -64,6 +68,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kEpochDone: return none("no step is trained at an epoch's end");
         case E::kEvaluated: return none("the run's final evaluation is kRunEnd's");
         case E::kRanksLost: return none(kLostOnlyInARegroup);
+        case E::kJobEnded: return none(kEndedOnlyInARegroup);
       }
       break;
     case P::kRunEnd:
@@ -76,6 +81,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kEndWithinEpoch: return none("no step is trained at the run's end");
         case E::kRegroupAgreed: return none("no vote is taken at the run's end");
         case E::kRanksLost: return none(kLostOnlyInARegroup);
+        case E::kJobEnded: return none(kEndedOnlyInARegroup);
       }
       break;
     case P::kRegrouping:
@@ -83,6 +89,7 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
         case E::kDone: return work_left ? to(P::kCatchUp) : to(P::kRunEnd);
         case E::kCommFailed: return none("a regroup's failures are errors, or kRanksLost");
         case E::kRanksLost: return to(P::kSurvivorStop);
+        case E::kJobEnded: return to(P::kLeftOut);  // (it ends as the job did: app/command_train.cc)
         case E::kStopAgreed: return none("no vote is taken in a regroup");
         case E::kEpochDone: return none("no step is trained in a regroup");
         case E::kEndWithinEpoch: return none("no step is trained in a regroup");
@@ -92,7 +99,8 @@ Cell expected(Phase p, Event e, bool elastic, bool work_left) {
       break;
     case P::kStopping:
     case P::kSurvivorStop:
-    case P::kFinished: return none("a terminal phase has no work");
+    case P::kFinished:
+    case P::kLeftOut: return none("a terminal phase has no work");
   }
   return none("?");
 }
@@ -129,7 +137,7 @@ TEST(RunPhase, EveryPhaseAndEventFollowTheTable) {
 TEST(RunPhase, OnlyTheStopsAndTheEndAreTerminal) {
   for (int pi = 0; pi < kPhases; ++pi) {
     const auto p = static_cast<Phase>(pi);
-    const bool terminal = p == P::kStopping || p == P::kSurvivorStop || p == P::kFinished;
+    const bool terminal = p == P::kStopping || p == P::kSurvivorStop || p == P::kFinished || p == P::kLeftOut;
     EXPECT_EQ(isTerminal(p), terminal) << phaseName(p);
   }
 }
