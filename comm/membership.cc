@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <optional>
 #include <sstream>
-#include <thread>
 #include <tuple>
 
 #include "aiacc/comm/transport.h"
@@ -23,8 +22,6 @@ std::string key(int64_t g, const std::string& what) { return strCat("elastic/g",
 
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
-
-using Clock = std::chrono::steady_clock;
 
 int64_t newestClosed(c10d::Store& store) {  // Membership::current()
   return store.check({kCurrentKey}) ? std::stoll(text(store.get(kCurrentKey))) : -1;
@@ -117,7 +114,8 @@ std::vector<int> Generation::lostFrom(int previous_world) const {
 }
 
 Membership::Membership(c10::intrusive_ptr<c10d::Store> store, MembershipOptions options)
-    : store_(std::move(store)), o_(options) {
+    : store_(std::move(store)), o_(std::move(options)) {
+  if (!o_.clock) o_.clock = steadyClock();
   AIACC_CHECK_INPUT(o_.min >= 1 && o_.max >= o_.min, "elastic range ", o_.min, ":", o_.max,
                     " is not MIN:MAX with 1 <= MIN <= MAX");
 }
@@ -152,7 +150,7 @@ std::optional<Membership::Joined> Membership::tryJoin(int64_t number, const Memb
   for (const int r : lost) {  // each lost rank counted once, whoever reports it first
     if (store_->add(key(number, strCat("lost", r)), 1) == 1) store_->add(key(number, "lost"), 1);
   }
-  const auto start = Clock::now();
+  const Clock::time_point start = o_.clock->now();
   std::optional<Clock::time_point> min_seen;
   int closed_at = -1;
   // A process that holds no state of generation number - 1 (a newcomer, or one late by more)
@@ -178,7 +176,7 @@ std::optional<Membership::Joined> Membership::tryJoin(int64_t number, const Memb
       break;
     }
     const int arrived = static_cast<int>(store_->add(key(number, "arrivals"), 0));
-    const auto now = Clock::now();
+    const Clock::time_point now = o_.clock->now();
     // At MIN or above, newcomers with no survivor among them yet (they close only once the beat
     // stops, below). (Read at MIN only: below it nobody closes, and the read makes the key.)
     const bool newcomers_only = watch_beat && arrived >= o_.min && store_->add(key(number, "survivors"), 0) == 0;
@@ -247,19 +245,19 @@ std::optional<Membership::Joined> Membership::tryJoin(int64_t number, const Memb
                              " s; the job cannot go on with fewer"),
                       CommError::Remedy::kMembership);
     }
-    std::this_thread::sleep_for(o_.poll);
+    o_.clock->sleepFor(o_.poll);
   }
   if (ticket >= closed_at) return std::nullopt;
   // The roster: written by the closer once every record it covers is readable.
   const std::string roster_key = key(number, "roster");
-  const auto deadline = Clock::now() + o_.timeout;
+  const Clock::time_point deadline = o_.clock->now() + o_.timeout;
   while (!store_->check({roster_key})) {
-    if (Clock::now() >= deadline) {
+    if (o_.clock->now() >= deadline) {
       throw CommError(strCat("elastic: generation ", number, " closed at ", closed_at,
                              " processes but its roster never came (the process that closed it died?)"),
                       CommError::Remedy::kMembership);
     }
-    std::this_thread::sleep_for(o_.poll);
+    o_.clock->sleepFor(o_.poll);
   }
   std::istringstream in(text(store_->get(roster_key)));
   Generation out;

@@ -51,11 +51,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "aiacc/comm/clock.h"
 #include "aiacc/comm/gradient_sync.h"
 #include "aiacc/comm/job_end.h"
 #include "aiacc/comm/transport.h"
@@ -74,6 +76,8 @@ struct MembershipOptions {
   // How long the previous generation's beat must stand still before newcomers alone may close
   // the next (its members all gone: killed at once, their workers started again).
   std::chrono::milliseconds beat_stale{std::chrono::seconds(3)};
+  // The time of every wait above (null: steadyClock(); tests inject one they move, comm/clock.h).
+  std::shared_ptr<const Clock> clock;
   // Called each time a process that holds no state of the generation before (a newcomer, or one
   // the others went on without) has arrived for a generation after the first, its ticket taken,
   // before it waits to be let in (again for the next generation if that one closes without it):

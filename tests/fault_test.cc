@@ -25,7 +25,7 @@
 namespace aiacc::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 constexpr auto kTimeout = std::chrono::seconds(2);
 constexpr int kWorld = 3;
 constexpr int kSteps = 6;
@@ -47,7 +47,7 @@ struct Outcome {
 Outcome train(FaultSpec fault, bool shm) {
   Outcome out;
   out.seconds_after_fault.assign(kWorld, -1);
-  std::vector<Clock::time_point> failed_at(kWorld);
+  std::vector<Steady::time_point> failed_at(kWorld);
   std::shared_ptr<FaultTransport> faulty;
   std::mutex mu;
   out.errors = test::runRanks(
@@ -76,7 +76,7 @@ Outcome train(FaultSpec fault, bool shm) {
         dp.finishBackward();
       }
     } catch (const CommError&) {
-      failed_at[r] = Clock::now();
+      failed_at[r] = Steady::now();
       throw;
     }
       },
@@ -84,7 +84,7 @@ Outcome train(FaultSpec fault, bool shm) {
   if (faulty) {
     out.rank1_ops = faulty->operations();
     for (int r = 0; r < kWorld; ++r) {
-      if (faulty->struck() && failed_at[r] != Clock::time_point{}) {
+      if (faulty->struck() && failed_at[r] != Steady::time_point{}) {
         out.seconds_after_fault[r] = std::chrono::duration<double>(failed_at[r] - faulty->struckAt()).count();
       }
     }
@@ -120,9 +120,9 @@ TEST_P(OneFaultyRank, EveryRankFailsWithinOneTimeout) {
   f.kind = c.kind;
   f.at = clean.rank1_ops - 2 * per_step - per_step / 2;
   f.stall_limit = kTimeout;
-  const auto t0 = Clock::now();
+  const auto t0 = Steady::now();
   const Outcome o = train(f, c.shm);
-  const double total = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double total = std::chrono::duration<double>(Steady::now() - t0).count();
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_FALSE(o.errors[r].empty()) << "rank " << r << " finished a job with a faulty rank";
     EXPECT_GE(o.seconds_after_fault[r], 0) << "rank " << r << ": " << o.errors[r];

@@ -33,6 +33,7 @@ using test_membership::options;
 using test_membership::Pending;
 using test_membership::survivor;
 using test_membership::wait;
+using test_membership::waitsOut;
 
 TEST(Membership, MaxArrivalsCloseTheFirstGeneration) {
   auto store = makeHashStore();
@@ -137,31 +138,32 @@ TEST(Membership, ANewcomerIsSeenAndJoinsAfterTheSurvivors) {
 TEST(Membership, ANewcomerAtMinWaitsForALiveGenerationAndClosesAloneOnlyOnceItsBeatStops) {
   auto store = makeHashStore();
   const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
+  auto clock = std::make_shared<aiacc::test::ManualClock>();
   MembershipOptions o = options(1, 3, 500ms);
   o.beat_stale = 500ms;
-  std::atomic<bool> beating{true};
-  std::thread beater([&] {
-    while (beating) {
-      beat(*store, 0);
-      std::this_thread::sleep_for(10ms);
-    }
-  });
+  o.clock = clock;
+  // Generation 0 beats every 100 ms of the newcomer's time, for 4 times its last call and beat_stale.
   auto newcomer = joinAsync(store, o, fresh("c"));
-  EXPECT_EQ(newcomer.wait_for(2500ms), std::future_status::timeout) << "a newcomer closed a generation alone";
+  for (int i = 0; i < 20; ++i) {
+    beat(*store, 0);
+    clock->awaitLooks(1);
+    ASSERT_EQ(newcomer.wait_for(0ms), std::future_status::timeout) << "a newcomer closed a generation alone";
+    clock->advance(100ms);
+  }
   std::vector<Pending> old;
   for (const Generation& x : g0) old.push_back(joinAsync(store, o, survivor(x, 5), {}, 2));
   const Generation joined = get(newcomer);
-  beating = false;
-  beater.join();
   EXPECT_EQ(joined.number, 1);
   EXPECT_EQ(joined.size(), 3);
   EXPECT_EQ(joined.rank, 2);
   for (auto& f : old) EXPECT_EQ(get(f).survivors(), 2);
-  // Nobody beats for generation 1: its members are gone. A newcomer forms generation 2 alone.
-  const auto t0 = std::chrono::steady_clock::now();
+  // Nobody beats for generation 1: its members are gone. A newcomer forms generation 2 alone once
+  // the beat stood still for beat_stale and its last call ran out after that, not before. (The
+  // last call runs from its last look that found the beat alive: here 1 ms before it was stale.)
   auto alone = joinAsync(store, o, fresh("d"));
+  ASSERT_TRUE(waitsOut(*clock, alone, o.beat_stale, "closed before the beat stood still for beat_stale"));
+  ASSERT_TRUE(waitsOut(*clock, alone, o.last_call - 1ms, "closed before its last call ran out"));
   const Generation g2 = get(alone);
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, o.beat_stale);
   EXPECT_EQ(g2.number, 2);
   EXPECT_EQ(g2.size(), 1);
   EXPECT_EQ(g2.survivors(), 0);
@@ -173,11 +175,14 @@ TEST(Membership, ANewcomerAtMinWaitsForALiveGenerationAndClosesAloneOnlyOnceItsB
 TEST(Membership, NewcomersAloneAtMinNeitherBeginAnEndedJobNorWaitForEver) {
   auto store = makeHashStore();
   const std::vector<Generation> g0 = formFirst(store, {"a", "b"}, 1);
+  auto clock = std::make_shared<aiacc::test::ManualClock>();
   MembershipOptions o = options(1, 3, 20ms);
   o.beat_stale = 1h;  // (the beat never stands still for that long here)
   o.timeout = 300ms;
+  o.clock = clock;
   beat(*store, 0);
   auto stuck = joinAsync(store, o, fresh("c"));
+  ASSERT_TRUE(waitsOut(*clock, stuck, o.timeout, "gave up before the timeout"));
   try {
     get(stuck);
     ADD_FAILURE() << "a newcomer formed a generation of its own beside a live one";
@@ -198,12 +203,16 @@ TEST(Membership, NewcomersAloneAtMinNeitherBeginAnEndedJobNorWaitForEver) {
 // process arriving after that is not in it and is let in by the next one.
 TEST(Membership, TheLastCallClosesAtMinAndALateArrivalWaitsForTheNext) {
   auto store = makeHashStore();
-  auto a = joinAsync(store, options(2, 3, 50ms), fresh("a"));
-  auto b = joinAsync(store, options(2, 3, 50ms), fresh("b"));
+  auto clock = std::make_shared<aiacc::test::ManualClock>();
+  MembershipOptions o = options(2, 3, 50ms);
+  o.clock = clock;
+  auto a = joinAsync(store, o, fresh("a"));
+  auto b = joinAsync(store, o, fresh("b"));
+  ASSERT_TRUE(waitsOut(*clock, a, o.last_call, "closed before the last call ran out", 2));
   const Generation ga = get(a), gb = get(b);
   EXPECT_EQ(ga.number, 0);
   EXPECT_EQ(ga.size(), 2);
-  auto late = joinAsync(store, options(2, 3, 50ms), fresh("c"));
+  auto late = joinAsync(store, o, fresh("c"));
   // The group regroups once it sees the newcomer (else the survivors alone might close it).
   Membership running(store, options(2, 3));
   const auto until = std::chrono::steady_clock::now() + kBound;
@@ -220,15 +229,19 @@ TEST(Membership, TheLastCallClosesAtMinAndALateArrivalWaitsForTheNext) {
 
 TEST(Membership, BelowMinFailsAfterTheTimeoutNamingTheCount) {
   auto store = makeHashStore();
+  auto clock = std::make_shared<aiacc::test::ManualClock>();
   MembershipOptions o = options(2, 3);
-  o.timeout = 100ms;
-  Membership m(store, o);
+  o.timeout = 1h;
+  o.clock = clock;
+  auto alone = joinAsync(store, o, fresh("a"));
+  ASSERT_TRUE(waitsOut(*clock, alone, o.timeout, "gave up before the timeout"));
   try {
-    m.join(fresh("a"));
+    get(alone);
     FAIL() << "a generation of one formed below MIN 2";
   } catch (const CommError& e) {
     EXPECT_EQ(e.remedy(), CommError::Remedy::kMembership);
-    EXPECT_NE(std::string(e.what()).find("only 1 of at least 2 processes arrived for generation 0"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("only 1 of at least 2 processes arrived for generation 0 within 3600 s"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "aiacc/comm/membership.h"
+#include "tests/manual_clock.h"
 
 namespace aiacc::comm::test_membership {
 
@@ -73,6 +74,19 @@ inline Membership::Joined wait(Pending& f) {
   return f.get();
 }
 inline Generation get(Pending& f) { return joined(wait(f)); }
+
+// Moves `clock` by `d` in two moves, each once the `waiters` joins have looked again: to 1 ms
+// before, where `f` must still be waiting (a failure naming `what` if it returned), then the last
+// millisecond. So a test shows that a join decided at `d` of its time, not a moment before.
+inline ::testing::AssertionResult waitsOut(aiacc::test::ManualClock& clock, Pending& f, Clock::duration d,
+                                           const char* what, int waiters = 1) {
+  clock.awaitLooks(waiters);
+  clock.advance(d - 1ms);
+  clock.awaitLooks(waiters);
+  if (f.wait_for(0ms) != std::future_status::timeout) return ::testing::AssertionFailure() << what;
+  clock.advance(1ms);
+  return ::testing::AssertionSuccess();
+}
 
 // The first generation of one process per node: closed when MAX (all of them) have come.
 inline std::vector<Generation> formFirst(const c10::intrusive_ptr<c10d::Store>& store,
