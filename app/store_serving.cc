@@ -25,29 +25,25 @@ namespace aiacc::app {
 namespace {
 
 // An elastic job's node 0, once its own workers ended: the other nodes' ranks may still train and
-// regroup through the store this launcher serves. Serves until the job has ended (its last rank 0
-// said so) and no process still waits to be let in (comm::waitersRemain: a survivor below MIN, a
-// joiner; each must read how the job ended, not meet a closed store; one that died waiting is
-// given up kWaitersGrace after the end), or until `until`, or a stop signal (read from `sfd`).
-// `restarts`: the job's launchers start failed workers again (--max-restarts), so after an end
-// by failure on every rank the store stays kWaitersGrace for the workers they start to read it
-// (and end as it did; their launchers read the end here and start them no more) instead of meeting a closed store.
-constexpr auto kWaitersGrace = std::chrono::seconds(10);
+// regroup through the store this launcher serves. Serves until mayStopServing says it may (the
+// job has ended and no process still waits to be let in: a survivor below MIN, a joiner; each
+// must read how the job ended, not meet a closed store), or a stop signal (read from `sfd`).
 void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, std::chrono::steady_clock::time_point until,
                           int sfd, bool restarts) {
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);  // the workers' keys' prefix
-  std::optional<std::chrono::steady_clock::time_point> ended;
-  bool failed = false;  // the job ended failed on every rank
-  while (std::chrono::steady_clock::now() < until) {
-    const auto now = std::chrono::steady_clock::now();
-    if (!ended && comm::jobEnded(store)) {
-      ended = now;
-      failed = comm::jobEndedHow(store) == comm::JobEnd::kFailed;
+  ServingFacts f;
+  f.until = until;
+  f.restarts = restarts;
+  for (;;) {
+    f.now = std::chrono::steady_clock::now();
+    if (!f.ended && comm::jobEnded(store)) {
+      f.ended = f.now;
+      f.failed = comm::jobEndedHow(store) == comm::JobEnd::kFailed;
     }
-    const bool linger = restarts && failed && ended && now < *ended + kWaitersGrace;
-    if (ended && !linger && (!comm::waitersRemain(store) || now >= *ended + kWaitersGrace)) return;
+    f.waiters = f.ended && comm::waitersRemain(store);  // (a store request only once it matters)
+    if (mayStopServing(f)) return;
     pollfd p{sfd, POLLIN, 0};
-    if (::poll(&p, 1, ended ? 10 : 100) > 0) {
+    if (::poll(&p, 1, f.ended ? 10 : 100) > 0) {
       signalfd_siginfo si{};
       if (::read(sfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si)) && si.ssi_signo != SIGCHLD) {
         std::cerr << "aiacc_train: received " << signalName(static_cast<int>(si.ssi_signo))
@@ -59,6 +55,14 @@ void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, std::ch
 }
 
 }  // namespace
+
+bool mayStopServing(const ServingFacts& f) {
+  if (f.now >= f.until) return true;
+  if (!f.ended) return false;
+  const bool graced = f.now >= *f.ended + kWaitersGrace;
+  if (f.restarts && f.failed) return graced;  // (the workers started again read the end)
+  return !f.waiters || graced;
+}
 
 void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, const LaunchSpec& spec, int sfd) {
   c10d::PrefixStore store(comm::StoreOptions{}.prefix, served);
