@@ -211,30 +211,46 @@ void boundStalledRequests(const c10d::Store& server, std::chrono::milliseconds b
   const int port = hostedPort(server);
   const timeval tv{static_cast<time_t>(bound.count() / 1000), static_cast<suseconds_t>(bound.count() % 1000 * 1000)};
   bool listener = false;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
-    const std::optional<int> fd = parseInteger<int>(it->path().filename().string());
-    sockaddr_storage addr{};
-    socklen_t addr_len = sizeof(addr);
-    if (!fd || ::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
-    const int at = addr.ss_family == AF_INET6  ? ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port)
-                   : addr.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port)
-                                               : -1;
-    int type = 0;
-    socklen_t type_len = sizeof(type);
-    if (at != port || ::getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM ||
-        ::setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-      continue;  // (not TCP: a UDP socket may hold the same number)
-    }
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    listener = listener || (::getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0);
+  for (const PortSocket& s : socketsOnPort(port)) {
+    if (::setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) listener = listener || s.listening;
   }
   if (!listener) {
     throw CommError(strCat("the rendezvous store's server on port ", port,
                            " has no listening socket in this process to bound its reads on (is /proc mounted?)"),
                     CommError::Remedy::kStore);
   }
+}
+
+std::vector<PortSocket> socketsOnPort(int port) {
+  const auto portOf = [](const sockaddr_storage& a) {
+    if (a.ss_family == AF_INET6) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port));
+    if (a.ss_family == AF_INET) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port));
+    return -1;
+  };
+  std::vector<PortSocket> found;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::optional<int> fd = parseInteger<int>(it->path().filename().string());
+    sockaddr_storage local{};
+    socklen_t local_len = sizeof(local);
+    int type = 0;
+    socklen_t type_len = sizeof(type);
+    if (!fd || ::getsockname(*fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 || portOf(local) != port ||
+        ::getsockopt(*fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM) {
+      continue;  // (not TCP: a UDP socket may hold the same number)
+    }
+    PortSocket s;
+    s.fd = *fd;
+    int listening = 0;
+    socklen_t len = sizeof(listening);
+    s.listening = ::getsockopt(*fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0;
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof(peer);
+    if (!s.listening && ::getpeername(*fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0)
+      s.peer_port = portOf(peer);
+    found.push_back(s);
+  }
+  return found;
 }
 
 int hostedPort(const c10d::Store& store) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "aiacc/comm/key_log.h"
 #include "aiacc/comm/options.h"
@@ -50,6 +51,16 @@ int hostedPort(const c10d::Store& store);
 // it. A CommError when this process has no server of `server`'s port listening.
 constexpr std::chrono::milliseconds kStalledRequestBound{5000};
 void boundStalledRequests(const c10d::Store& server, std::chrono::milliseconds bound);
+
+// A TCP socket of this process whose local port is a given one: a server's listener, or a
+// connection it accepted (the process's own clients have ephemeral local ports).
+struct PortSocket {
+  int fd = -1;
+  bool listening = false;
+  int peer_port = -1;  // the connection's peer's port (-1: a listener)
+};
+// This process's TCP sockets on local port `port`, from /proc/self/fd (none when it cannot be read).
+std::vector<PortSocket> socketsOnPort(int port);
 
 // The claim itself, on an unprefixed store (makeTcpStore calls it; tests call it directly).
 void claimForJob(c10d::Store& store, const std::string& job, const std::string& where);

@@ -10,7 +10,7 @@
 
 #include <chrono>
 #include <exception>
-#include <filesystem>
+#include <algorithm>
 #include <future>
 #include <optional>
 #include <string>
@@ -20,20 +20,12 @@
 #include "aiacc/comm/store.h"
 #include "aiacc/comm/transport.h"
 #include "aiacc/common/error.h"
-#include "aiacc/common/parse_number.h"
 #include "tests/test_util.h"
 
 namespace aiacc::comm {
 namespace {
 
 using namespace std::chrono_literals;
-
-// The port of an IPv4 or IPv6 address (-1 for another family).
-int portOf(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
-  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
-  return -1;
-}
 
 // `n` consecutive loopback ports nobody listens on now, from the kernel's pick for port 0.
 int freePorts(int n) {
@@ -165,17 +157,9 @@ TEST(Store, ClientsSilentInTheMiddleOfARequestHoldNoOtherClient) {
   socklen_t mine_len = sizeof(mine);
   ASSERT_EQ(::getsockname(before.fd, reinterpret_cast<sockaddr*>(&mine), &mine_len), 0);
   auto accepted = [&] {
-    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-      const std::optional<int> fd = parseInteger<int>(entry.path().filename().string());
-      sockaddr_storage local{}, peer{};
-      socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
-      if (fd && ::getsockname(*fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0 &&
-          ::getpeername(*fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) == 0 && portOf(local) == port &&
-          portOf(peer) == ntohs(mine.sin_port)) {
-        return true;
-      }
-    }
-    return false;
+    const std::vector<PortSocket> sockets = socketsOnPort(port);
+    return std::any_of(sockets.begin(), sockets.end(),
+                       [&](const PortSocket& s) { return s.peer_port == ntohs(mine.sin_port); });
   };
   for (int i = 0; i < 10000 && !accepted(); ++i) std::this_thread::sleep_for(1ms);
   ASSERT_TRUE(accepted()) << "the server did not accept a connection within 10 s";
