@@ -183,8 +183,11 @@ int runWorker(const RunOptions& o, std::chrono::steady_clock::time_point start) 
     // An elastic job: the world is the membership's first generation (or, for a process started
     // later, the generation it joins), not the launcher's.
     if ((dist.elastic() || plan.min_nodes > 0) && plan.role == LaunchPlan::Role::kWorker) {
-      elastic = makeElasticJob(dist, plan);
-      if (std::optional<comm::JobEnded> ended = elastic->start()) return endedWithoutThisProcess(*ended);
+      // (Held only once joined: a process whose first join failed is in no generation, and
+      // says nothing of the job's end in the store.)
+      std::shared_ptr<ElasticJob> job = makeElasticJob(dist, plan);
+      if (std::optional<comm::JobEnded> ended = job->start()) return endedWithoutThisProcess(*ended);
+      elastic = std::move(job);
     }
     const comm::WorldInfo world = elastic ? elastic->generation().world() : plan.world;
     if (world.rank == 0 && plan.source != LaunchSource::kNone && plan.source != LaunchSource::kAiacc) {

@@ -2,7 +2,8 @@
 // (comm/membership.h), the regroup after a lost rank or for a newcomer, and the record of each
 // change for the report and the metrics.
 //
-// The trainer (app/trainer.cc) drives it: at start, start(); when a step's communication fails,
+// The worker (app/command_train.cc) joins the first generation (start()); the trainer
+// (app/trainer.cc) drives the rest: when a step's communication fails,
 // regroup() with the failure's message; when rank 0 sees a newcomer waiting (joinersWaiting(),
 // one store request per step), the ranks vote and regroup at the same step. After a regroup
 // the trainer rebuilds the gradient sync for generation().world(), restores the training state
@@ -59,13 +60,14 @@ class ElasticJob {
 
   // Joins the first generation (or, for a process started later, the next one): nullopt once in
   // it (generation()); the job's end when it ended meanwhile (comm::Membership::join).
-  std::optional<comm::JobEnded> start();
+  [[nodiscard]] std::optional<comm::JobEnded> start();
   // After `cause` (a failure's message; "" for a newcomer's regroup) at `step`: joins the next
   // generation (nullopt; generation()), or returns the job's end. Ranks the message names as gone
   // (dead, or silent past the heartbeat) and those in `also_gone` are reported, so that the
   // generation closes as soon as everyone else is there. Throws comm::Membership::join's errors,
   // and StoreLostError when a store request fails.
-  std::optional<comm::JobEnded> regroup(int64_t step, const std::string& cause, const std::vector<int>& also_gone = {});
+  [[nodiscard]] std::optional<comm::JobEnded> regroup(int64_t step, const std::string& cause,
+                                                      const std::vector<int>& also_gone = {});
   const comm::Generation& generation() const { return generation_; }
   bool joined() const { return generation_.number >= 0; }
   // A process waits for the next generation (one store request, no waiting). False once a store
@@ -85,7 +87,10 @@ class ElasticJob {
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
   // This process ends with an error: the job has ended once every rank of its generation has.
-  void markFailed() { comm::markJobFailed(*store_, generation_.number, generation_.size()); }
+  // Nothing, for a process in no generation yet (its first join failed).
+  void markFailed() {
+    if (joined()) comm::markJobFailed(*store_, generation_.number, generation_.size());
+  }
 
   // Each generation's keys go when the next has formed (comm/key_log.h). The keys this process
   // writes under the current generation's prefix (its transports' and the agreement's): the

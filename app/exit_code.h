@@ -19,8 +19,9 @@
 //            problems are gflags' and exit 1)
 //
 // Every way a process ends is an Ending, and exitCode() its one mapping. A worker of an elastic
-// job started after the job ended ends as the job did (finished 0, stopped with its state saved
-// 75, stopped unsaved or failed 1): its launcher does not start it again once the job's end is
+// job started after the job ended, or left out of its last generation and waiting when it
+// ended, ends as the job did (endingOf: finished 0, stopped with its state saved 75, stopped
+// unsaved or failed 1): its launcher does not start it again once the job's end is
 // recorded in the rendezvous store. A survivor of a lost rank that another survivor was chosen
 // to save for counts on that save (75) without seeing it written.
 // The launcher's own code sums its workers' (launcherExitCode).

@@ -230,7 +230,9 @@ void Trainer::State::finishChange() {
 
 std::optional<EarlyEnd> Trainer::State::regroupOrStop(const std::string& cause, const std::vector<int>& gone) {
   try {
-    if (std::optional<comm::JobEnded> ended = elastic->regroup(pos.step, cause, gone)) return EarlyEnd(*ended);
+    if (std::optional<comm::JobEnded> ended = elastic->regroup(pos.step, cause, gone)) {
+      return EarlyEnd(std::move(*ended));
+    }
     return std::nullopt;
   } catch (const StoreLostError& e) {
     // Nobody to pick one saver: every survivor may save (saveInTurn's note keeps it to one).

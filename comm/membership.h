@@ -126,15 +126,16 @@ class Membership {
   Membership(c10::intrusive_ptr<c10d::Store> store, MembershipOptions options);
 
   // Blocks until this process is in a generation, and returns it; or returns JobEnded when the
-  // job ended while this process waited (a process started again too late to take part, or one
-  // left out below MIN while the job finished). `self.generation` says which generation it leaves
+  // job ended while this process waited and it holds no state the job wants (a process started
+  // again too late to take part, one late by a generation or more, or a survivor below MIN after
+  // the job finished). `self.generation` says which generation it leaves
   // (-1: none yet); `lost` lists that generation's ranks it knows are gone, and `previous_world`
   // its size (both only speed up the close). Throws CommError when fewer than MIN arrive within
   // options.timeout (Remedy::kMembership), or when a survivor waiting below MIN learns that the
   // job stopped (JobEnd::kStopped or kStoppedUnsaved: another survivor gave up first, and this
   // one stops as it did; also kMembership), or a store request fails.
   using Joined = std::variant<Generation, JobEnded>;
-  Joined join(const Member& self, const std::vector<int>& lost = {}, int previous_world = 0);
+  [[nodiscard]] Joined join(const Member& self, const std::vector<int>& lost = {}, int previous_world = 0);
 
   // One store request, no waiting: has any process arrived for the generation after `current`?
   // (A running group asks at each step boundary; the answer is then voted, so all regroup at

@@ -57,9 +57,10 @@ void boundStalledRequests(const c10d::Store& server, std::chrono::milliseconds b
 struct PortSocket {
   int fd = -1;
   bool listening = false;
-  int peer_port = -1;  // the connection's peer's port (-1: a listener)
+  int peer_port = -1;  // the connection's peer's port (-1: a listener, or its peer unknown)
 };
 // This process's TCP sockets on local port `port`, from /proc/self/fd (none when it cannot be read).
+// A descriptor is as it was when scanned: one closed and reused since is another socket.
 std::vector<PortSocket> socketsOnPort(int port);
 
 // The claim itself, on an unprefixed store (makeTcpStore calls it; tests call it directly).

@@ -15,15 +15,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/config.h"
+#include "aiacc/comm/membership.h"
 #include "aiacc/comm/store.h"
 #include "app/elastic.h"
 #include "tests/elastic_job.h"
+#include "tests/manual_clock.h"
 
 namespace aiacc::app {
 namespace {
@@ -233,7 +236,30 @@ TEST(ElasticJob, ALostStoreMeansNoNewcomersAndARegroupThatFailsAsSuch) {
   server.reset();
   EXPECT_FALSE(job.joinersWaiting());
   EXPECT_FALSE(job.joinersWaiting());
-  EXPECT_THROW(job.regroup(1, "shm: rank 1 died (its process is gone)"), StoreLostError);
+  EXPECT_THROW((void)job.regroup(1, "shm: rank 1 died (its process is gone)"), StoreLostError);
+}
+
+// A process whose first join failed (below MIN past --rdzv-timeout) is in no generation: its
+// error says nothing of the job's end. (When 892cf28 first made the join a value, the worker held
+// the job before joining, and its error's markFailed, for generation -1 of size 0, recorded the
+// job as failed on every rank for each process still running or waiting.)
+TEST(ElasticJob, AProcessWhoseFirstJoinFailedEndsNothing) {
+  auto store = comm::makeHashStore();
+  auto clock = std::make_shared<aiacc::test::ManualClock>();
+  ElasticOptions o;
+  o.membership.min = o.membership.max = 2;
+  o.membership.timeout = std::chrono::hours(1);
+  o.membership.clock = clock;
+  o.node = "n0";
+  ElasticJob job(store, o);
+  auto first = std::async(std::launch::async, [&] { return job.start(); });
+  clock->awaitLooks(1);
+  clock->advance(o.membership.timeout);
+  ASSERT_EQ(first.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_THROW(first.get(), comm::CommError);
+  EXPECT_FALSE(job.joined());
+  job.markFailed();
+  EXPECT_FALSE(comm::jobEnded(*store)) << "a process in no generation ended the job";
 }
 
 }  // namespace

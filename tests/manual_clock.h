@@ -3,6 +3,9 @@
 // looking at the state it waits on, and decides on time only once the test has moved it. Each
 // sleep is counted per thread: awaitLooks() lets a test wait until every waiter has gone round
 // its loop since a change (so it has seen it) before the test moves the time or asserts.
+// A watchdog: once a minute of real time passes with no advance (an assertion ended the test while
+// a waiter still waits, and the waiter's future would block for ever), the clock jumps a year, so
+// every deadline passes and the waiter returns.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -28,6 +31,10 @@ class ManualClock final : public comm::Clock {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++sleeps_[std::this_thread::get_id()];
+      if (std::chrono::steady_clock::now() - moved_ > std::chrono::minutes(1)) {
+        now_ += std::chrono::hours(24 * 365);
+        moved_ = std::chrono::steady_clock::now();
+      }
     }
     changed_.notify_all();
     std::this_thread::sleep_for(std::min<duration>(d, std::chrono::milliseconds(1)));
@@ -35,6 +42,7 @@ class ManualClock final : public comm::Clock {
   void advance(duration d) {
     std::lock_guard<std::mutex> lock(mutex_);
     now_ += d;
+    moved_ = std::chrono::steady_clock::now();
   }
   // Waits (up to 20 s of real time; a failure of the test past it) until `threads` threads have
   // each slept `times` times since this call: each has looked again `times - 1` times at least
@@ -58,7 +66,9 @@ class ManualClock final : public comm::Clock {
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   mutable std::map<std::thread::id, long> sleeps_;
-  time_point now_ = time_point(std::chrono::hours(1));  // (any start: only differences count)
+  mutable time_point now_ = time_point(std::chrono::hours(1));  // (any start: only differences count)
+  mutable std::chrono::steady_clock::time_point moved_ =
+      std::chrono::steady_clock::now();  // the last advance (real time)
 };
 
 }  // namespace aiacc::test

@@ -8,9 +8,9 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
-#include <algorithm>
 #include <future>
 #include <optional>
 #include <string>
