@@ -15,7 +15,8 @@
 #      once crashed it, then AIACC_FUZZ_SECONDS (45) of fresh fuzzing each, two at a time, built
 #      with clang's libFuzzer, ASan and UBSan in build-fuzz/.
 # Each configuration's ctest output is kept in its build folder (ctest.log), and its five slowest
-# tests are printed after it.
+# CTest tests (a GoogleTest suite is one, but for the tests labelled "process") and the GoogleTest
+# tests that skipped are printed after it.
 # AIACC_CONFIGS="debian" (or "torch2", "asan tsan", ...) runs those; extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,12 @@ run_ctest() {
   echo "test.sh: the five slowest tests in $dir:"
   sed -n 's/^ *[0-9]*\/[0-9]* *Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$dir/ctest.log" |
     sort -rn | awk 'NR <= 5 { printf "  %7.1f s  %s\n", $1, $2 }'
+  # The GoogleTest tests that skipped (GTEST_SKIP): a suite runs as one CTest test, which passes
+  # when some of its tests pass and the others skip (cmake/GTestGroups.cmake), so each is named here.
+  local skipped
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([^ ]*\.[^ ]*\) (.*/\1/p' "$dir/Testing/Temporary/LastTest.log" 2>/dev/null |
+    sort -u) || true
+  [ -z "$skipped" ] || { echo "test.sh: skipped in $dir:"; sed 's/^/  /' <<<"$skipped"; }
   # The share of the tests that start a job's real processes (CTest label "process", tests/CMakeLists.txt).
   local process
   process=$(cd "$dir" && ctest -N -L process | sed -n 's/^ *Test *#[0-9]*: \([^ ]*\).*/\1/p') || true
