@@ -163,6 +163,12 @@ std::optional<comm::JobEnded> ElasticJob::regroup(int64_t step, const std::strin
     comm::Membership::Joined joined = membership_.join(self, gone, before);
     store_lost_ = false;  // (it answered)
     return enter(std::move(joined));
+  } catch (const comm::CommError& e) {
+    if (e.remedy() != comm::CommError::Remedy::kMembership || membership_.triedAsSurvivor()) throw;
+    throw LeftOutError(strCat(firstLine(e.what()), "; this process was left out of the generations after its own (",
+                              generation_.number,
+                              ") and holds none of the job's newer state: it saves nothing, and the job, if it "
+                              "lives, goes on without it"));
   } catch (const c10::Error& e) {  // the store's own failures: a closed connection, a timeout
     throw storeFailed(e);
   } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors: "Broken pipe")

@@ -65,7 +65,9 @@ class ElasticJob {
   // generation (nullopt; generation()), or returns the job's end. Ranks the message names as gone
   // (dead, or silent past the heartbeat) and those in `also_gone` are reported, so that the
   // generation closes as soon as everyone else is there. Throws comm::Membership::join's errors,
-  // and StoreLostError when a store request fails.
+  // StoreLostError when a store request fails, and LeftOutError when this process, left out of a
+  // generation since its own, cannot get back in (below MIN, or the live generation does not let
+  // it in in time).
   [[nodiscard]] std::optional<comm::JobEnded> regroup(int64_t step, const std::string& cause,
                                                       const std::vector<int>& also_gone = {});
   const comm::Generation& generation() const { return generation_; }
@@ -87,7 +89,9 @@ class ElasticJob {
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
   // This process ends with an error: the job has ended once every rank of its generation has.
-  // Nothing, for a process in no generation yet (its first join failed).
+  // Nothing, for a process in no generation yet (its first join failed). (One left out, after
+  // LeftOutError, counts in the generation it was in, which the others have left: that count is
+  // never complete, and the job goes on.)
   void markFailed() {
     if (joined()) comm::markJobFailed(*store_, generation_.number, generation_.size());
   }
@@ -141,6 +145,16 @@ class ElasticJob {
 class StoreLostError : public comm::CommError {
  public:
   using CommError::CommError;
+};
+
+// ElasticJob::regroup of a process the others went on without (it tried the next generation as no
+// survivor of the one before) failed as comm::Membership::join does below MIN or beside a live
+// generation that does not let it in. Its state is older than the job's, so it is no survivor
+// that saves (claimSave is false for it): it ends with this error, exit 1, and records no end of
+// the job, which may go on without it. (Remedy kNone: the flags are not the cause.)
+class LeftOutError : public comm::CommError {
+ public:
+  explicit LeftOutError(const std::string& what) : CommError(what) {}
 };
 
 struct DistSpec;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -260,6 +261,66 @@ TEST(ElasticJob, AProcessWhoseFirstJoinFailedEndsNothing) {
   EXPECT_FALSE(job.joined());
   job.markFailed();
   EXPECT_FALSE(comm::jobEnded(*store)) << "a process in no generation ended the job";
+}
+
+// A process the others went on without (SIGSTOPped, or slow to regroup) that cannot get back in
+// is no survivor: its state is older than the job's. Three join generation 0; two regroup without
+// the third (rank 2 reported lost) into generation 1; the third then waits alone, below MIN, for
+// generation 2 and times out. It ends with LeftOutError (an error, exit 1: not kMembership, which
+// the trainer turns into a survivor's resumable stop, and used to print "another surviving rank
+// saves its state" and exit 75 with nobody saving), claims no save, and records no end of the job.
+TEST(ElasticJob, AProcessLeftOutThatCannotGetBackInIsAnErrorThatEndsNothing) {
+  auto store = comm::makeHashStore();
+  auto clock = std::make_shared<aiacc::test::ManualClock>();
+  std::vector<std::unique_ptr<ElasticJob>> jobs;
+  for (int r = 0; r < 3; ++r) {
+    ElasticOptions o;
+    o.membership.min = 2;
+    o.membership.max = 3;
+    o.membership.timeout = std::chrono::hours(1);
+    o.membership.clock = clock;
+    o.node = "n" + std::to_string(r);
+    o.launch_rank = r;
+    jobs.push_back(std::make_unique<ElasticJob>(store, o));
+  }
+  {
+    std::vector<std::future<std::optional<comm::JobEnded>>> starts;
+    for (auto& j : jobs) starts.push_back(std::async(std::launch::async, [&j] { return j->start(); }));
+    for (auto& f : starts) {
+      ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+      ASSERT_FALSE(f.get());  // (nullopt: joined; three of MAX 3 close at once)
+    }
+  }
+  std::vector<std::future<std::optional<comm::JobEnded>>> regroups;
+  for (int r = 0; r < 2; ++r) {
+    regroups.push_back(std::async(std::launch::async, [&j = jobs[r]] { return j->regroup(7, "shm: rank 2 died"); }));
+  }
+  for (auto& f : regroups) {
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+    ASSERT_FALSE(f.get());  // (two survivors and one lost account for generation 0's three)
+  }
+  ASSERT_EQ(jobs[0]->generation().number, 1);
+  ASSERT_EQ(jobs[0]->generation().size(), 2);
+  ElasticJob& late = *jobs[2];
+  auto left_out = std::async(std::launch::async, [&late] { return late.regroup(7, "shm: rank 0 died"); });
+  clock->awaitLooks(1);  // (it waits for generation 2, alone)
+  clock->advance(std::chrono::hours(1));
+  ASSERT_EQ(left_out.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  try {
+    (void)left_out.get();
+    ADD_FAILURE() << "the left-out process's regroup returned";
+  } catch (const LeftOutError& e) {
+    EXPECT_EQ(e.remedy(), comm::CommError::Remedy::kNone);
+    EXPECT_NE(std::string(e.what()).find("only 1 of at least 2 processes arrived for generation 2"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("left out of the generations after its own (0)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(late.claimSave());
+  late.markFailed();
+  EXPECT_FALSE(comm::jobEnded(*store)) << "a process left out ended the job that went on without it";
+  EXPECT_TRUE(jobs[0]->claimSave()) << "a survivor of generation 1 may save";
+  EXPECT_FALSE(jobs[1]->claimSave());
 }
 
 }  // namespace
