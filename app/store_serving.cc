@@ -40,7 +40,7 @@ void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, std::ch
       f.ended = f.now;
       f.failed = comm::jobEndedHow(store) == comm::JobEnd::kFailed;
     }
-    f.waiters = f.ended && comm::waitersRemain(store);  // (a store request only once it matters)
+    f.waiters = [&store] { return comm::waitersRemain(store); };
     if (mayStopServing(f)) return;
     pollfd p{sfd, POLLIN, 0};
     if (::poll(&p, 1, f.ended ? 10 : 100) > 0) {
@@ -59,9 +59,9 @@ void serveUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, std::ch
 bool mayStopServing(const ServingFacts& f) {
   if (f.now >= f.until) return true;
   if (!f.ended) return false;
-  const bool graced = f.now >= *f.ended + kWaitersGrace;
-  if (f.restarts && f.failed) return graced;  // (the workers started again read the end)
-  return !f.waiters || graced;
+  if (f.now >= *f.ended + kWaitersGrace) return true;
+  if (f.restarts && f.failed) return false;  // (the workers started again read the end)
+  return !f.waiters || !f.waiters();
 }
 
 void keepStoreUntilTheJobEnds(const c10::intrusive_ptr<c10d::Store>& served, const LaunchSpec& spec, int sfd) {

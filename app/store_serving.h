@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 
 #include "app/launcher.h"
@@ -26,11 +27,14 @@ struct ServingFacts {
   std::optional<std::chrono::steady_clock::time_point> ended;  // when the job's end was first seen
   bool failed = false;    // the job ended failed on every rank (comm::JobEnd::kFailed)
   bool restarts = false;  // its launchers start failed workers again (--max-restarts)
-  bool waiters = false;   // some process still waits to be let in (comm::waitersRemain)
+  // Whether some process still waits to be let in (comm::waitersRemain: a store request), asked
+  // only when the decision turns on it; none: nobody waits.
+  std::function<bool()> waiters;
 };
 // The server may stop: past `until`; or once the job has ended and no process waits (or the
 // waiters have had kWaitersGrace), except that after an end by failure with restarts it stays
-// kWaitersGrace whatever the waiters. Pure: tests/store_serving_test.cc checks it as a table.
+// kWaitersGrace whatever the waiters. Pure but for `waiters`: tests/store_serving_test.cc checks
+// it as a table, and when it asks.
 bool mayStopServing(const ServingFacts& f);
 
 // Node 0's launcher of an elastic job, its own workers ended: serves `served` until the job has
