@@ -15,6 +15,9 @@
 # output) in the folder named at the start and the end; every run's run-K.xml (JUnit) too.
 # With --beside, the rest of the suite's completed runs are counted too (beside-K.xml, .log); its
 # last run, stopped when FILTER's N runs end, is read from its log: its completed tests and failures.
+# A CTest test is a GoogleTest suite ("Membership.*"), or one test labelled process
+# (cmake/GTestGroups.cmake): the counts are per CTest test, and FILTER names suites. For one
+# GoogleTest test: build/tests/aiacc_tests --gtest_filter=Suite.Test --gtest_repeat=N.
 # Environment:
 #   AIACC_BUILD_DIR     build folder (default build/, as scripts/test.sh)
 #   AIACC_SOAK_JOBS     tests at once (default 2, CI's -j)
