@@ -164,16 +164,23 @@ std::optional<comm::JobEnded> ElasticJob::regroup(int64_t step, const std::strin
     store_lost_ = false;  // (it answered)
     return enter(std::move(joined));
   } catch (const comm::CommError& e) {
-    if (e.remedy() != comm::CommError::Remedy::kMembership || membership_.triedAsSurvivor()) throw;
-    throw LeftOutError(strCat(firstLine(e.what()), "; this process was left out of the generations after its own (",
-                              generation_.number,
-                              ") and holds none of the job's newer state: it saves nothing, and the job, if it "
-                              "lives, goes on without it"));
+    if (e.remedy() != comm::CommError::Remedy::kMembership || !membership_.leftOut()) throw;
+    throw leftOut(e);
   } catch (const c10::Error& e) {  // the store's own failures: a closed connection, a timeout
+    if (membership_.leftOut()) throw leftOut(e);
     throw storeFailed(e);
   } catch (const std::system_error& e) {  // (LibTorch 1.13's socket errors: "Broken pipe")
+    if (membership_.leftOut()) throw leftOut(e);
     throw storeFailed(e);
   }
+}
+
+LeftOutError ElasticJob::leftOut(const std::exception& e) {
+  left_out_ = true;
+  return LeftOutError(strCat(firstLine(e.what()),
+                             "; this process was left out (the others went on past its generation ", generation_.number,
+                             " without it): it saves nothing and records no end of the job, which may go on "
+                             "without it"));
 }
 
 bool ElasticJob::joinersWaiting() {

@@ -46,6 +46,8 @@ inline comm::JobEnd jobEndOf(bool stopped, int64_t saved_step) {
 // number and " of the running job ..." (MembershipOptions::waiting_to_join).
 constexpr const char* kWaitingToJoin = "elastic: waiting to be let into generation ";
 
+class LeftOutError;
+
 class ElasticJob {
  public:
   // `store`: the job's store, served outside the workers (the launcher's or the agent's).
@@ -65,9 +67,9 @@ class ElasticJob {
   // generation (nullopt; generation()), or returns the job's end. Ranks the message names as gone
   // (dead, or silent past the heartbeat) and those in `also_gone` are reported, so that the
   // generation closes as soon as everyone else is there. Throws comm::Membership::join's errors,
-  // StoreLostError when a store request fails, and LeftOutError when this process, left out of a
-  // generation since its own, cannot get back in (below MIN, or the live generation does not let
-  // it in in time).
+  // StoreLostError when a store request fails, and LeftOutError instead of either when this
+  // process, left out of a generation since its own (comm::Membership::leftOut), cannot get back
+  // in (below MIN, the live generation does not let it in in time, or the store is gone).
   [[nodiscard]] std::optional<comm::JobEnded> regroup(int64_t step, const std::string& cause,
                                                       const std::vector<int>& also_gone = {});
   const comm::Generation& generation() const { return generation_; }
@@ -89,11 +91,11 @@ class ElasticJob {
   // The job has ended (its last rank 0 says so): the launcher serving the store may stop.
   void markEnded(comm::JobEnd how = comm::JobEnd::kFinished) { comm::markJobEnded(*store_, how); }
   // This process ends with an error: the job has ended once every rank of its generation has.
-  // Nothing, for a process in no generation yet (its first join failed). (One left out, after
-  // LeftOutError, counts in the generation it was in, which the others have left: that count is
-  // never complete, and the job goes on.)
+  // Nothing, for a process in no generation yet (its first join failed), or left out (after
+  // LeftOutError: the others of its generation may have gone on, or been started again, without
+  // it, and its count there could end the job they run).
   void markFailed() {
-    if (joined()) comm::markJobFailed(*store_, generation_.number, generation_.size());
+    if (joined() && !left_out_) comm::markJobFailed(*store_, generation_.number, generation_.size());
   }
 
   // Each generation's keys go when the next has formed (comm/key_log.h). The keys this process
@@ -117,6 +119,8 @@ class ElasticJob {
   // What start() and regroup() return: the generation joined becomes this process's (and the one
   // it beats), or the job's end is handed back.
   std::optional<comm::JobEnded> enter(comm::Membership::Joined joined);
+  // The LeftOutError of a regroup that failed with `e` for a process left out (and remembers it).
+  LeftOutError leftOut(const std::exception& e);
   c10::intrusive_ptr<c10d::Store> keysOf(int64_t generation) const;  // the store under that prefix
 
   ElasticOptions o_;
@@ -125,6 +129,7 @@ class ElasticJob {
   comm::Generation generation_;
   std::string run_id_;
   bool store_lost_ = false;  // joinersWaiting met a failed store in this generation
+  bool left_out_ = false;    // a regroup ended in LeftOutError
   std::shared_ptr<comm::KeyLog> keys_ = std::make_shared<comm::KeyLog>();
   // The generation left at the last regroup, until its keys are deleted.
   std::shared_ptr<comm::KeyLog> previous_keys_;
@@ -147,11 +152,11 @@ class StoreLostError : public comm::CommError {
   using CommError::CommError;
 };
 
-// ElasticJob::regroup of a process the others went on without (it tried the next generation as no
-// survivor of the one before) failed as comm::Membership::join does below MIN or beside a live
-// generation that does not let it in. Its state is older than the job's, so it is no survivor
-// that saves (claimSave is false for it): it ends with this error, exit 1, and records no end of
-// the job, which may go on without it. (Remedy kNone: the flags are not the cause.)
+// ElasticJob::regroup of a process the others went on without (comm::Membership::leftOut) failed:
+// below MIN, beside a live generation that does not let it in, or with the store gone. It is no
+// survivor that saves: the job went on past the state it holds (claimSave is false for it). It
+// ends with this error, exit 1 (its launcher may start it again as a newcomer), and records no
+// end of the job, which may go on without it. (Remedy kNone: the flags are not the cause.)
 class LeftOutError : public comm::CommError {
  public:
   explicit LeftOutError(const std::string& what) : CommError(what) {}

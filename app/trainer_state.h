@@ -249,11 +249,11 @@ struct Trainer::State {
                                 const comm::WorldInfo& trained_in, SetUpRetry& retry);
   // elastic->regroup (nullopt: the generation it closed is elastic->generation(); the job's end
   // when it ended before this rank was let in), or, below MIN
-  // after --rdzv-timeout, the stop: the first to claim it (claimTheSave; never a process the
-  // others went on without) saves its state (with --checkpoint-dir), and the SurvivorStop says
-  // so; so too when the store is lost (with no store to pick one, every survivor is a saver in
-  // survivorStop). `gone`: ranks of the generation left that are known not to come
-  // (ElasticJob::regroup).
+  // after --rdzv-timeout, the stop: the first to claim it (claimTheSave) saves its state (with
+  // --checkpoint-dir), and the SurvivorStop says so; so too when the store is lost (with no store
+  // to pick one, every survivor is a saver in survivorStop). A process the others went on without
+  // never stops so: its regroup's failure is its error (LeftOutError, app/elastic.h), thrown.
+  // `gone`: ranks of the generation left that are known not to come (ElasticJob::regroup).
   std::optional<EarlyEnd> regroupOrStop(const std::string& cause, const std::vector<int>& gone = {});
   // A job of fixed size whose step failed (`e`: a rank lost, or its communication): with
   // --checkpoint-dir and a store that outlived the loss, the survivor that claims it first

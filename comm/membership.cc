@@ -129,9 +129,11 @@ bool Membership::joinersWaiting(const Generation& current) {
 Membership::Joined Membership::join(const Member& self, const std::vector<int>& lost, int previous_world) {
   // A survivor goes to the generation after its own; a process late by more (stopped for a
   // while) or new goes to the one after the newest closed.
-  int64_t number = std::max(self.generation + 1, current() + 1);
   tried_as_survivor_ = false;  // (until a try below says otherwise)
-  for (;; ++number) {          // closed without this process: the next one lets it in
+  left_out_ = false;
+  int64_t number = std::max(self.generation + 1, current() + 1);
+  for (;; ++number) {  // closed without this process: the next one lets it in
+    left_out_ = self.generation >= 0 && number > self.generation + 1;
     if (std::optional<Joined> out = tryJoin(number, self, self.generation == number - 1 ? lost : std::vector<int>{},
                                             previous_world)) {
       return *std::move(out);

@@ -150,6 +150,11 @@ class Membership {
   // generation it tried; false for a newcomer, and for a process late by a generation or more
   // (its state is older than the job's: it must never save it for the job, claimSave).
   bool triedAsSurvivor() const { return tried_as_survivor_; }
+  // The last join of a process in a generation went past the one after its own (a generation
+  // closed without it: the others went on without it). Set before that try's first store
+  // request, so that it holds when the try fails (a timeout below MIN, a store gone); false for
+  // a process in no generation, and for a survivor whose first request failed.
+  bool leftOut() const { return left_out_; }
 
  private:
   // Tries generation `number` once; nullopt when it closed without this process.
@@ -163,6 +168,7 @@ class Membership {
   c10::intrusive_ptr<c10d::Store> store_;
   MembershipOptions o_;
   bool tried_as_survivor_ = false;
+  bool left_out_ = false;
 };
 
 // The job's end, said in the store by its last rank 0, so that a launcher serving the store

@@ -9,25 +9,17 @@
 // with nothing saved), and the job run again on the two nodes (--resume auto) goes on from that
 // save to the end, no sample of the epoch trained twice.
 #include <gtest/gtest.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <future>
-#include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "aiacc/common/checkpoint_dir.h"
 #include "aiacc/config.h"
-#include "aiacc/comm/membership.h"
-#include "aiacc/comm/store.h"
-#include "app/elastic.h"
 #include "tests/elastic_job.h"
-#include "tests/manual_clock.h"
 
 namespace aiacc::app {
 namespace {
@@ -206,121 +198,6 @@ TEST(Elastic, AStoreGoneWhileEveryRankLivesEndsNothing) {
   const Json report = test::readJson(d / "r.json");
   EXPECT_EQ(report.at("epochs").get<double>(), 2.0);
   EXPECT_EQ(report.at("world_size"), 3);
-}
-
-// ElasticJob once the store is gone (its server ended, as node 0's launcher does with its node):
-// rank 0's look for newcomers at each step says none, says so once on the log, and asks no more
-// (it threw, and rank 0 exited 1 with the state it held, when the store went before its step's
-// communication failed); the regroup of a lost rank then fails with StoreLostError, which the
-// trainer stops on with the state saved (the tests above). Every process of the run shares the
-// run id the first one set.
-TEST(ElasticJob, ALostStoreMeansNoNewcomersAndARegroupThatFailsAsSuch) {
-  const int port = test::freePort();
-  auto server = comm::hostStore(port, 1, std::chrono::seconds(10));  // (as a launcher serves it)
-  auto client = [&] {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(port);
-    o.isServer = false;
-    o.timeout = std::chrono::seconds(2);
-    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
-  };
-  ElasticOptions o;
-  o.membership.min = o.membership.max = 1;
-  o.node = "n0";
-  ElasticJob job(client(), o);
-  ASSERT_FALSE(job.start());  // (nullopt: joined)
-  EXPECT_EQ(job.generation().size(), 1);
-  ASSERT_FALSE(job.runId().empty());
-  const std::vector<uint8_t> id = client()->get("run_id");
-  EXPECT_EQ(std::string(id.begin(), id.end()), job.runId());
-  EXPECT_FALSE(job.joinersWaiting());
-  server.reset();
-  EXPECT_FALSE(job.joinersWaiting());
-  EXPECT_FALSE(job.joinersWaiting());
-  EXPECT_THROW((void)job.regroup(1, "shm: rank 1 died (its process is gone)"), StoreLostError);
-}
-
-// A process whose first join failed (below MIN past --rdzv-timeout) is in no generation: its
-// error says nothing of the job's end. (When 892cf28 first made the join a value, the worker held
-// the job before joining, and its error's markFailed, for generation -1 of size 0, recorded the
-// job as failed on every rank for each process still running or waiting.)
-TEST(ElasticJob, AProcessWhoseFirstJoinFailedEndsNothing) {
-  auto store = comm::makeHashStore();
-  auto clock = std::make_shared<aiacc::test::ManualClock>();
-  ElasticOptions o;
-  o.membership.min = o.membership.max = 2;
-  o.membership.timeout = std::chrono::hours(1);
-  o.membership.clock = clock;
-  o.node = "n0";
-  ElasticJob job(store, o);
-  auto first = std::async(std::launch::async, [&] { return job.start(); });
-  clock->awaitLooks(1);
-  clock->advance(o.membership.timeout);
-  ASSERT_EQ(first.wait_for(std::chrono::seconds(20)), std::future_status::ready);
-  EXPECT_THROW(first.get(), comm::CommError);
-  EXPECT_FALSE(job.joined());
-  job.markFailed();
-  EXPECT_FALSE(comm::jobEnded(*store)) << "a process in no generation ended the job";
-}
-
-// A process the others went on without (SIGSTOPped, or slow to regroup) that cannot get back in
-// is no survivor: its state is older than the job's. Three join generation 0; two regroup without
-// the third (rank 2 reported lost) into generation 1; the third then waits alone, below MIN, for
-// generation 2 and times out. It ends with LeftOutError (an error, exit 1: not kMembership, which
-// the trainer turns into a survivor's resumable stop, and used to print "another surviving rank
-// saves its state" and exit 75 with nobody saving), claims no save, and records no end of the job.
-TEST(ElasticJob, AProcessLeftOutThatCannotGetBackInIsAnErrorThatEndsNothing) {
-  auto store = comm::makeHashStore();
-  auto clock = std::make_shared<aiacc::test::ManualClock>();
-  std::vector<std::unique_ptr<ElasticJob>> jobs;
-  for (int r = 0; r < 3; ++r) {
-    ElasticOptions o;
-    o.membership.min = 2;
-    o.membership.max = 3;
-    o.membership.timeout = std::chrono::hours(1);
-    o.membership.clock = clock;
-    o.node = "n" + std::to_string(r);
-    o.launch_rank = r;
-    jobs.push_back(std::make_unique<ElasticJob>(store, o));
-  }
-  {
-    std::vector<std::future<std::optional<comm::JobEnded>>> starts;
-    for (auto& j : jobs) starts.push_back(std::async(std::launch::async, [&j] { return j->start(); }));
-    for (auto& f : starts) {
-      ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
-      ASSERT_FALSE(f.get());  // (nullopt: joined; three of MAX 3 close at once)
-    }
-  }
-  std::vector<std::future<std::optional<comm::JobEnded>>> regroups;
-  for (int r = 0; r < 2; ++r) {
-    regroups.push_back(std::async(std::launch::async, [&j = jobs[r]] { return j->regroup(7, "shm: rank 2 died"); }));
-  }
-  for (auto& f : regroups) {
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
-    ASSERT_FALSE(f.get());  // (two survivors and one lost account for generation 0's three)
-  }
-  ASSERT_EQ(jobs[0]->generation().number, 1);
-  ASSERT_EQ(jobs[0]->generation().size(), 2);
-  ElasticJob& late = *jobs[2];
-  auto left_out = std::async(std::launch::async, [&late] { return late.regroup(7, "shm: rank 0 died"); });
-  clock->awaitLooks(1);  // (it waits for generation 2, alone)
-  clock->advance(std::chrono::hours(1));
-  ASSERT_EQ(left_out.wait_for(std::chrono::seconds(20)), std::future_status::ready);
-  try {
-    (void)left_out.get();
-    ADD_FAILURE() << "the left-out process's regroup returned";
-  } catch (const LeftOutError& e) {
-    EXPECT_EQ(e.remedy(), comm::CommError::Remedy::kNone);
-    EXPECT_NE(std::string(e.what()).find("only 1 of at least 2 processes arrived for generation 2"), std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("left out of the generations after its own (0)"), std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(late.claimSave());
-  late.markFailed();
-  EXPECT_FALSE(comm::jobEnded(*store)) << "a process left out ended the job that went on without it";
-  EXPECT_TRUE(jobs[0]->claimSave()) << "a survivor of generation 1 may save";
-  EXPECT_FALSE(jobs[1]->claimSave());
 }
 
 }  // namespace
