@@ -1,12 +1,8 @@
 #include "app/command.h"
 
-#include <iostream>
 #include <utility>
 
-#include "aiacc/comm/comm_error.h"
 #include "aiacc/common/error.h"
-#include "app/exit_code.h"
-#include "app/option_names.h"
 
 namespace aiacc::app {
 
@@ -24,21 +20,6 @@ RunOptions runOptionsFromFlags() {
                       "--max-restarts needs an elastic job (--nnodes MIN:MAX): without one a lost rank ends the job");
   }
   return o;
-}
-
-int errorExit(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const comm::CommError& e) {  // the library names the setting; this adds our flag for it
-    std::cerr << "aiacc_train: error: " << e.what() << flagHint(e.remedy()) << "\n";
-  } catch (const Error& e) {
-    std::cerr << "aiacc_train: error: " << e.what() << "\n";
-  } catch (const std::exception& e) {
-    std::cerr << "aiacc_train: internal error: " << firstLine(e.what()) << "\n";
-  } catch (...) {
-    std::cerr << "aiacc_train: internal error: an exception of unknown type\n";
-  }
-  return exitCode(Ending{Ending::How::kError});
 }
 
 }  // namespace aiacc::app

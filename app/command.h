@@ -31,10 +31,4 @@ struct RunOptions {
 // a flag that contradicts them (a usage error).
 RunOptions runOptionsFromFlags();
 
-// The exit code of a command that threw `error` (1, app/exit_code.h), said in one line on
-// stderr: an aiacc::Error's message (a CommError's with the flag that sets what it names), or
-// anything else's first line as an internal error. (A bad option is a usage error only where
-// runOptionsFromFlags finds it.)
-int errorExit(const std::exception_ptr& error);
-
 }  // namespace aiacc::app

@@ -55,7 +55,7 @@ struct DistSpec {
   // and --streams (the tuner's start and search space), and the AIACC_* variables
   // (comm::applyEnvironment) for those the command line did not give. Precedence: the command
   // line, then the variable, then the recipe, then the default.
-  // The transports, the timeline and the log are added where they exist (command_train.cc).
+  // The transports, the timeline and the log are added where they exist (sync_factory.cc).
   comm::DataParallelOptions dp = defaultDataParallelOptions();
   int streams = 0;                                                                 // 0: auto
   bool shm = true;                                                                 // between the ranks of one host

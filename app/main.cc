@@ -23,6 +23,7 @@
 #include "app/flags.h"
 #include "app/heap.h"
 #include "app/launcher.h"
+#include "app/worker_end.h"
 
 int main(int argc, char** argv) {
   using namespace aiacc::app;
@@ -70,6 +71,6 @@ int main(int argc, char** argv) {
     if (options.plan.role == LaunchPlan::Role::kSpawn) return runLauncher(options, argc, argv);
     return runWorker(options, start);
   } catch (...) {
-    return errorExit(std::current_exception());
+    return errorExit(std::current_exception(), std::cerr);
   }
 }

@@ -101,7 +101,7 @@ struct Report {
   // other fields are then not filled (no collective runs after the loss).
   std::optional<SurvivorStop> survivor_stop;
   // An elastic job that ended (finished, stopped, failed) while this rank waited to regroup, left
-  // out of its last generation: it ends as the job did (app/command_train.cc). The other fields
+  // out of its last generation: it ends as the job did (app/worker_end.h). The other fields
   // are then not filled either.
   std::optional<comm::JobEnded> job_ended;
   // AIACC_BENCH_STEP_VOTE_AB=K (app/test_hooks.h): this rank's steady steps (wall time from the end

@@ -12,7 +12,7 @@ namespace aiacc::comm {
 enum class JobEnd { kFinished, kStopped, kStoppedUnsaved, kFailed };
 
 // Membership::join found that the job had ended while this process waited to be let in: a value, not an
-// error (app/command_train.cc ends the process as the job ended; app/run_phase.h: kJobEnded).
+// error (app/worker_end.h ends the process as the job ended; app/run_phase.h: kJobEnded).
 // `how`: finished, stopped with its state saved or not (markJobEnded: a process started again too
 // late to take part), or kFailed (markJobFailed: every rank of the job's last generation failed;
 // there is nothing to join, and starting this process again is no use).

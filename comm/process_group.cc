@@ -59,7 +59,7 @@ ProcessGroup connectProcessGroup(const ProcessGroupOptions& options) {
   if (!options.find_local_ranks) checkLayoutSupported(options.transports);
   ProcessGroup g;
   g.world = w;
-  g.store = makeTcpStore(options.store);
+  g.store = options.shared_store ? storeUnderPrefix(options.store, options.shared_store) : makeTcpStore(options.store);
   TransportSpec transports = options.transports;
   if (options.find_local_ranks && w.world > 1) {
     g.world = transports.world = findLocalRanks(*g.store, w, options.host_id.empty() ? thisHost() : options.host_id,

@@ -39,6 +39,10 @@ struct ProcessGroupOptions {
   bool find_local_ranks = false;
   // This process's host, as find_local_ranks compares it (empty: hostname and boot id; tests set it).
   std::string host_id;
+  // A store already made, that every rank reaches (ranks as threads over one makeHashStore(), or
+  // a store of the program's own): used, under the prefix and key log of `store` above, instead
+  // of the TCP store its address names (its host, port, port_tries, client_only and job unused).
+  c10::intrusive_ptr<c10d::Store> shared_store;
 };
 
 struct ProcessGroup {
@@ -50,7 +54,7 @@ struct ProcessGroup {
 };
 
 // The explicit form: checkLayoutSupported (every rank refuses an impossible layout at once, before
-// it waits for peers), the store (makeTcpStore), the agreement on options.settings, then
+// it waits for peers), the store (makeTcpStore, or shared_store), the agreement on options.settings, then
 // makeTransports. Throws InputError for bad options or ranks that disagree, CommError when a
 // rank does not arrive within the store's timeout.
 ProcessGroup connectProcessGroup(const ProcessGroupOptions& options);

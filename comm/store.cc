@@ -45,11 +45,6 @@ c10::intrusive_ptr<c10d::TCPStore> tcpStoreAt(const StoreOptions& o, int port, b
   return store;
 }
 
-c10::intrusive_ptr<c10d::Store> withPrefix(const StoreOptions& o, c10::intrusive_ptr<c10d::Store> store) {
-  if (o.key_log) return makeRecordingPrefixStore(o.prefix, std::move(store), o.key_log);
-  return c10::make_intrusive<c10d::PrefixStore>(o.prefix, std::move(store));
-}
-
 // Whether something accepts TCP connections at host:port within `wait` (one connect, closed at
 // once).
 bool listening(const std::string& host, int port, std::chrono::milliseconds wait) {
@@ -164,8 +159,13 @@ c10::intrusive_ptr<c10d::Store> findTcpStore(const StoreOptions& o) {
 
 }  // namespace
 
+c10::intrusive_ptr<c10d::Store> storeUnderPrefix(const StoreOptions& o, c10::intrusive_ptr<c10d::Store> store) {
+  if (o.key_log) return makeRecordingPrefixStore(o.prefix, std::move(store), o.key_log);
+  return c10::make_intrusive<c10d::PrefixStore>(o.prefix, std::move(store));
+}
+
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
-  if (o.port_tries > 1) return withPrefix(o, findTcpStore(o));
+  if (o.port_tries > 1) return storeUnderPrefix(o, findTcpStore(o));
   const bool server = o.rank == 0 && !o.client_only;
   c10::intrusive_ptr<c10d::Store> store;
   try {
@@ -181,7 +181,7 @@ c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o) {
                     CommError::Remedy::kStore);
   }
   if (!o.job.empty()) claimForJob(*store, o.job, o.host + ":" + std::to_string(o.port));
-  return withPrefix(o, std::move(store));
+  return storeUnderPrefix(o, std::move(store));
 }
 
 c10::intrusive_ptr<c10d::Store> hostStore(int port, int world, std::chrono::milliseconds timeout) {

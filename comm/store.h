@@ -19,6 +19,9 @@ namespace aiacc::comm {
 // Rank 0 hosts the server (unless client_only); everyone connects, then claims the store for
 // o.job. A port already in use, or a store of another job, is a CommError saying so.
 c10::intrusive_ptr<c10d::Store> makeTcpStore(const StoreOptions& o);
+// `store` as makeTcpStore hands its own out: under o.prefix, each key written recorded in
+// o.key_log when there is one. (connectProcessGroup with a store already made.)
+c10::intrusive_ptr<c10d::Store> storeUnderPrefix(const StoreOptions& o, c10::intrusive_ptr<c10d::Store> store);
 
 // For a launcher that starts the ranks: hosts the store's server at `port` (every interface; 0:
 // a free port, hostedPort says which) in this process, for `world` ranks that connect with client_only. The rendezvous
