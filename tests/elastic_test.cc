@@ -412,32 +412,6 @@ TEST(Elastic, BelowMinTheSurvivorsSaveTheStateAndStopResumable) {
   EXPECT_EQ(files, 1);
 }
 
-// One rank's own error (AIACC_TEST_FAIL_AT_STEP: as its out of memory or full disk would) in a
-// 3:3 job: the other two are below MIN, wait --rdzv-timeout, and stop. (The failing rank used to
-// mark the job finished, and they exited 0 with the state lost.) With no --checkpoint-dir nobody
-// can save: each says so (it said "one surviving rank saves its state"; saving below MIN: the
-// tests around this one), and exits 1, not 75: nothing of this run is on disk to resume
-// (app/exit_code.h; they exited 75).
-TEST(Elastic, ARanksOwnErrorBelowMinStopsTheOthersSayingNothingIsSaved) {
-  test::TempDir d;
-  JobSpec spec;
-  spec.extra = "--rdzv-timeout 8";
-  spec.nnodes = "3:3";
-  spec.env = "AIACC_TEST_FAIL_AT_STEP=2:3";
-  spec.act = "true";
-  const Job job = runKilledJob(d, spec);
-  EXPECT_NE(job.out.find("rc0=1"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("rc1=1"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("rc2=1"), std::string::npos) << job.out;
-  EXPECT_NE(job.out.find("AIACC_TEST_FAIL_AT_STEP: rank 2 fails after step 3"), std::string::npos) << job.out;
-  EXPECT_EQ(test::occurrences(job.out,
-                              "; stopped; nothing saved (no --checkpoint-dir): the steps this run did are lost"),
-            2)
-      << job.out;
-  EXPECT_EQ(job.out.find("saves its state"), std::string::npos) << job.out;
-  EXPECT_EQ(job.out.find("; saved "), std::string::npos) << job.out;
-}
-
 // Below MIN the saved state continues in a smaller world: the job run again on the two nodes left
 // (--nnodes 2:3 --resume auto) resumes the survivor's checkpoint of the three-rank job, shares the
 // rest of the epoch out between two ranks, and ends; no sample of the epoch is trained twice over
